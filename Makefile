@@ -1,0 +1,40 @@
+# Every target works from a fresh clone with only python3 present: `install` bootstraps uv
+# from PyPI into .tools/ when it is not already on PATH, then builds .venv from uv.lock.
+SHELL := /bin/bash
+PYTHON ?= python3
+UV_VERSION ?= 0.13.8
+UV := $(shell command -v uv 2>/dev/null || echo .tools/bin/uv)
+VENV := .venv
+BIN := $(VENV)/bin
+CLUSTER ?= examples/cluster.yaml
+PYTEST_ARGS ?=
+
+.PHONY: install test lint fmt demo run clean help
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+.tools/bin/uv:
+	$(PYTHON) -m venv .tools
+	.tools/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+
+$(BIN)/gpustack-operator: pyproject.toml uv.lock | $(UV)
+	$(UV) sync --frozen --all-extras --python $(PYTHON)
+	@touch $@
+
+install: $(BIN)/gpustack-operator ## create .venv from uv.lock (bootstraps uv if absent)
+
+test: install ## run the test suite
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+lint: install ## ruff check, ruff format --check, mypy
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+fmt: install ## apply ruff's fixes and formatting
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+clean: ## remove the virtual environment and caches
+	rm -rf $(VENV) .tools .mypy_cache .ruff_cache .pytest_cache .hypothesis

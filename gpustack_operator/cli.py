@@ -1,0 +1,99 @@
+"""The ``gpustack-operator`` console script: argument parsing only.
+
+Each subcommand lives in ``gpustack_operator.commands.<name>`` and exposes
+``register(subparsers)``, which adds its parser and sets ``handler`` — a function taking the
+parsed namespace and returning an exit code. Any flag can also come from the environment as
+``GPUSTACK_<SUBCOMMAND>_<FLAG>`` (SPEC §0.11), e.g. ``GPUSTACK_DEVICE_MANAGER_MONITOR_PERIOD``;
+a flag given on the command line wins.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Mapping, Sequence
+
+from gpustack_operator import __version__
+from gpustack_operator.runtime.logs import LOG_LEVELS, configure_logging
+
+# Subcommand modules, in the order `--help` lists them. A module is listed only once its
+# subcommand works end to end.
+COMMAND_MODULES: tuple[str, ...] = ()
+
+
+def env_var_for(command_path: Sequence[str], option: str) -> str:
+    """The environment variable that supplies *option* of the (sub)command *command_path*."""
+    parts = [*command_path, option.lstrip("-")]
+    return "GPUSTACK_" + "_".join(p.replace("-", "_").upper() for p in parts)
+
+
+def apply_env_defaults(
+    parser: argparse.ArgumentParser, command_path: Sequence[str], env: Mapping[str, str]
+) -> None:
+    """Turn ``GPUSTACK_<CMD>_<FLAG>`` variables into defaults of *parser*, recursively."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                apply_env_defaults(sub, [*command_path, name], env)
+            continue
+        long_opts = [o for o in action.option_strings if o.startswith("--")]
+        if not long_opts or action.dest in ("help", "version"):
+            continue
+        var = env_var_for(command_path, long_opts[0])
+        if var not in env:
+            continue
+        raw = env[var]
+        if isinstance(action, argparse._StoreTrueAction | argparse._StoreFalseAction):
+            truthy = raw.strip().lower() in ("1", "true", "yes", "on")
+            value: object = truthy if isinstance(action, argparse._StoreTrueAction) else not truthy
+        elif isinstance(action, argparse._AppendAction):
+            value = [v.strip() for v in raw.split(",") if v.strip()]
+        else:
+            try:
+                value = action.type(raw) if callable(action.type) else raw
+            except (TypeError, ValueError) as exc:
+                parser.error(
+                    f"environment variable {var}={raw!r} is invalid for {long_opts[0]}: {exc}"
+                )
+        parser.set_defaults(**{action.dest: value})
+        action.required = False
+
+
+def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpustack-operator",
+        description="Turns node hardware into a Kueue scheduling chain for GPU/NPU workloads.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument(
+        "--log-level", choices=LOG_LEVELS, default="info", help="log verbosity (default: info)"
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=("auto", "json", "console"),
+        default="auto",
+        help="auto: console on a terminal, JSON otherwise (default: auto)",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMAND_MODULES:
+        module = importlib.import_module(f"gpustack_operator.commands.{name}")
+        module.register(subparsers)
+    apply_env_defaults(parser, [], os.environ if env is None else env)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    configure_logging(args.log_level, args.log_format)
+    try:
+        code = args.handler(args)
+    except KeyboardInterrupt:
+        return 130
+    return int(code or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""One module a subcommand. Each exposes ``register(subparsers)``; cli.py lists them."""

@@ -1,0 +1,1 @@
+"""A simulated Kubernetes API server: a test double and a demo, never a production cluster."""
