@@ -1,0 +1,191 @@
+"""The whole chain the worker converges to, computed at once (used by ``plan`` and tests).
+
+Order of the computation mirrors the cluster: the device manager's labels (simulated devices
+only), then the worker's capacity labels, each merged onto the Node as NFD would; then
+ResourceFlavors, Cohorts, ClusterQueues and LocalQueues from the merged labels.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpustack_operator.domain.devices import device_labels
+from gpustack_operator.domain.flavors import desired_resource_flavors
+from gpustack_operator.domain.kueue import KueueVersion
+from gpustack_operator.domain.manufacturers import Manufacturer
+from gpustack_operator.domain.nodefeature import (
+    DEFAULT_SYSTEM_NAMESPACE,
+    device_manager_node_feature,
+    merge_node_features,
+    worker_node_feature,
+)
+from gpustack_operator.domain.nodeview import annotations_of, name_of, uid_of
+from gpustack_operator.domain.queues import (
+    DEFAULT_EXCLUDED_NAMESPACES,
+    desired_cluster_queues,
+    desired_cohorts,
+    desired_local_queues,
+)
+from gpustack_operator.domain.simdevices import (
+    SIM_DEVICES_ANNOTATION,
+    parse_sim_devices,
+    sim_card_counts,
+)
+
+
+@dataclass
+class DesiredState:
+    """Every object of the chain, each group sorted by name."""
+
+    node_features: list[dict[str, Any]] = field(default_factory=list)
+    resource_flavors: list[dict[str, Any]] = field(default_factory=list)
+    cohorts: list[dict[str, Any]] = field(default_factory=list)
+    cluster_queues: list[dict[str, Any]] = field(default_factory=list)
+    local_queues: list[dict[str, Any]] = field(default_factory=list)
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    """The input nodes with every NodeFeature merged (not part of :meth:`objects`)."""
+
+    def objects(self) -> list[dict[str, Any]]:
+        """NodeFeatures, ResourceFlavors, Cohorts, ClusterQueues, LocalQueues, in that order."""
+        return [
+            *self.node_features,
+            *self.resource_flavors,
+            *self.cohorts,
+            *self.cluster_queues,
+            *self.local_queues,
+        ]
+
+    def as_list(self) -> dict[str, Any]:
+        """One ``v1`` ``List`` holding :meth:`objects`."""
+        return {"apiVersion": "v1", "kind": "List", "metadata": {}, "items": self.objects()}
+
+
+def _sorted_nodes(nodes: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Nodes by name; duplicates ordered by content so input order never matters."""
+    return sorted(nodes, key=lambda n: (name_of(n), json.dumps(n, sort_keys=True, default=str)))
+
+
+def _unique_by_name(objects: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    seen: dict[tuple[str, str], dict[str, Any]] = {}
+    for obj in objects:
+        meta = obj.get("metadata", {})
+        seen.setdefault((str(meta.get("namespace", "")), str(meta.get("name", ""))), obj)
+    return [seen[k] for k in sorted(seen)]
+
+
+def desired_state(
+    nodes: Iterable[Mapping[str, Any]],
+    namespaces: Iterable[str | Mapping[str, Any]],
+    *,
+    manufacturers: Mapping[str, Manufacturer],
+    system_namespace: str = DEFAULT_SYSTEM_NAMESPACE,
+    excluded_namespaces: Sequence[str] = DEFAULT_EXCLUDED_NAMESPACES,
+    kueue_version: KueueVersion = KueueVersion.V1BETA2,
+    cohort_uids: Mapping[str, str] | None = None,
+    extra_node_features: Iterable[dict[str, Any]] = (),
+) -> DesiredState:
+    """The chain for *nodes* as the cluster holds them (device labels already present).
+
+    The worker's NodeFeatures are computed and merged onto the nodes first. *cohort_uids*
+    (Cohort name -> uid) adds ClusterQueue owner references; ClusterQueue uids are not known
+    before creation, so LocalQueues here carry none (the controllers add them).
+    """
+    ordered = _sorted_nodes(nodes)
+    features: list[dict[str, Any]] = []
+    merged: list[dict[str, Any]] = []
+    for node in ordered:
+        feature = worker_node_feature(node, system_namespace, manufacturers)
+        own = [feature] if feature is not None else []
+        features.extend(own)
+        merged.append(merge_node_features(node, own, owned="worker"))
+    flavors = desired_resource_flavors(merged, manufacturers, kueue_version)
+    cohorts = desired_cohorts(merged, manufacturers, kueue_version)
+    queues = desired_cluster_queues(
+        flavors, merged, manufacturers, cohort_uids=cohort_uids, version=kueue_version
+    )
+    locals_ = desired_local_queues(
+        list(queues),
+        namespaces,
+        system_namespace=system_namespace,
+        excluded=excluded_namespaces,
+        version=kueue_version,
+    )
+    return DesiredState(
+        node_features=_unique_by_name([*extra_node_features, *features]),
+        resource_flavors=list(flavors.values()),
+        cohorts=list(cohorts.values()),
+        cluster_queues=list(queues.values()),
+        local_queues=list(locals_.values()),
+        nodes=merged,
+    )
+
+
+def apply_sim_devices(
+    nodes: Iterable[Mapping[str, Any]],
+    manufacturers: Mapping[str, Manufacturer],
+    *,
+    system_namespace: str = DEFAULT_SYSTEM_NAMESPACE,
+    with_memory: bool = False,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Do what the simulated device manager does for nodes with ``sim.gpustack.ai/devices``.
+
+    Returns the nodes with device labels merged and ``status.allocatable[<resource>]``
+    defaulted to the card count (unless the node sets it), and the device manager's
+    NodeFeatures. A bad annotation raises ``ValueError`` naming the node.
+    """
+    result: list[dict[str, Any]] = []
+    features: list[dict[str, Any]] = []
+    for node in nodes:
+        value = annotations_of(node).get(SIM_DEVICES_ANNOTATION)
+        if value is None:
+            result.append(copy.deepcopy(dict(node)))
+            continue
+        try:
+            groups = parse_sim_devices(value, manufacturers, with_memory=with_memory)
+        except ValueError as exc:
+            raise ValueError(f"node {name_of(node) or '<unnamed>'}: {exc}") from None
+        feature = device_manager_node_feature(
+            name_of(node), uid_of(node), device_labels(groups), system_namespace
+        )
+        own = [feature] if feature is not None else []
+        features.extend(own)
+        merged = merge_node_features(node, own, owned="device-manager")
+        status = merged.get("status")
+        if not isinstance(status, dict):
+            status = merged["status"] = {}
+        allocatable = status.get("allocatable")
+        if not isinstance(allocatable, dict):
+            allocatable = status["allocatable"] = {}
+        for mfr, count in sim_card_counts(groups).items():
+            allocatable.setdefault(manufacturers[mfr].resource_name, str(count))
+        result.append(merged)
+    return result, features
+
+
+def plan_state(
+    nodes: Iterable[Mapping[str, Any]],
+    namespaces: Iterable[str | Mapping[str, Any]],
+    *,
+    manufacturers: Mapping[str, Manufacturer],
+    system_namespace: str = DEFAULT_SYSTEM_NAMESPACE,
+    excluded_namespaces: Sequence[str] = DEFAULT_EXCLUDED_NAMESPACES,
+    kueue_version: KueueVersion = KueueVersion.V1BETA2,
+    with_memory: bool = False,
+) -> DesiredState:
+    """What ``plan`` prints: simulated devices first, then :func:`desired_state`."""
+    with_devices, dm_features = apply_sim_devices(
+        nodes, manufacturers, system_namespace=system_namespace, with_memory=with_memory
+    )
+    return desired_state(
+        with_devices,
+        namespaces,
+        manufacturers=manufacturers,
+        system_namespace=system_namespace,
+        excluded_namespaces=excluded_namespaces,
+        kueue_version=kueue_version,
+        extra_node_features=dm_features,
+    )

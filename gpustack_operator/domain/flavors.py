@@ -1,0 +1,255 @@
+"""Node profiles and ResourceFlavors (SPEC §6.1, §6.2).
+
+A managed Node's merged labels describe one general profile and one per complete card model;
+each profile names a flavor, a queue and a cohort. ``desired_resource_flavors`` turns the
+profiles of all managed nodes into ResourceFlavor manifests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from gpustack_operator.domain.capacity import device_keys
+from gpustack_operator.domain.kueue import KueueVersion, Meta, ResourceFlavor
+from gpustack_operator.domain.labels import (
+    COHORT_ANNOTATION,
+    GENERAL_PREFIX,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    MANAGED_LABEL,
+    QUEUE_ANNOTATION,
+    RESOURCE_TYPE_LABEL,
+    RESOURCE_TYPE_NODES,
+    SUFFIX_COHORT,
+    SUFFIX_COUNT,
+    SUFFIX_CPU,
+    SUFFIX_FLAVOR,
+    SUFFIX_QUEUE,
+    SUFFIX_RAM,
+    SUFFIX_STORAGE,
+    accelerated_key,
+    general_key,
+    note,
+)
+from gpustack_operator.domain.manufacturers import Manufacturer
+from gpustack_operator.domain.nodeview import is_deleting, labels_of, name_of
+from gpustack_operator.domain.profiles import GENERIC_GKEY, format_node_profile
+from gpustack_operator.domain.quantities import floor_gi, parse_count, parse_quantity
+from gpustack_operator.domain.validation import is_valid_dns_subdomain, is_valid_label_value
+
+_VIEW_SUFFIXES: Final = (
+    SUFFIX_CPU,
+    SUFFIX_RAM,
+    SUFFIX_STORAGE,
+    SUFFIX_FLAVOR,
+    SUFFIX_QUEUE,
+    SUFFIX_COHORT,
+)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One capacity profile of one node, as its labels publish it."""
+
+    node: str
+    flavor: str
+    queue: str
+    cohort: str
+    gkey: str
+    akey: str
+    manufacturer: str
+    cpu: int
+    ram_gi: int
+    storage_gi: int
+    accelerators: int
+    queue_label: str
+    """The node label whose value is the queue spec (``<P or Q>.z-queue``)."""
+    queue_spec: str
+    pin_general: bool
+    """Accelerated flavors also select ``general.feature.gpustack.ai/<gKey>=true``."""
+
+    @property
+    def acceleratable(self) -> bool:
+        return bool(self.akey)
+
+
+def is_managed(node: object) -> bool:
+    """A node the queues count: labelled exactly ``gpustack.ai/managed=true``, not deleting."""
+    return labels_of(node).get(MANAGED_LABEL) == "true" and not is_deleting(node)
+
+
+def general_keys(labels: Mapping[str, str]) -> list[str]:
+    """gKeys a node is marked with (``general.feature.gpustack.ai/<gKey>=true``), sorted.
+
+    The CPU manufacturer marker has no dash and is not a gKey.
+    """
+    keys = []
+    for key, value in labels.items():
+        if value == "true" and key.startswith(GENERAL_PREFIX):
+            name = key[len(GENERAL_PREFIX) :]
+            if "-" in name and "." not in name:
+                keys.append(name)
+    return sorted(keys)
+
+
+def _view(labels: Mapping[str, str], prefix: str) -> tuple[int, int, int, str, str, str] | None:
+    values = [labels.get(prefix + s) for s in _VIEW_SUFFIXES]
+    if any(v is None or v == "" for v in values):
+        return None
+    cpu_text, ram_text, storage_text, flavor, queue, cohort = (str(v) for v in values)
+    cpu = parse_count(cpu_text)
+    ram = parse_quantity(ram_text)
+    storage = parse_quantity(storage_text)
+    if cpu is None or ram is None or storage is None:
+        return None
+    return cpu, floor_gi(ram), floor_gi(storage), flavor, queue, cohort
+
+
+def _profile(
+    node: str,
+    gkey: str,
+    akey: str,
+    manufacturer: str,
+    view: tuple[int, int, int, str, str, str],
+    accelerators: int,
+    queue_label: str,
+    pin_general: bool,
+) -> Profile | None:
+    cpu, ram, storage, flavor_spec, queue_spec, cohort_spec = view
+    names = [format_node_profile(gkey, akey, s) for s in (flavor_spec, queue_spec, cohort_spec)]
+    if not all(is_valid_dns_subdomain(n) for n in names) or not is_valid_label_value(queue_spec):
+        return None
+    return Profile(
+        node=node,
+        flavor=names[0],
+        queue=names[1],
+        cohort=names[2],
+        gkey=gkey,
+        akey=akey,
+        manufacturer=manufacturer,
+        cpu=cpu,
+        ram_gi=ram,
+        storage_gi=storage,
+        accelerators=accelerators,
+        queue_label=queue_label,
+        queue_spec=queue_spec,
+        pin_general=pin_general,
+    )
+
+
+def node_profiles(node: object, manufacturers: Mapping[str, Manufacturer]) -> list[Profile]:
+    """Every complete profile of *node*: general ones first, then one per card model.
+
+    An incomplete view (a missing cpu/ram/storage/z-label, or ``.count`` for devices) or
+    one whose names would be invalid is skipped.
+    """
+    labels = labels_of(node)
+    name = name_of(node)
+    profiles: list[Profile] = []
+    gkeys = general_keys(labels)
+    for gkey in gkeys:
+        view = _view(labels, general_key(gkey))
+        if view is None:
+            continue
+        p = _profile(
+            name, gkey, "", gkey.split("-", 1)[0], view, 0, general_key(gkey, SUFFIX_QUEUE), False
+        )
+        if p is not None:
+            profiles.append(p)
+    naming_gkey = gkeys[0] if gkeys else GENERIC_GKEY
+    for akey in device_keys(labels, manufacturers):
+        q = accelerated_key(akey)
+        count = parse_count(labels.get(q + SUFFIX_COUNT))
+        view = _view(labels, q)
+        if count is None or view is None:
+            continue
+        p = _profile(
+            name,
+            naming_gkey,
+            akey,
+            akey.split("-", 1)[0],
+            view,
+            count,
+            q + SUFFIX_QUEUE,
+            bool(gkeys),
+        )
+        if p is not None:
+            profiles.append(p)
+    return profiles
+
+
+def managed_profiles(
+    nodes: Iterable[object], manufacturers: Mapping[str, Manufacturer]
+) -> list[Profile]:
+    """Profiles of all managed nodes, in node-name order."""
+    managed = sorted((n for n in nodes if is_managed(n)), key=name_of)
+    return [p for n in managed for p in node_profiles(n, manufacturers)]
+
+
+def resource_flavor(profile: Profile) -> ResourceFlavor:
+    """The ResourceFlavor of one profile (SPEC §6.2, §2.2)."""
+    node_labels = {MANAGED_LABEL: "true", profile.queue_label: profile.queue_spec}
+    if profile.pin_general:
+        node_labels[general_key(profile.gkey)] = "true"
+    annotations = {
+        QUEUE_ANNOTATION: profile.queue,
+        COHORT_ANNOTATION: profile.cohort,
+        note("acceleratable"): "true" if profile.acceleratable else "false",
+        note("manufacturer"): profile.manufacturer,
+        note("cpu"): str(profile.cpu),
+        note("ram"): f"{profile.ram_gi}Gi",
+        note("localStorage"): f"{profile.storage_gi}Gi",
+    }
+    if profile.acceleratable:
+        annotations[note("accelerator")] = str(profile.accelerators)
+    return ResourceFlavor(
+        metadata=Meta(
+            name=profile.flavor,
+            labels={RESOURCE_TYPE_LABEL: RESOURCE_TYPE_NODES, MANAGED_BY_LABEL: MANAGED_BY_VALUE},
+            annotations=annotations,
+        ),
+        node_labels=node_labels,
+    )
+
+
+def desired_resource_flavors(
+    nodes: Iterable[object],
+    manufacturers: Mapping[str, Manufacturer],
+    version: KueueVersion = KueueVersion.V1BETA2,
+) -> dict[str, dict[str, Any]]:
+    """Every ResourceFlavor the managed *nodes* call for, by name (sorted).
+
+    Two nodes with the same flavor name describe the same hardware; the first by node name
+    provides the notes.
+    """
+    flavors: dict[str, dict[str, Any]] = {}
+    for profile in managed_profiles(nodes, manufacturers):
+        if profile.flavor not in flavors:
+            flavors[profile.flavor] = resource_flavor(profile).manifest(version)
+    return dict(sorted(flavors.items()))
+
+
+def flavor_nodes(
+    nodes: Iterable[object], manufacturers: Mapping[str, Manufacturer]
+) -> dict[str, list[object]]:
+    """Managed nodes per flavor name (the reference's flavor index), in node-name order."""
+    index: dict[str, list[object]] = {}
+    managed = sorted((n for n in nodes if is_managed(n)), key=name_of)
+    for node in managed:
+        for flavor in sorted({p.flavor for p in node_profiles(node, manufacturers)}):
+            index.setdefault(flavor, []).append(node)
+    return index
+
+
+def node_profile_names(
+    node: object,
+    manufacturers: Mapping[str, Manufacturer],
+    part: Literal["flavor", "queue", "cohort"],
+) -> list[str]:
+    """The flavor, queue or cohort names (*part*) of a managed node, sorted; ``[]`` for an
+    unmanaged or deleting node. This is what the controllers index Nodes by."""
+    if not is_managed(node):
+        return []
+    return sorted({getattr(p, part) for p in node_profiles(node, manufacturers)})

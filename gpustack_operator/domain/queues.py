@@ -1,0 +1,431 @@
+"""Cohorts, ClusterQueues and LocalQueues (SPEC §6.3-6.5, §0.5, §0.7).
+
+Each controller calls one function here with what its cache holds: the Cohort controller
+:func:`desired_cohorts` and :func:`cohort_may_be_deleted`, the ClusterQueue controller
+:func:`desired_cluster_queue`, the LocalQueue controller :func:`desired_local_queues`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from fractions import Fraction
+from typing import Any, Final
+
+from gpustack_operator.domain.flavors import flavor_nodes, managed_profiles
+from gpustack_operator.domain.kueue import (
+    MAX_FLAVORS_PER_GROUP,
+    ClusterQueue,
+    Cohort,
+    FlavorQuotas,
+    KueueVersion,
+    LocalQueue,
+    Meta,
+    OwnerReference,
+    ResourceGroup,
+    ResourceQuota,
+)
+from gpustack_operator.domain.labels import (
+    ARCH_LABEL,
+    CLUSTER_QUEUE_ANNOTATION,
+    COHORT_ANNOTATION,
+    CPU_ANNOTATION_PREFIX,
+    CPU_FAMILY_ANNOTATION,
+    CPU_NAME_ANNOTATION,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    OS_LABEL,
+    QUEUE_ANNOTATION,
+    RESOURCE_TYPE_INSTANCETYPES,
+    RESOURCE_TYPE_LABEL,
+    RESOURCE_TYPE_NODES,
+    SUFFIX_COMCAP,
+    SUFFIX_CORES,
+    SUFFIX_FAMILY,
+    SUFFIX_MEMORY,
+    SUFFIX_PRODUCT,
+    accelerated_key,
+    note,
+)
+from gpustack_operator.domain.manufacturers import Manufacturer
+from gpustack_operator.domain.nodeview import (
+    annotations_of,
+    creation_timestamp,
+    is_deleting,
+    labels_of,
+    name_of,
+    status_field,
+    uid_of,
+)
+from gpustack_operator.domain.profiles import NodeProfile, local_queue_name, parse_node_profile
+from gpustack_operator.domain.quantities import (
+    format_binary_quantity,
+    format_decimal_quantity,
+    parse_quantity,
+)
+from gpustack_operator.domain.validation import is_valid_dns_label
+
+DEFAULT_EXCLUDED_NAMESPACES: Final = ("kube-system", "kube-public", "kube-node-lease")
+HOST_RESOURCES: Final = ("cpu", "memory", "ephemeral-storage")
+OMITTED_FLAVORS_NOTE: Final = note("omittedFlavors")
+_CPU_DETAIL: Final = (
+    ("physicalCores", "physical-cores"),
+    ("threadsPerPhysicalCore", "threads-per-core"),
+    ("logicalCores", "logical-cores"),
+    ("stepping", "stepping"),
+    ("clockSpeed", "hz"),
+    ("maxClockSpeed", "boost-freq"),
+    ("cacheLine", "cache-line"),
+)
+_CACHE_DETAIL: Final = (
+    ("l1i", "cache-l1i"),
+    ("l1d", "cache-l1d"),
+    ("l2", "cache-l2"),
+    ("l3", "cache-l3"),
+)
+
+
+def is_owned(obj: object) -> bool:
+    """Whether the operator created *obj* and may delete it (SPEC §0.8)."""
+    return labels_of(obj).get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE
+
+
+def _owned_meta(name: str, **extra: Any) -> Meta:
+    labels = {MANAGED_BY_LABEL: MANAGED_BY_VALUE, **extra.pop("labels", {})}
+    return Meta(name=name, labels=labels, **extra)
+
+
+# --- Cohorts ---------------------------------------------------------------------------------
+
+
+def desired_cohorts(
+    nodes: Iterable[object],
+    manufacturers: Mapping[str, Manufacturer],
+    version: KueueVersion = KueueVersion.V1BETA2,
+) -> dict[str, dict[str, Any]]:
+    """A Cohort for every name a managed node's profile references (SPEC §6.3), by name."""
+    names = sorted({p.cohort for p in managed_profiles(nodes, manufacturers)})
+    return {n: Cohort(metadata=_owned_meta(n)).manifest(version) for n in names}
+
+
+def cluster_queue_cohort(cluster_queue: object) -> str:
+    """The cohort a ClusterQueue belongs to (``spec.cohortName``, or v1beta1 ``spec.cohort``)."""
+    spec = cluster_queue.get("spec") if isinstance(cluster_queue, Mapping) else None
+    if not isinstance(spec, Mapping):
+        return ""
+    value = spec.get("cohortName") or spec.get("cohort")
+    return value if isinstance(value, str) else ""
+
+
+def cohort_may_be_deleted(
+    name: str,
+    nodes: Iterable[object],
+    cluster_queues: Iterable[object],
+    manufacturers: Mapping[str, Manufacturer],
+) -> bool:
+    """SPEC §0.5: only when no managed node's profile and no ClusterQueue references it.
+
+    The caller also checks :func:`is_owned` on the Cohort itself.
+    """
+    if any(cluster_queue_cohort(cq) == name for cq in cluster_queues):
+        return False
+    return all(p.cohort != name for p in managed_profiles(nodes, manufacturers))
+
+
+# --- ClusterQueues ---------------------------------------------------------------------------
+
+
+def _annotation(obj: object, key: str) -> str:
+    return annotations_of(obj).get(key, "")
+
+
+def queue_flavors(name: str, flavors: Iterable[object]) -> list[object]:
+    """The ResourceFlavors of type ``nodes`` that target queue *name*, sorted by creation
+    time then name (SPEC §6.4 steps 1 and 3)."""
+    matching = [
+        f
+        for f in flavors
+        if labels_of(f).get(RESOURCE_TYPE_LABEL) == RESOURCE_TYPE_NODES
+        and _annotation(f, QUEUE_ANNOTATION) == name
+        and _annotation(f, COHORT_ANNOTATION)
+        and not is_deleting(f)
+    ]
+    return sorted(matching, key=lambda f: (creation_timestamp(f), name_of(f)))
+
+
+def _scaled(note_value: str, count: int) -> Fraction | None:
+    quantity = parse_quantity(note_value)
+    if quantity is None or quantity <= 0:
+        return None
+    return quantity * count
+
+
+def _credits(nodes: list[object], resource: str) -> int:
+    total = 0
+    for node in nodes:
+        quantity = parse_quantity(status_field(node, "allocatable").get(resource))
+        if quantity is not None and quantity > 0:
+            total += int(quantity)
+    return total
+
+
+def _flavor_quotas(
+    flavor: object,
+    nodes: list[object],
+    resources: tuple[str, ...],
+    credits_source: str | None,
+    borrowing_limit: str | None,
+) -> FlavorQuotas | None:
+    count = len(nodes)
+    amounts: list[int] = []
+    if count:
+        for key in ("cpu", "ram", "localStorage"):
+            scaled = _scaled(_annotation(flavor, note(key)), count)
+            if scaled is None:
+                return None
+            amounts.append(int(scaled) if scaled.denominator == 1 else int(scaled) + 1)
+        if credits_source is not None:
+            amounts.append(_credits(nodes, credits_source))
+    else:
+        amounts = [0] * len(resources)
+    formats = (format_decimal_quantity, format_binary_quantity, format_binary_quantity)
+    quotas = []
+    for i, (resource, amount) in enumerate(zip(resources, amounts, strict=True)):
+        render = formats[i] if i < len(formats) else format_decimal_quantity
+        quotas.append(
+            ResourceQuota(
+                name=resource, nominal_quota=render(amount), borrowing_limit=borrowing_limit
+            )
+        )
+    return FlavorQuotas(name=name_of(flavor), resources=tuple(quotas))
+
+
+def _resolved(values: Mapping[str, str], key: str) -> str:
+    """An NFD CPU annotation, ``""`` when absent or an unresolved ``@`` template."""
+    value = values.get(key, "")
+    return "" if value.startswith("@") else value
+
+
+def _cpu_detail(annotations: Mapping[str, str]) -> dict[str, Any]:
+    detail: dict[str, Any] = {}
+    for field, attr in _CPU_DETAIL:
+        value = _resolved(annotations, CPU_ANNOTATION_PREFIX + attr)
+        if value:
+            detail[field] = value
+    cache = {
+        field: value
+        for field, attr in _CACHE_DETAIL
+        if (value := _resolved(annotations, CPU_ANNOTATION_PREFIX + attr))
+    }
+    if cache:
+        detail["cache"] = cache
+    return detail
+
+
+def _notes(profile: NodeProfile, node: object | None) -> dict[str, str]:
+    labels = labels_of(node) if node is not None else {}
+    annotations = annotations_of(node) if node is not None else {}
+    notes = {
+        "acceleratable": "true" if profile.acceleratable else "false",
+        "manufacturer": profile.manufacturer,
+        "os": labels.get(OS_LABEL, ""),
+        "arch": labels.get(ARCH_LABEL, ""),
+        "unitCPU": str(profile.cpu),
+        "unitRAM": f"{profile.ram}Gi",
+        "slicedAccelerator": str(profile.sliced) if profile.sliced else "",
+    }
+    cpu_detail = _cpu_detail(annotations)
+    if profile.acceleratable:
+        q = accelerated_key(profile.akey)
+        notes["product"] = labels.get(q + SUFFIX_PRODUCT, "")
+        notes["family"] = labels.get(q + SUFFIX_FAMILY, "")
+        detail: dict[str, Any] = {
+            k: v
+            for k, v in (
+                ("memory", labels.get(q + SUFFIX_MEMORY, "")),
+                ("cores", labels.get(q + SUFFIX_CORES, "")),
+                ("computeCapability", labels.get(q + SUFFIX_COMCAP, "")),
+            )
+            if v
+        }
+        cpu_name = _resolved(annotations, CPU_NAME_ANNOTATION)
+        cpu = {"name": cpu_name, **cpu_detail} if cpu_name else cpu_detail
+        if cpu:
+            detail["cpu"] = cpu
+    else:
+        notes["product"] = _resolved(annotations, CPU_NAME_ANNOTATION)
+        notes["family"] = _resolved(annotations, CPU_FAMILY_ANNOTATION)
+        detail = cpu_detail
+    if detail:
+        notes["detail"] = json.dumps(detail, sort_keys=True, separators=(",", ":"))
+    return {note(k): v for k, v in notes.items() if v}
+
+
+def desired_cluster_queue(
+    name: str,
+    flavors: Iterable[object],
+    nodes: Iterable[object],
+    manufacturers: Mapping[str, Manufacturer],
+    *,
+    cohort_uid: str = "",
+    version: KueueVersion = KueueVersion.V1BETA2,
+    flavor_index: Mapping[str, list[object]] | None = None,
+) -> dict[str, Any] | None:
+    """The ClusterQueue *name* for the ResourceFlavors targeting it (SPEC §6.4).
+
+    *flavors* are ResourceFlavor objects (the cache's or :func:`desired_resource_flavors`'),
+    *nodes* the Nodes with merged labels. ``None`` when no flavor targets the queue (the
+    controller then deletes it once nothing is reserved) or the name is not a profile name.
+    Without *cohort_uid* the owner reference to the Cohort is left out. *flavor_index*
+    (flavor name -> managed nodes, as :func:`flavor_nodes` builds it) saves recomputing it
+    from *nodes* when many queues are built at once.
+    """
+    matching = queue_flavors(name, flavors)
+    profile = parse_node_profile(name)
+    if not matching or profile is None:
+        return None
+    credits_source: str | None = None
+    resources: tuple[str, ...] = HOST_RESOURCES
+    if profile.acceleratable:
+        mfr = manufacturers.get(profile.manufacturer)
+        if mfr is None:
+            return None
+        credits_source = mfr.resource_name
+        resources = (*HOST_RESOURCES, mfr.credits_resource)
+    borrowing_limit = "0" if profile.sliced else None
+    cohort = _annotation(matching[0], COHORT_ANNOTATION)
+    index = flavor_nodes(nodes, manufacturers) if flavor_index is None else flavor_index
+    quotas = [
+        q
+        for f in matching
+        if (
+            q := _flavor_quotas(
+                f, index.get(name_of(f), []), resources, credits_source, borrowing_limit
+            )
+        )
+        is not None
+    ]
+    annotations: dict[str, str] = {}
+    if len(quotas) > MAX_FLAVORS_PER_GROUP:
+        annotations[OMITTED_FLAVORS_NOTE] = str(len(quotas) - MAX_FLAVORS_PER_GROUP)
+        quotas = quotas[:MAX_FLAVORS_PER_GROUP]
+    groups = (ResourceGroup(covered_resources=resources, flavors=tuple(quotas)),) if quotas else ()
+    first_nodes = index.get(name_of(matching[0]), [])
+    annotations.update(_notes(profile, first_nodes[0] if first_nodes else None))
+    owners: tuple[OwnerReference, ...] = ()
+    if cohort_uid:
+        owners = (
+            OwnerReference(
+                api_version=version.api_version, kind="Cohort", name=cohort, uid=cohort_uid
+            ),
+        )
+    queue = ClusterQueue(
+        metadata=_owned_meta(
+            name,
+            labels={RESOURCE_TYPE_LABEL: RESOURCE_TYPE_INSTANCETYPES},
+            annotations=annotations,
+            owner_references=owners,
+        ),
+        cohort=cohort,
+        resource_groups=groups,
+    )
+    return queue.manifest(version)
+
+
+def desired_cluster_queues(
+    flavors: Mapping[str, Mapping[str, Any]],
+    nodes: Iterable[object],
+    manufacturers: Mapping[str, Manufacturer],
+    *,
+    cohort_uids: Mapping[str, str] | None = None,
+    version: KueueVersion = KueueVersion.V1BETA2,
+) -> dict[str, dict[str, Any]]:
+    """Every ClusterQueue the *flavors* target, by name (sorted)."""
+    node_list = list(nodes)
+    index = flavor_nodes(node_list, manufacturers)
+    by_queue: dict[str, list[object]] = {}
+    for flavor in flavors.values():
+        by_queue.setdefault(_annotation(flavor, QUEUE_ANNOTATION), []).append(flavor)
+    by_queue.pop("", None)
+    result: dict[str, dict[str, Any]] = {}
+    for name in sorted(by_queue):
+        members = queue_flavors(name, by_queue[name])
+        cohort = _annotation(members[0], COHORT_ANNOTATION) if members else ""
+        queue = desired_cluster_queue(
+            name,
+            members,
+            node_list,
+            manufacturers,
+            cohort_uid=(cohort_uids or {}).get(cohort, ""),
+            version=version,
+            flavor_index=index,
+        )
+        if queue is not None:
+            result[name] = queue
+    return result
+
+
+# --- LocalQueues -----------------------------------------------------------------------------
+
+
+def _namespace_name(namespace: object) -> str:
+    if isinstance(namespace, str):
+        return namespace
+    if is_deleting(namespace):
+        return ""
+    status = namespace.get("status") if isinstance(namespace, Mapping) else None
+    if isinstance(status, Mapping) and status.get("phase") == "Terminating":
+        return ""
+    return name_of(namespace)
+
+
+def desired_local_queues(
+    cluster_queues: Iterable[str | Mapping[str, Any]],
+    namespaces: Iterable[str | Mapping[str, Any]],
+    *,
+    system_namespace: str,
+    excluded: Iterable[str] = DEFAULT_EXCLUDED_NAMESPACES,
+    version: KueueVersion = KueueVersion.V1BETA2,
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """A LocalQueue per ClusterQueue in every active namespace (SPEC §6.5, §0.7).
+
+    Namespaces may be names or Namespace objects (terminating ones are skipped); the system
+    namespace and *excluded* get none. ClusterQueues may be names or objects; an object's uid
+    becomes the LocalQueue's owner reference. Keyed by (namespace, name), sorted.
+    """
+    skip = {system_namespace, *excluded}
+    active = sorted(
+        {
+            n
+            for ns in namespaces
+            if (n := _namespace_name(ns)) and n not in skip and is_valid_dns_label(n)
+        }
+    )
+    queues: dict[str, str] = {}
+    for cq in cluster_queues:
+        cq_name = cq if isinstance(cq, str) else name_of(cq)
+        if cq_name and not (isinstance(cq, Mapping) and is_deleting(cq)):
+            queues[cq_name] = "" if isinstance(cq, str) else uid_of(cq)
+    result: dict[tuple[str, str], dict[str, Any]] = {}
+    for namespace in active:
+        for cq_name in sorted(queues):
+            uid = queues[cq_name]
+            owners: tuple[OwnerReference, ...] = ()
+            if uid:
+                owners = (
+                    OwnerReference(
+                        api_version=version.api_version, kind="ClusterQueue", name=cq_name, uid=uid
+                    ),
+                )
+            lq_name = local_queue_name(cq_name)
+            local = LocalQueue(
+                metadata=_owned_meta(
+                    lq_name,
+                    namespace=namespace,
+                    annotations={CLUSTER_QUEUE_ANNOTATION: cq_name},
+                    owner_references=owners,
+                ),
+                cluster_queue=cq_name,
+            )
+            result[(namespace, lq_name)] = local.manifest(version)
+    return result
