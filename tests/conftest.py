@@ -2,10 +2,63 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
 import pytest
+
+from gpustack_operator.sim.server import SimServer
+
+
+def shared_crds_dir() -> Path | None:
+    """The real Kueue and NFD CRDs (../shared/crds next to the repo, or $GPUSTACK_SHARED_CRDS)."""
+    override = os.environ.get("GPUSTACK_SHARED_CRDS")
+    path = (
+        Path(override)
+        if override
+        else Path(__file__).resolve().parents[1] / ".." / "shared" / "crds"
+    )
+    return path.resolve() if path.is_dir() else None
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     """Async tests run on asyncio (the product's loop), through anyio's pytest plugin."""
     return "asyncio"
+
+
+@pytest.fixture
+async def sim(anyio_backend: str) -> AsyncIterator[SimServer]:
+    """A started simulated API server, with the Kueue and NFD CRDs when ../shared/crds exists."""
+    crds = shared_crds_dir()
+    server = SimServer(crd_paths=[crds] if crds else ())
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+@pytest.fixture
+def sim_kubeconfig(sim: SimServer, tmp_path: Path) -> Path:
+    """A kubeconfig file (context "sim", no auth) pointing at the ``sim`` server."""
+    return sim.write_kubeconfig(tmp_path / "kubeconfig")
+
+
+@pytest.fixture
+async def kube(sim_kubeconfig: Path) -> AsyncIterator[object]:
+    """A fresh ``kr8s.asyncio.Api`` bound to this test's ``sim`` (not kr8s' shared cache)."""
+    from kr8s.asyncio import Api
+
+    api = Api(kubeconfig=str(sim_kubeconfig), bypass_factory=True)
+    await api
+    try:
+        yield api
+    finally:
+        session = getattr(api, "_session", None)
+        if session is not None:
+            await session.aclose()
+        for instances in Api._instances.values():
+            for key in [k for k, v in list(instances.items()) if v is api]:
+                instances.pop(key, None)

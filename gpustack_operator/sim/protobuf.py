@@ -1,0 +1,196 @@
+"""Decoding of Kubernetes protobuf request bodies for the few kinds kubectl sends that way.
+
+kubectl's typed commands (``kubectl create namespace``, ``create configmap``, ``create secret``,
+``create serviceaccount``) send ``application/vnd.kubernetes.protobuf`` bodies and do not fall
+back to JSON. The simulated server answers in JSON (clients accept it) and decodes those
+bodies here, field numbers as in Kubernetes' ``generated.proto``. Other kinds get a 415 that
+names the kinds supported.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+MAGIC = b"k8s\x00"
+
+Field = tuple[str, str, Any]  # (json name, wire kind, nested schema / None)
+
+
+class ProtobufError(ValueError):
+    """A body that is not a Kubernetes protobuf envelope this module understands."""
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(buf):
+            raise ProtobufError("truncated varint")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+
+
+def _fields(buf: bytes) -> list[tuple[int, int, Any]]:
+    """(field number, wire type, value) for each field of one message."""
+    out: list[tuple[int, int, Any]] = []
+    pos = 0
+    while pos < len(buf):
+        key, pos = _varint(buf, pos)
+        number, wire = key >> 3, key & 7
+        value: int | bytes
+        if wire == 0:
+            value, pos = _varint(buf, pos)
+        elif wire == 2:
+            size, pos = _varint(buf, pos)
+            if pos + size > len(buf):
+                raise ProtobufError("truncated field")
+            value, pos = buf[pos : pos + size], pos + size
+        elif wire == 1:
+            value, pos = buf[pos : pos + 8], pos + 8
+        elif wire == 5:
+            value, pos = buf[pos : pos + 4], pos + 4
+        else:
+            raise ProtobufError(f"unsupported wire type {wire}")
+        out.append((number, wire, value))
+    return out
+
+
+def _time(raw: bytes) -> str:
+    seconds = next((v for n, _, v in _fields(raw) if n == 1), 0)
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+_STR, _BYTES, _INT, _BOOL, _MSG, _MAP, _BMAP, _TIME = (
+    "str", "bytes", "int", "bool", "msg", "map", "bmap", "time",
+)  # fmt: skip
+
+_OWNER_REF: dict[int, Field] = {
+    5: ("apiVersion", _STR, None),
+    1: ("kind", _STR, None),
+    3: ("name", _STR, None),
+    4: ("uid", _STR, None),
+    6: ("controller", _BOOL, None),
+    7: ("blockOwnerDeletion", _BOOL, None),
+}
+_OBJECT_META: dict[int, Field] = {
+    1: ("name", _STR, None),
+    2: ("generateName", _STR, None),
+    3: ("namespace", _STR, None),
+    5: ("uid", _STR, None),
+    6: ("resourceVersion", _STR, None),
+    7: ("generation", _INT, None),
+    8: ("creationTimestamp", _TIME, None),
+    11: ("labels", _MAP, None),
+    12: ("annotations", _MAP, None),
+    13: ("ownerReferences", _MSG, _OWNER_REF),
+    14: ("finalizers", _STR, None),
+}
+_REPEATED = {"ownerReferences", "finalizers", "secrets", "imagePullSecrets"}
+_OBJECT_REF: dict[int, Field] = {
+    1: ("kind", _STR, None),
+    2: ("namespace", _STR, None),
+    3: ("name", _STR, None),
+}
+_SCHEMAS: dict[tuple[str, str], dict[int, Field]] = {
+    ("v1", "Namespace"): {
+        1: ("metadata", _MSG, _OBJECT_META),
+        2: ("spec", _MSG, {1: ("finalizers", _STR, None)}),
+        3: ("status", _MSG, {1: ("phase", _STR, None)}),
+    },
+    ("v1", "ConfigMap"): {
+        1: ("metadata", _MSG, _OBJECT_META),
+        2: ("data", _MAP, None),
+        3: ("binaryData", _BMAP, None),
+        4: ("immutable", _BOOL, None),
+    },
+    ("v1", "Secret"): {
+        1: ("metadata", _MSG, _OBJECT_META),
+        2: ("data", _BMAP, None),
+        3: ("type", _STR, None),
+        4: ("stringData", _MAP, None),
+        5: ("immutable", _BOOL, None),
+    },
+    ("v1", "ServiceAccount"): {
+        1: ("metadata", _MSG, _OBJECT_META),
+        2: ("secrets", _MSG, _OBJECT_REF),
+        3: ("imagePullSecrets", _MSG, {1: ("name", _STR, None)}),
+        4: ("automountServiceAccountToken", _BOOL, None),
+    },
+}
+SUPPORTED = tuple(kind for _, kind in _SCHEMAS)
+
+
+def _map_entry(raw: bytes, value: Callable[[bytes], Any]) -> tuple[str, Any]:
+    key, val = "", b""
+    for number, _, item in _fields(raw):
+        if number == 1:
+            key = item.decode()
+        elif number == 2:
+            val = item
+    return key, value(val)
+
+
+def _message(raw: bytes, schema: dict[int, Field]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for number, _, value in _fields(raw):
+        spec = schema.get(number)
+        if spec is None:
+            continue
+        name, kind, nested = spec
+        decoded: Any
+        if kind == _STR:
+            decoded = value.decode()
+        elif kind == _INT:
+            decoded = value
+        elif kind == _BOOL:
+            decoded = bool(value)
+        elif kind == _TIME:
+            decoded = _time(value) if value else None
+        elif kind == _MSG:
+            decoded = _message(value, nested)
+        elif kind in (_MAP, _BMAP):
+            as_value: Callable[[bytes], Any] = (
+                (lambda b: b.decode()) if kind == _MAP else (lambda b: base64.b64encode(b).decode())
+            )
+            key, item = _map_entry(value, as_value)
+            out.setdefault(name, {})[key] = item
+            continue
+        else:
+            continue
+        if name in _REPEATED:
+            out.setdefault(name, []).append(decoded)
+        elif decoded not in ("", None) or kind == _MSG:
+            out[name] = decoded
+    return {k: v for k, v in out.items() if v not in ({}, [], None)}
+
+
+def decode(body: bytes) -> dict[str, Any]:
+    """The JSON form of a protobuf-encoded object; raises ProtobufError if unsupported."""
+    if not body.startswith(MAGIC):
+        raise ProtobufError("missing the k8s protobuf envelope prefix")
+    api_version = kind = ""
+    raw = b""
+    for number, _, value in _fields(body[len(MAGIC) :]):
+        if number == 1:
+            for n, _, v in _fields(value):
+                if n == 1:
+                    api_version = v.decode()
+                elif n == 2:
+                    kind = v.decode()
+        elif number == 2:
+            raw = value
+    schema = _SCHEMAS.get((api_version, kind))
+    if schema is None:
+        raise ProtobufError(
+            f"protobuf bodies are decoded for {', '.join(SUPPORTED)} only, not "
+            f"{api_version}/{kind}; send JSON (for example `kubectl apply -f`)"
+        )
+    obj = _message(raw, schema)
+    obj.setdefault("metadata", {})
+    return {"apiVersion": api_version, "kind": kind, **obj}
