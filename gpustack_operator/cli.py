@@ -20,7 +20,7 @@ from gpustack_operator.runtime.logs import LOG_LEVELS, configure_logging
 
 # Subcommand modules, in the order `--help` lists them. A module is listed only once its
 # subcommand works end to end.
-COMMAND_MODULES: tuple[str, ...] = ("plan",)
+COMMAND_MODULES: tuple[str, ...] = ("device_manager", "plan")
 
 
 def env_var_for(command_path: Sequence[str], option: str) -> str:

@@ -1,0 +1,63 @@
+"""Resource descriptors of the third-party APIs the operator reads and writes.
+
+The runtime addresses kinds by :class:`~gpustack_operator.runtime.resources.Resource`; the
+built-in kinds live in the runtime, the custom ones (NFD, Kueue) here, so every component
+(device manager, worker, simulator helpers) names them the same way. Kueue's version is not
+fixed: the worker discovers which one the cluster serves (SPEC §0.1) and asks
+:func:`kueue_resources` for the matching descriptors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from gpustack_operator.domain.kueue import KUEUE_GROUP, KueueVersion
+from gpustack_operator.runtime.resources import Resource
+
+__all__ = [
+    "KUEUE_GROUP",
+    "NFD_GROUP",
+    "NODE_FEATURES",
+    "NODE_FEATURE_RULES",
+    "KueueResources",
+    "kueue_resources",
+]
+
+NFD_GROUP: Final = "nfd.k8s-sigs.io"
+NODE_FEATURES: Final = Resource(
+    NFD_GROUP, "v1alpha1", "NodeFeature", "nodefeatures", namespaced=True
+)
+NODE_FEATURE_RULES: Final = Resource(
+    NFD_GROUP, "v1alpha1", "NodeFeatureRule", "nodefeaturerules", namespaced=False
+)
+
+
+@dataclass(frozen=True)
+class KueueResources:
+    """The four Kueue kinds the worker manages, at one API version."""
+
+    version: KueueVersion
+    resource_flavors: Resource
+    cohorts: Resource
+    cluster_queues: Resource
+    local_queues: Resource
+
+
+def kueue_resources(version: str | KueueVersion = KueueVersion.V1BETA2) -> KueueResources:
+    """Descriptors of ResourceFlavor, Cohort, ClusterQueue and LocalQueue at *version*.
+
+    Raises ``ValueError`` for a version this project cannot write (only v1beta2 and v1beta1).
+    """
+    try:
+        v = KueueVersion(version)
+    except ValueError:
+        known = ", ".join(k.value for k in KueueVersion)
+        raise ValueError(f"unsupported Kueue API version {version!r}: use one of {known}") from None
+    return KueueResources(
+        version=v,
+        resource_flavors=Resource(KUEUE_GROUP, v.value, "ResourceFlavor", "resourceflavors", False),
+        cohorts=Resource(KUEUE_GROUP, v.value, "Cohort", "cohorts", namespaced=False),
+        cluster_queues=Resource(KUEUE_GROUP, v.value, "ClusterQueue", "clusterqueues", False),
+        local_queues=Resource(KUEUE_GROUP, v.value, "LocalQueue", "localqueues", namespaced=True),
+    )

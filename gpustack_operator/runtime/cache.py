@@ -1,0 +1,178 @@
+"""The informer's local store: objects by key, plus named secondary indexes.
+
+Event-loop-only and unsynchronised by design: the informer is the only writer and every
+reader runs on the same loop, so no lock is needed and reads are O(1) dict lookups.
+Objects are stored as decoded (after the informer's transform) and handed out without
+copying — thousands of Nodes make per-read deep copies expensive — so callers must treat them
+as read-only and copy before modifying (``copy.deepcopy``).
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import structlog
+
+__all__ = [
+    "LAST_APPLIED_ANNOTATION",
+    "IndexFunc",
+    "Indexer",
+    "namespace_index",
+    "object_key",
+    "strip_managed_fields",
+]
+
+log = structlog.get_logger(__name__)
+
+JSON = dict[str, Any]
+IndexFunc = Callable[[JSON], Iterable[str]]
+LAST_APPLIED_ANNOTATION = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+def object_key(obj: JSON) -> str:
+    """The cache/work-queue key: ``namespace/name``, or ``name`` for cluster-scoped objects."""
+    meta = obj.get("metadata") or {}
+    name = meta.get("name") or ""
+    namespace = meta.get("namespace")
+    return f"{namespace}/{name}" if namespace else str(name)
+
+
+def namespace_index(obj: JSON) -> list[str]:
+    """Index function by namespace (client-go's ``cache.MetaNamespaceIndexFunc``)."""
+    namespace = (obj.get("metadata") or {}).get("namespace")
+    return [str(namespace)] if namespace else []
+
+
+def strip_managed_fields(obj: JSON) -> JSON:
+    """Default informer transform: drop what controllers never read, to bound memory.
+
+    Removes ``metadata.managedFields`` (often the largest part of a Node) and kubectl's
+    last-applied-configuration annotation (a full copy of the object). Copies only the
+    dicts it changes, so the input is left intact.
+    """
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        return obj
+    annotations = meta.get("annotations")
+    has_last_applied = isinstance(annotations, dict) and LAST_APPLIED_ANNOTATION in annotations
+    if "managedFields" not in meta and not has_last_applied:
+        return obj
+    new_meta = {k: v for k, v in meta.items() if k != "managedFields"}
+    if has_last_applied and isinstance(annotations, dict):
+        new_meta["annotations"] = {
+            k: v for k, v in annotations.items() if k != LAST_APPLIED_ANNOTATION
+        }
+    return {**obj, "metadata": new_meta}
+
+
+class Indexer:
+    """Objects by :func:`object_key`, with named indexes (value -> keys).
+
+    An index function returns the values an object is filed under (none, one or several),
+    e.g. a label's value or an owner's name; :meth:`by_index` answers "which objects have
+    value v" without a scan.
+    """
+
+    def __init__(self) -> None:
+        self._items: dict[str, JSON] = {}
+        self._index_funcs: dict[str, IndexFunc] = {}
+        # index name -> value -> keys
+        self._indices: dict[str, dict[str, set[str]]] = {}
+        # index name -> key -> values it is filed under (to unfile on update/delete)
+        self._filed: dict[str, dict[str, tuple[str, ...]]] = {}
+
+    def add_index(self, name: str, fn: IndexFunc) -> None:
+        """Register index *name*; objects already stored are indexed at once."""
+        if name in self._index_funcs:
+            raise ValueError(f"index {name!r} already exists")
+        self._index_funcs[name] = fn
+        self._indices[name] = {}
+        self._filed[name] = {}
+        for key, obj in self._items.items():
+            self._file(name, key, obj)
+
+    @property
+    def index_names(self) -> list[str]:
+        """Names of the registered indexes."""
+        return list(self._index_funcs)
+
+    def get(self, key: str) -> JSON | None:
+        """The object stored under *key*, or None."""
+        return self._items.get(key)
+
+    def list(self) -> list[JSON]:
+        """Every stored object (no particular order)."""
+        return list(self._items.values())
+
+    def keys(self) -> builtins.list[str]:
+        """Every stored key."""
+        return list(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
+    def by_index(self, name: str, value: str) -> builtins.list[JSON]:
+        """Objects filed under *value* in index *name*."""
+        return [self._items[key] for key in self.index_keys(name, value)]
+
+    def index_keys(self, name: str, value: str) -> builtins.list[str]:
+        """Keys filed under *value* in index *name* (sorted, for stable iteration)."""
+        try:
+            index = self._indices[name]
+        except KeyError:
+            raise KeyError(f"no index named {name!r}; add it with add_index first") from None
+        return sorted(index.get(value, ()))
+
+    def index_values(self, name: str) -> builtins.list[str]:
+        """The values index *name* currently holds at least one object under."""
+        return list(self._indices[name])
+
+    # --- writes (the informer's) ------------------------------------------------------------
+
+    def upsert(self, obj: JSON) -> JSON | None:
+        """Store *obj* under its key; return the object it replaced, if any."""
+        key = object_key(obj)
+        old = self._items.get(key)
+        self._items[key] = obj
+        for name in self._index_funcs:
+            self._unfile(name, key)
+            self._file(name, key, obj)
+        return old
+
+    def delete(self, key: str) -> JSON | None:
+        """Remove *key*; return the object removed, if any."""
+        old = self._items.pop(key, None)
+        if old is not None:
+            for name in self._index_funcs:
+                self._unfile(name, key)
+        return old
+
+    def _file(self, name: str, key: str, obj: JSON) -> None:
+        try:
+            values = tuple(dict.fromkeys(self._index_funcs[name](obj)))
+        except Exception:
+            # A faulty index function must not corrupt the store: the object stays stored,
+            # just not filed under this index.
+            log.exception("index_function_failed", index=name, key=key)
+            return
+        if not values:
+            return
+        self._filed[name][key] = values
+        index = self._indices[name]
+        for value in values:
+            index.setdefault(value, set()).add(key)
+
+    def _unfile(self, name: str, key: str) -> None:
+        values = self._filed[name].pop(key, ())
+        index = self._indices[name]
+        for value in values:
+            keys = index.get(value)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del index[value]

@@ -1,0 +1,576 @@
+"""Controllers: informer events -> predicates -> keys -> work queue -> reconcile workers.
+
+A :class:`Controller` owns one :class:`~gpustack_operator.runtime.workqueue.WorkQueue` and runs
+``max_concurrent_reconciles`` workers that take keys from it and call the reconciler. Event
+handlers registered on informers are synchronous and O(1): they filter with predicates, map the
+object to keys and enqueue them, nothing else.
+
+The reconcile contract (controller-runtime's):
+
+* return ``None`` or ``Result()`` -> success: the key's backoff is forgotten;
+* ``Result(requeue_after=d)`` -> forget, then add the key again after *d* seconds;
+* ``Result(requeue=True)`` -> a rate-limited retry without counting as an error;
+* raise :class:`TerminalError` -> forget, log, count as an error, never retried;
+* raise any other exception -> log, count, retry with per-key exponential backoff.
+
+Every log line emitted during a reconcile carries ``controller``, ``key`` and ``reconcile_id``
+(bound with structlog's contextvars, so the reconciler's own loggers get them too).
+
+Most code builds controllers with :class:`ControllerBuilder` (``manager.controller(name)``):
+
+    manager.controller("flavor").for_(NODES, GENERATION_CHANGED).owns(CONFIGMAPS).complete(fn)
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import anyio
+import structlog
+
+from gpustack_operator.runtime import metrics
+from gpustack_operator.runtime.cache import object_key
+from gpustack_operator.runtime.predicates import Predicate, PredicateLike, and_, as_predicate
+from gpustack_operator.runtime.resources import Resource
+from gpustack_operator.runtime.workqueue import RateLimiter, ShutDown, WorkQueue
+
+__all__ = [
+    "CacheSyncTimeoutError",
+    "Controller",
+    "ControllerBuilder",
+    "EventRecorderLike",
+    "EventSource",
+    "MapFunc",
+    "Reconciler",
+    "Request",
+    "Result",
+    "TerminalError",
+    "enqueue_mapped",
+    "enqueue_object",
+    "enqueue_owner",
+]
+
+log = structlog.get_logger(__name__)
+
+Obj = dict[str, Any]
+
+
+# --- the reconcile contract ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, order=True)
+class Request:
+    """What to reconcile: the key ``namespace/name`` (or ``name`` for cluster-scoped kinds)."""
+
+    key: str
+
+    @classmethod
+    def of(cls, name: str, namespace: str | None = None) -> Request:
+        return cls(f"{namespace}/{name}" if namespace else name)
+
+    @classmethod
+    def for_object(cls, obj: Obj) -> Request:
+        return cls(object_key(obj))
+
+    @property
+    def namespace(self) -> str | None:
+        ns, sep, _ = self.key.rpartition("/")
+        return ns if sep else None
+
+    @property
+    def name(self) -> str:
+        return self.key.rpartition("/")[2]
+
+    def __str__(self) -> str:
+        return self.key
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a reconcile asks for next; the default means "done until something changes"."""
+
+    requeue_after: float | None = None
+    """Reconcile this key again after this many seconds (resets its backoff)."""
+    requeue: bool = False
+    """Retry with the key's backoff without counting an error (rarely needed)."""
+
+
+class TerminalError(Exception):
+    """A reconcile failure that retrying cannot fix (bad input): logged, counted, not retried."""
+
+
+Reconciler = Callable[[Request], Awaitable[Result | None]]
+MapFunc = Callable[[Obj], Iterable[Request | str]]
+"""Maps a watched object to the requests (or keys) of the objects to reconcile."""
+Mapper = Callable[[Obj], Iterable[str]]
+
+
+class CacheSyncTimeoutError(RuntimeError):
+    """The controller's informers did not sync in time; workers were not started."""
+
+
+# --- event sources and handlers -------------------------------------------------------------
+
+
+class _Getter(Protocol):
+    def get(self, key: str) -> Obj | None: ...
+
+
+class _EventHandler(Protocol):
+    def on_add(self, obj: Obj) -> None: ...
+    def on_update(self, old: Obj, new: Obj) -> None: ...
+    def on_delete(self, obj: Obj) -> None: ...
+
+
+class EventSource(Protocol):
+    """What a controller watches: an informer, structurally."""
+
+    @property
+    def resource(self) -> Resource: ...
+
+    @property
+    def indexer(self) -> _Getter: ...
+
+    @property
+    def has_synced(self) -> bool: ...
+
+    def add_event_handler(self, handler: Any) -> None: ...
+
+    async def wait_for_sync(self, timeout: float | None = None) -> bool: ...  # noqa: ASYNC109
+
+
+class EventRecorderLike(Protocol):
+    """The part of :class:`~gpustack_operator.runtime.events.EventRecorder` controllers use."""
+
+    def event(
+        self,
+        obj: Mapping[str, Any],
+        type_: Literal["Normal", "Warning"],
+        reason: str,
+        message: str,
+        *,
+        resource: Resource | None = None,
+    ) -> None: ...
+
+
+def enqueue_object() -> Mapper:
+    """Maps an object to its own key (the ``for_`` watch)."""
+
+    def mapper(obj: Obj) -> Iterable[str]:
+        return (object_key(obj),)
+
+    return mapper
+
+
+def enqueue_owner(owner: Resource, *, controller_only: bool = True) -> Mapper:
+    """Maps an object to the key of its owner of kind *owner* (the ``owns`` watch).
+
+    Only the owner reference with ``controller: true`` counts unless *controller_only* is False.
+    The owner's group must match; its version may differ (an owner keeps working across API
+    versions). A cluster-scoped owner's key is its name; a namespaced owner lives in the
+    child's namespace (owner references never cross namespaces).
+    """
+
+    def mapper(obj: Obj) -> Iterable[str]:
+        meta = obj.get("metadata") or {}
+        keys: list[str] = []
+        for ref in meta.get("ownerReferences") or ():
+            if ref.get("kind") != owner.kind or not ref.get("name"):
+                continue
+            group = str(ref.get("apiVersion", "")).rpartition("/")[0]
+            if group != owner.group:
+                continue
+            if controller_only and not ref.get("controller"):
+                continue
+            namespace = meta.get("namespace") if owner.namespaced else None
+            keys.append(f"{namespace}/{ref['name']}" if namespace else str(ref["name"]))
+        return keys
+
+    return mapper
+
+
+def enqueue_mapped(map_fn: MapFunc) -> Mapper:
+    """Maps an object with *map_fn*, which returns requests or plain keys (``watches``)."""
+
+    def mapper(obj: Obj) -> Iterable[str]:
+        return [r.key if isinstance(r, Request) else str(r) for r in map_fn(obj)]
+
+    return mapper
+
+
+class _WatchHandler:
+    """The informer event handler of one watch: filter, map, enqueue; synchronous and O(1)."""
+
+    def __init__(self, controller: Controller, mapper: Mapper, predicate: Predicate) -> None:
+        self._controller = controller
+        self._mapper = mapper
+        self._predicate = predicate
+
+    def _enqueue(self, *objs: Obj) -> None:
+        queue = self._controller.queue
+        for obj in objs:
+            try:
+                keys = self._mapper(obj)
+                for key in keys:
+                    queue.add(key)
+            except Exception:
+                # A map function bug must not kill the informer that delivers to everyone.
+                log.exception(
+                    "event mapping failed; event dropped",
+                    controller=self._controller.name,
+                    object=object_key(obj),
+                )
+
+    def on_add(self, obj: Obj) -> None:
+        if self._predicate.create(obj):
+            self._enqueue(obj)
+
+    def on_update(self, old: Obj, new: Obj) -> None:
+        if self._predicate.update(old, new):
+            # Both: a changed owner reference or label must reach the old parent too.
+            self._enqueue(old, new)
+
+    def on_delete(self, obj: Obj) -> None:
+        if self._predicate.delete(obj):
+            self._enqueue(obj)
+
+
+# --- the controller ------------------------------------------------------------------------
+
+
+class Controller:
+    """Runs reconcile workers over one work queue; see the module docstring for the contract.
+
+    *cache_sync_timeout* bounds the wait for the watched informers before workers start;
+    *drain_timeout* bounds how long in-flight reconciles may finish after cancellation.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        reconciler: Reconciler,
+        *,
+        max_concurrent_reconciles: int = 1,
+        rate_limiter: RateLimiter | None = None,
+        cache_sync_timeout: float = 120.0,
+        drain_timeout: float = 30.0,
+        recorder: EventRecorderLike | None = None,
+    ) -> None:
+        if max_concurrent_reconciles < 1:
+            raise ValueError(
+                f"controller {name!r}: max_concurrent_reconciles must be >= 1, "
+                f"got {max_concurrent_reconciles}"
+            )
+        self.name = name
+        self.reconciler = reconciler
+        self.max_concurrent_reconciles = max_concurrent_reconciles
+        self.cache_sync_timeout = cache_sync_timeout
+        self.drain_timeout = drain_timeout
+        self.recorder = recorder
+        self.queue = WorkQueue(name, rate_limiter=rate_limiter)
+        self._sources: list[EventSource] = []
+        self._primary: EventSource | None = None
+        self._started = False
+        self._log = log.bind(controller=name)
+        metrics.MAX_CONCURRENT_RECONCILES.labels(name).set(max_concurrent_reconciles)
+        # Label children resolved once: reconcile_key runs per key and must stay cheap.
+        self._active = metrics.ACTIVE_WORKERS.labels(name)
+        self._active.set(0)
+        self._time = metrics.RECONCILE_TIME.labels(name)
+        self._errors = metrics.RECONCILE_ERRORS.labels(name)
+        self._terminal = metrics.TERMINAL_RECONCILE_ERRORS.labels(name)
+        self._total = {
+            result: metrics.RECONCILE_TOTAL.labels(name, result)
+            for result in ("success", "error", "requeue", "requeue_after")
+        }
+
+    def watch(
+        self,
+        source: EventSource,
+        mapper: Mapper,
+        predicates: Sequence[PredicateLike] = (),
+        *,
+        primary: bool = False,
+    ) -> None:
+        """Enqueue ``mapper(obj)`` for every event of *source* that passes all *predicates*.
+
+        The *primary* source (the ``for_`` kind) is where failure Events are recorded.
+        """
+        source.add_event_handler(_WatchHandler(self, mapper, and_(*predicates)))
+        if source not in self._sources:
+            self._sources.append(source)
+        if primary:
+            self._primary = source
+
+    @property
+    def started(self) -> bool:
+        """Whether workers have started (caches synced)."""
+        return self._started
+
+    async def run(self) -> None:
+        """Wait for the sources to sync, then run workers until cancelled.
+
+        On cancellation the queue stops taking keys, in-flight reconciles get up to
+        ``drain_timeout`` seconds to finish, and stragglers are then cancelled.
+        Raises :class:`CacheSyncTimeoutError` when the sources do not sync in time.
+        """
+        with anyio.move_on_after(self.cache_sync_timeout) as sync_scope:
+            for source in self._sources:
+                await source.wait_for_sync(self.cache_sync_timeout)
+        unsynced = [s.resource.kind for s in self._sources if not s.has_synced]
+        if sync_scope.cancelled_caught or unsynced:
+            self.queue.shut_down()
+            raise CacheSyncTimeoutError(
+                f"controller {self.name!r}: caches of {', '.join(unsynced) or 'its sources'} "
+                f"did not sync within {self.cache_sync_timeout:g}s; check the API server's "
+                "reachability and the operator's RBAC (list/watch) for these kinds"
+            )
+        self._started = True
+        self._log.info("starting workers", workers=self.max_concurrent_reconciles)
+        workers_done = anyio.Event()
+        # Workers are shielded from the caller's cancellation so that it can drain them.
+        workers_scope = anyio.CancelScope(shield=True)
+
+        async def run_workers() -> None:
+            try:
+                with workers_scope:
+                    async with anyio.create_task_group() as tg:
+                        for _ in range(self.max_concurrent_reconciles):
+                            tg.start_soon(self._worker)
+            finally:
+                workers_done.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run_workers)
+            try:
+                await workers_done.wait()
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self._drain(workers_done, workers_scope)
+
+    async def _drain(self, workers_done: anyio.Event, workers_scope: anyio.CancelScope) -> None:
+        in_flight = len(self.queue.processing())
+        self.queue.shut_down()
+        with anyio.move_on_after(self.drain_timeout):
+            await workers_done.wait()
+        if not workers_done.is_set():
+            self._log.warning(
+                "reconciles still running after the drain timeout; cancelling them",
+                in_flight=sorted(self.queue.processing()),
+                drain_timeout=self.drain_timeout,
+            )
+            workers_scope.cancel()
+            await workers_done.wait()
+        self._log.info("workers stopped", drained=in_flight)
+
+    async def _worker(self) -> None:
+        while True:
+            try:
+                key = await self.queue.get()
+            except ShutDown:
+                return
+            try:
+                await self.reconcile_key(key)
+            finally:
+                self.queue.done(key)
+
+    async def reconcile_key(self, key: str) -> None:
+        """Reconcile *key* once and apply the contract's outcome to the queue and metrics."""
+        queue = self.queue
+        with structlog.contextvars.bound_contextvars(
+            controller=self.name, key=key, reconcile_id=str(uuid.uuid4())
+        ):
+            self._active.inc()
+            started = time.perf_counter()
+            try:
+                result = await self.reconciler(Request(key))
+            except TerminalError as err:
+                queue.forget(key)
+                self._errors.inc()
+                self._terminal.inc()
+                self._total["error"].inc()
+                log.error("reconcile failed with a terminal error; not retrying", error=str(err))
+                self._record_failure(key, "ReconcileFailed", err)
+            except Exception as err:
+                queue.add_rate_limited(key)
+                self._errors.inc()
+                self._total["error"].inc()
+                log.error(
+                    "reconcile failed; retrying with backoff",
+                    error=str(err) or type(err).__name__,
+                    retries=queue.num_requeues(key),
+                    exc_info=err,
+                )
+                self._record_failure(key, "ReconcileError", err)
+            else:
+                if result is not None and result.requeue_after and result.requeue_after > 0:
+                    queue.forget(key)
+                    queue.add_after(key, result.requeue_after)
+                    self._total["requeue_after"].inc()
+                elif result is not None and result.requeue:
+                    queue.add_rate_limited(key)
+                    self._total["requeue"].inc()
+                else:
+                    queue.forget(key)
+                    self._total["success"].inc()
+            finally:
+                self._active.dec()
+                self._time.observe(time.perf_counter() - started)
+
+    def _record_failure(self, key: str, reason: str, err: Exception) -> None:
+        if self.recorder is None or self._primary is None:
+            return
+        obj = self._primary.indexer.get(key)
+        if obj is None:
+            return
+        message = f"{self.name}: {err or type(err).__name__}"
+        self.recorder.event(obj, "Warning", reason, message, resource=self._primary.resource)
+
+
+# --- the builder -------------------------------------------------------------------------------
+
+
+class ControllerHost(Protocol):
+    """What a builder needs from its manager (implemented by ``Manager``)."""
+
+    def source_for(
+        self,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> EventSource:
+        """The shared informer of *resource* with this scope."""
+        ...
+
+    def add_controller(self, controller: Controller) -> None: ...
+
+    @property
+    def recorder(self) -> EventRecorderLike | None: ...
+
+
+@dataclass
+class _WatchSpec:
+    resource: Resource
+    mapper: Callable[[Resource], Mapper]
+    predicates: tuple[PredicateLike, ...]
+    namespace: str | None
+    label_selector: str | None
+    field_selector: str | None
+
+
+class ControllerBuilder:
+    """Declares what a controller watches and how; :meth:`complete` creates and registers it."""
+
+    def __init__(self, host: ControllerHost, name: str) -> None:
+        if not name:
+            raise ValueError("a controller needs a name (it labels logs and metrics)")
+        self._host = host
+        self._name = name
+        self._for: _WatchSpec | None = None
+        self._watches: list[_WatchSpec] = []
+        self._filters: list[PredicateLike] = []
+        self._options: dict[str, Any] = {}
+
+    def for_(
+        self,
+        resource: Resource,
+        *predicates: PredicateLike,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> ControllerBuilder:
+        """Reconcile objects of *resource*: each event enqueues the object's own key."""
+        if self._for is not None:
+            raise ValueError(f"controller {self._name!r}: for_() was already called")
+        self._for = _WatchSpec(
+            resource,
+            lambda _: enqueue_object(),
+            predicates,
+            namespace,
+            label_selector,
+            field_selector,
+        )
+        return self
+
+    def owns(
+        self,
+        resource: Resource,
+        *predicates: PredicateLike,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> ControllerBuilder:
+        """Watch children of *resource*; each enqueues its controlling owner of the for_ kind."""
+        self._watches.append(
+            _WatchSpec(
+                resource, enqueue_owner, predicates, namespace, label_selector, field_selector
+            )
+        )
+        return self
+
+    def watches(
+        self,
+        resource: Resource,
+        map_fn: MapFunc,
+        *predicates: PredicateLike,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> ControllerBuilder:
+        """Watch *resource*; each event enqueues ``map_fn(obj)`` (old and new of an update)."""
+        mapper = enqueue_mapped(map_fn)
+        self._watches.append(
+            _WatchSpec(
+                resource, lambda _: mapper, predicates, namespace, label_selector, field_selector
+            )
+        )
+        return self
+
+    def with_event_filter(self, *predicates: PredicateLike) -> ControllerBuilder:
+        """Predicates applied to every watch of this controller."""
+        self._filters.extend(predicates)
+        return self
+
+    def with_options(
+        self,
+        *,
+        max_concurrent_reconciles: int | None = None,
+        rate_limiter: RateLimiter | None = None,
+        cache_sync_timeout: float | None = None,
+        drain_timeout: float | None = None,
+    ) -> ControllerBuilder:
+        """Worker count, retry backoff, cache-sync and drain timeouts (None keeps the default)."""
+        given = {
+            "max_concurrent_reconciles": max_concurrent_reconciles,
+            "rate_limiter": rate_limiter,
+            "cache_sync_timeout": cache_sync_timeout,
+            "drain_timeout": drain_timeout,
+        }
+        self._options.update({k: v for k, v in given.items() if v is not None})
+        return self
+
+    def complete(self, reconciler: Reconciler) -> Controller:
+        """Create the controller, register its watches and add it to the manager."""
+        if self._for is None:
+            raise ValueError(f"controller {self._name!r}: call for_(resource) before complete()")
+        owner = self._for.resource
+        controller = Controller(
+            self._name, reconciler, recorder=self._host.recorder, **self._options
+        )
+        for spec in (self._for, *self._watches):
+            source = self._host.source_for(
+                spec.resource,
+                namespace=spec.namespace,
+                label_selector=spec.label_selector,
+                field_selector=spec.field_selector,
+            )
+            preds = [as_predicate(p) for p in (*self._filters, *spec.predicates)]
+            controller.watch(source, spec.mapper(owner), preds, primary=spec is self._for)
+        self._host.add_controller(controller)
+        return controller

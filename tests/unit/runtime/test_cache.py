@@ -1,0 +1,123 @@
+"""The informer's store: keys, named indexes and the default memory-saving transform."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from gpustack_operator.runtime.cache import (
+    LAST_APPLIED_ANNOTATION,
+    Indexer,
+    namespace_index,
+    object_key,
+    strip_managed_fields,
+)
+
+
+def obj(name: str, namespace: str | None = None, **labels: str) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "labels": dict(labels)}
+    if namespace:
+        meta["namespace"] = namespace
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta}
+
+
+def by_label(key: str):  # type: ignore[no-untyped-def]
+    def index(o: dict[str, Any]) -> list[str]:
+        value = o["metadata"].get("labels", {}).get(key)
+        return [value] if value is not None else []
+
+    return index
+
+
+def test_object_key_is_namespace_slash_name_or_name() -> None:
+    assert object_key(obj("a", "ns")) == "ns/a"
+    assert object_key(obj("node-1")) == "node-1"
+    assert object_key({}) == ""
+
+
+def test_upsert_get_list_delete() -> None:
+    store = Indexer()
+    assert store.upsert(obj("a", "ns")) is None
+    first = store.get("ns/a")
+    assert first is not None
+    replaced = store.upsert(obj("a", "ns", x="1"))
+    assert replaced is first
+    assert store.keys() == ["ns/a"]
+    assert len(store) == 1 and "ns/a" in store
+    assert store.delete("ns/a") is not None
+    assert store.delete("ns/a") is None
+    assert store.list() == []
+
+
+def test_index_follows_updates_and_deletes() -> None:
+    store = Indexer()
+    store.add_index("zone", by_label("zone"))
+    store.upsert(obj("a", zone="z1"))
+    store.upsert(obj("b", zone="z1"))
+    store.upsert(obj("c", zone="z2"))
+    store.upsert(obj("d"))  # filed under nothing
+    assert [o["metadata"]["name"] for o in store.by_index("zone", "z1")] == ["a", "b"]
+    store.upsert(obj("a", zone="z2"))
+    assert store.index_keys("zone", "z1") == ["b"]
+    assert store.index_keys("zone", "z2") == ["a", "c"]
+    store.delete("c")
+    store.delete("b")
+    assert store.index_keys("zone", "z1") == []
+    assert store.index_values("zone") == ["z2"]
+
+
+def test_index_added_late_indexes_existing_objects() -> None:
+    store = Indexer()
+    store.upsert(obj("a", "ns1"))
+    store.upsert(obj("b", "ns2"))
+    store.add_index("namespace", namespace_index)
+    assert store.index_keys("namespace", "ns2") == ["ns2/b"]
+    with pytest.raises(ValueError, match="already exists"):
+        store.add_index("namespace", namespace_index)
+
+
+def test_multi_valued_index_files_object_under_each_value() -> None:
+    store = Indexer()
+    store.add_index("owners", lambda o: o["metadata"].get("owners", []))
+    item = obj("a")
+    item["metadata"]["owners"] = ["x", "y", "x"]
+    store.upsert(item)
+    assert store.index_keys("owners", "x") == ["a"]
+    assert store.index_keys("owners", "y") == ["a"]
+
+
+def test_unknown_index_is_a_clear_error() -> None:
+    with pytest.raises(KeyError, match="no index named 'nope'"):
+        Indexer().by_index("nope", "v")
+
+
+def test_failing_index_function_does_not_lose_the_object() -> None:
+    store = Indexer()
+
+    def broken(o: dict[str, Any]) -> list[str]:
+        raise RuntimeError("boom")
+
+    store.add_index("broken", broken)
+    store.upsert(obj("a"))
+    assert store.get("a") is not None
+    assert store.index_keys("broken", "anything") == []
+
+
+def test_strip_managed_fields_drops_managed_fields_and_last_applied() -> None:
+    original = obj("a", "ns")
+    original["metadata"]["managedFields"] = [{"manager": "kubectl"}]
+    original["metadata"]["annotations"] = {LAST_APPLIED_ANNOTATION: "{...}", "keep": "me"}
+    before = copy.deepcopy(original)
+    stripped = strip_managed_fields(original)
+    assert "managedFields" not in stripped["metadata"]
+    assert stripped["metadata"]["annotations"] == {"keep": "me"}
+    assert stripped["metadata"]["labels"] == {}
+    assert original == before, "the input must be left intact"
+
+
+def test_strip_managed_fields_returns_clean_objects_unchanged() -> None:
+    clean = obj("a")
+    assert strip_managed_fields(clean) is clean
+    assert strip_managed_fields({"kind": "Weird"}) == {"kind": "Weird"}
