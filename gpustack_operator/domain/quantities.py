@@ -33,6 +33,9 @@ _DECIMAL: Final = {
 }
 _MAX_TEXT: Final = 64
 _MAX_EXPONENT: Final = 64
+# Kubernetes reads quantities into an int64 (Quantity.Value()); anything beyond is not a real
+# capacity, and letting it through would produce quotas no API server can store.
+_MAX_MAGNITUDE: Final = 2**63 - 1
 _BINARY_SUFFIXES: Final = ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
 _DECIMAL_SUFFIXES: Final = ("", "k", "M", "G", "T", "P", "E")
 
@@ -41,8 +44,15 @@ def parse_quantity(value: object) -> Fraction | None:
     """The exact value of a quantity (``"16"``, ``"500m"``, ``"31Gi"``, ``"32G"``, ``"1e3"``).
 
     Accepts the strings Kubernetes accepts, and ints/finite floats (YAML may hold them).
-    Returns ``None`` for anything else, including exponents beyond 10^64.
+    Returns ``None`` for anything else, including magnitudes beyond int64.
     """
+    number = _parse_exact(value)
+    if number is None or abs(number) > _MAX_MAGNITUDE:
+        return None
+    return number
+
+
+def _parse_exact(value: object) -> Fraction | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
