@@ -71,3 +71,38 @@ def test_an_invalid_environment_value_names_the_variable(
     with pytest.raises(SystemExit):
         apply_env_defaults(parser, [], {"GPUSTACK_DEVICE_MANAGER_MONITOR_PERIOD": "soon"})
     assert "GPUSTACK_DEVICE_MANAGER_MONITOR_PERIOD" in capsys.readouterr().err
+
+
+def test_every_subcommand_is_listed_and_only_the_chosen_one_is_imported() -> None:
+    import sys
+
+    from gpustack_operator.cli import COMMANDS, chosen_command
+
+    assert chosen_command(["--log-level", "debug", "plan", "--nodes", "x"]) == "plan"
+    assert chosen_command(["--version"]) is None
+    for command in COMMANDS:
+        sys.modules.pop(f"gpustack_operator.commands.{command.module}", None)
+    parser = build_parser(env={}, only="plan")
+    help_text = parser.format_help()
+    for command in COMMANDS:
+        assert command.name in help_text
+    assert "gpustack_operator.commands.plan" in sys.modules
+    assert "gpustack_operator.commands.worker" not in sys.modules
+
+
+def test_every_subcommand_module_registers_the_name_cli_lists() -> None:
+    """The static table and the modules agree: each registers its name with a handler."""
+    from gpustack_operator.cli import COMMANDS
+
+    for command in COMMANDS:
+        parser = build_parser(env={}, only=command.name)
+        subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        assert _handlers_everywhere(subparsers.choices[command.name]), command.name
+
+
+def _handlers_everywhere(parser: argparse.ArgumentParser) -> bool:
+    """A parser runs a handler, or every one of its own subcommands does."""
+    nested = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not nested:
+        return callable(parser.get_default("handler"))
+    return nested[0].required and all(_handlers_everywhere(p) for p in nested[0].choices.values())

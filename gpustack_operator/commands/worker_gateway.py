@@ -1,0 +1,151 @@
+"""``gpustack-operator worker-gateway``: one read-only API over the queues of many clusters.
+
+Connects to every listed cluster, keeps informers on the managed Kueue objects of each and
+serves the aggregated views (SPEC §7; docs/worker-gateway.md). Flags also come from the
+environment as ``GPUSTACK_WORKER_GATEWAY_<FLAG>``; ``--cluster`` takes a comma list there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from gpustack_operator.gateway.api import ApiOptions
+from gpustack_operator.gateway.cluster import RunnerSettings
+from gpustack_operator.gateway.config import ConfigError, collect_clusters
+from gpustack_operator.gateway.gateway import Gateway
+from gpustack_operator.gateway.server import (
+    GatewayServer,
+    ServerOptions,
+    load_tokens,
+    tls_context,
+)
+from gpustack_operator.runtime.manager import run_async
+
+COMMAND = "worker-gateway"
+
+
+def _positive(value: str) -> float:
+    number = float(value)
+    if not number > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {value}")
+    return number
+
+
+def _buffer(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return number
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        COMMAND,
+        help="serve one read-only API over the Kueue queues of several clusters",
+        description="Watch the Kueue objects gpustack-operator manages in several clusters and "
+        "serve them through one HTTP API: clusters, pools (one per ClusterQueue), raw objects, "
+        "and ?watch=true streams of their changes. See docs/worker-gateway.md.",
+    )
+    clusters = parser.add_argument_group("clusters")
+    clusters.add_argument(
+        "--cluster",
+        action="append",
+        default=[],
+        metavar="NAME=KUBECONFIG[:CONTEXT]",
+        help="a cluster to serve (repeatable); CONTEXT defaults to the file's current context",
+    )
+    clusters.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="YAML file 'clusters: [{name, kubeconfig, context}]' (paths relative to it)",
+    )
+    clusters.add_argument(
+        "--kubeconfig",
+        type=Path,
+        metavar="FILE",
+        help="serve every context of this kubeconfig as a cluster named after the context",
+    )
+    clusters.add_argument(
+        "--allow-cluster-registration",
+        action="store_true",
+        help="allow POST/DELETE /apis/v1/clusters/{name} to add and remove clusters at run time",
+    )
+    server = parser.add_argument_group("server")
+    server.add_argument("--bind-address", default="127.0.0.1", help="default: 127.0.0.1")
+    server.add_argument("--port", type=int, default=8090, help="default: 8090 (0: any free port)")
+    server.add_argument("--tls-cert-file", type=Path, metavar="FILE", help="PEM certificate")
+    server.add_argument("--tls-private-key-file", type=Path, metavar="FILE", help="PEM key")
+    server.add_argument(
+        "--token-file",
+        type=Path,
+        metavar="FILE",
+        help="bearer tokens, one a line: every path but /healthz and /readyz then needs one",
+    )
+    tuning = parser.add_argument_group("tuning")
+    tuning.add_argument(
+        "--probe-interval",
+        type=_positive,
+        default=10.0,
+        help="seconds between reachability probes of each cluster (default: 10)",
+    )
+    tuning.add_argument(
+        "--watch-buffer",
+        type=_buffer,
+        default=1024,
+        help="events a watcher may fall behind before it is disconnected (default: 1024)",
+    )
+    tuning.add_argument(
+        "--heartbeat",
+        type=_positive,
+        default=30.0,
+        help="seconds of silence after which a watch gets an empty BOOKMARK (default: 30)",
+    )
+    parser.set_defaults(handler=run)
+
+
+def _fail(message: str) -> int:
+    sys.stderr.write(f"gpustack-operator {COMMAND}: error: {message}\n")
+    return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    """Validate the flags, then serve until SIGTERM/SIGINT."""
+    try:
+        specs = collect_clusters(args.cluster, args.config, args.kubeconfig)
+    except ConfigError as exc:
+        return _fail(str(exc))
+    if not specs and not args.allow_cluster_registration:
+        return _fail(
+            "no clusters: pass --cluster NAME=KUBECONFIG[:CONTEXT], --config FILE or "
+            "--kubeconfig FILE, or --allow-cluster-registration to add them through the API"
+        )
+    if (args.tls_cert_file is None) != (args.tls_private_key_file is None):
+        return _fail("--tls-cert-file and --tls-private-key-file go together")
+    if not 0 <= args.port <= 65535:
+        return _fail(f"--port {args.port} is outside 0..65535")
+    try:
+        tls = (
+            tls_context(args.tls_cert_file, args.tls_private_key_file)
+            if args.tls_cert_file
+            else None
+        )
+        tokens = load_tokens(args.token_file) if args.token_file else []
+    except ValueError as exc:
+        return _fail(str(exc))
+    api = ApiOptions(
+        tokens=tokens,
+        allow_registration=args.allow_cluster_registration,
+        heartbeat=args.heartbeat,
+    )
+    options = ServerOptions(bind_address=args.bind_address, port=args.port, tls=tls, api=api)
+
+    async def main() -> int:
+        gateway = Gateway(
+            RunnerSettings(probe_interval=args.probe_interval), watch_buffer=args.watch_buffer
+        )
+        return await GatewayServer(gateway, specs, options).run_until_signal()
+
+    return run_async(main)

@@ -1,0 +1,290 @@
+"""The gateway's HTTP API (aiohttp): aggregated, read-only views plus cluster registration.
+
+======  ===========================================  ==========================================
+GET     ``/apis/v1/clusters``                        every cluster: status, last error, counts
+GET     ``/apis/v1/clusters/{name}``                 one cluster
+POST    ``/apis/v1/clusters/{name}[?context=]``      register (body: kubeconfig, YAML or JSON)
+DELETE  ``/apis/v1/clusters/{name}``                 unregister
+GET     ``/apis/v1/pools[?cluster=]``                one entry per ClusterQueue
+GET     ``/apis/v1/clusters/{name}/{kind}``          raw objects (resourceflavors, cohorts,
+                                                     clusterqueues, localqueues)
+GET     ``/healthz``, ``/readyz``, ``/metrics``      probes and Prometheus metrics
+======  ===========================================  ==========================================
+
+``?watch=true`` on any GET of a collection streams newline-delimited JSON: the current state
+as ADDED events, a ``BOOKMARK`` whose object is ``{"initialEventsEnd": true}``, then
+ADDED/MODIFIED/DELETED as they happen (idle streams get an empty BOOKMARK every ``heartbeat``
+seconds). A watcher that falls ``watch_buffer`` events (or 64 MiB) behind gets one ``ERROR``
+line (a ``Status`` with reason :data:`~.hub.OVERFLOW_REASON`) and is disconnected.
+
+With tokens configured every path but ``/healthz`` and ``/readyz`` needs
+``Authorization: Bearer <token>`` (compared in constant time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Final
+
+import anyio
+import structlog
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from gpustack_operator.gateway.cluster import ClusterSpec
+from gpustack_operator.gateway.config import check_name
+from gpustack_operator.gateway.gateway import ClusterExists, Gateway, UnknownCluster
+from gpustack_operator.gateway.hub import OVERFLOW_REASON, Event, Subscription, encode
+from gpustack_operator.gateway.kinds import KIND_NAMES
+from gpustack_operator.gateway.kubeconfig import (
+    ConfigError,
+    check_context,
+    check_inline_credentials,
+    parse_kubeconfig,
+)
+from gpustack_operator.runtime.metrics import REGISTRY
+from gpustack_operator.runtime.probes import HealthChecks, probes_app
+
+__all__ = ["ApiOptions", "build_app"]
+
+log = structlog.get_logger(__name__)
+
+JSON = dict[str, Any]
+PREFIX: Final = "/apis/v1"
+UNAUTHENTICATED_PATHS: Final = frozenset({"/healthz", "/readyz"})
+NDJSON: Final = "application/x-ndjson"
+_SNAPSHOT_CHUNK: Final = 256
+GATEWAY_KEY: Final = web.AppKey("gateway", Gateway)
+
+
+class ApiOptions:
+    """Behaviour of the API beyond the gateway itself."""
+
+    def __init__(
+        self,
+        *,
+        tokens: Sequence[str] = (),
+        allow_registration: bool = False,
+        heartbeat: float = 30.0,
+        abort_grace: float = 5.0,
+    ) -> None:
+        self.tokens = [t.encode() for t in tokens if t]
+        self.allow_registration = allow_registration
+        self.heartbeat = heartbeat
+        """Seconds of silence after which a watch gets an empty BOOKMARK (finds dead peers)."""
+        self.abort_grace = abort_grace
+        """Seconds a dropped slow watcher gets to read its ERROR line before the socket closes."""
+
+
+def _status(code: int, reason: str, message: str) -> JSON:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Success" if code < 400 else "Failure",
+        "code": code,
+        "reason": reason,
+        "message": message,
+    }
+
+
+def _error(code: int, reason: str, message: str) -> web.Response:
+    return web.json_response(_status(code, reason, message), status=code)
+
+
+def _watching(request: web.Request) -> bool:
+    return request.query.get("watch", "").lower() in ("true", "1")
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def build_app(gateway: Gateway, options: ApiOptions | None = None) -> web.Application:
+    """The aiohttp application serving *gateway* (see the module docstring)."""
+    opts = options or ApiOptions()
+    healthz, readyz = HealthChecks(), HealthChecks()
+    healthz.add("ping", lambda: True)
+    readyz.add("gateway-started", gateway.started.is_set)
+    readyz.add("clusters-settled", gateway.settled)
+    app = probes_app(healthz, readyz)
+    app[GATEWAY_KEY] = gateway
+
+    @web.middleware
+    async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if not opts.tokens or request.path in UNAUTHENTICATED_PATHS:
+            return await handler(request)
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        presented = token.strip().encode()
+        # Compare against every token, always: the time taken does not tell which matched.
+        matched = False
+        for known in opts.tokens:
+            matched |= hmac.compare_digest(presented, known)
+        if scheme.lower() != "bearer" or not matched:
+            response = _error(401, "Unauthorized", "a valid 'Authorization: Bearer <token>' "
+                              "header is required")  # fmt: skip
+            response.headers["WWW-Authenticate"] = 'Bearer realm="worker-gateway"'
+            return response
+        return await handler(request)
+
+    app.middlewares.append(authenticate)
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(
+            body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
+
+    async def list_clusters(request: web.Request) -> web.StreamResponse:
+        if _watching(request):
+            return await _stream(request, gateway, opts, "clusters", None)
+        return web.json_response({"kind": "ClusterList", "items": gateway.cluster_entries()})
+
+    async def get_cluster(request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        try:
+            return web.json_response(gateway.runner(name).entry())
+        except UnknownCluster:
+            return _unknown_cluster(name)
+
+    async def register_cluster(request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        if not opts.allow_registration:
+            return _error(403, "Forbidden", "cluster registration is disabled: start the "
+                          "gateway with --allow-cluster-registration")  # fmt: skip
+        try:
+            text = (await request.read()).decode("utf-8")
+        except UnicodeDecodeError:
+            return _error(400, "BadRequest", "the kubeconfig in the request body is not UTF-8")
+        try:
+            check_name(name)
+            config = parse_kubeconfig(text, "request body")
+            check_inline_credentials(config)
+            context = check_context(config, request.query.get("context") or None, "request body")
+            runner = gateway.add(ClusterSpec(name, None, context), kubeconfig_text=text)
+        except ClusterExists as exc:
+            return _error(409, "AlreadyExists", f"{exc}: DELETE it first to replace it")
+        except ConfigError as exc:
+            return _error(400, "BadRequest", str(exc))
+        except OSError as exc:
+            log.error("cannot store a registered kubeconfig", cluster=name, error=str(exc))
+            return _error(500, "InternalError", f"cannot store the kubeconfig: {exc}")
+        return web.json_response(runner.entry(), status=201)
+
+    async def unregister_cluster(request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        if not opts.allow_registration:
+            return _error(403, "Forbidden", "cluster registration is disabled: start the "
+                          "gateway with --allow-cluster-registration")  # fmt: skip
+        try:
+            await gateway.remove(name)
+        except UnknownCluster:
+            return _unknown_cluster(name)
+        return web.json_response(_status(200, "Deleted", f"cluster {name!r} removed"))
+
+    async def list_pools(request: web.Request) -> web.StreamResponse:
+        cluster = request.query.get("cluster") or None
+        if cluster is not None and cluster not in gateway.clusters:
+            return _unknown_cluster(cluster)
+        if _watching(request):
+            return await _stream(request, gateway, opts, "pools", cluster)
+        return web.json_response({"kind": "PoolList", "items": gateway.pools(cluster)})
+
+    async def list_objects(request: web.Request) -> web.StreamResponse:
+        name, kind = request.match_info["name"], request.match_info["kind"]
+        if kind not in KIND_NAMES:
+            return _error(404, "NotFound", f"unknown kind {kind!r}: use one of "
+                          f"{', '.join(KIND_NAMES)}")  # fmt: skip
+        if name not in gateway.clusters:
+            return _unknown_cluster(name)
+        if _watching(request):
+            return await _stream(request, gateway, opts, kind, name)
+        runner = gateway.runner(name)
+        return web.json_response(
+            {"kind": "List", "cluster": name, "resource": kind, "items": runner.objects(kind)}
+        )
+
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get(f"{PREFIX}/clusters", list_clusters)
+    app.router.add_get(f"{PREFIX}/clusters/{{name}}", get_cluster)
+    app.router.add_post(f"{PREFIX}/clusters/{{name}}", register_cluster)
+    app.router.add_delete(f"{PREFIX}/clusters/{{name}}", unregister_cluster)
+    app.router.add_get(f"{PREFIX}/clusters/{{name}}/{{kind}}", list_objects)
+    app.router.add_get(f"{PREFIX}/pools", list_pools)
+    return app
+
+
+def _unknown_cluster(name: str) -> web.Response:
+    return _error(404, "NotFound", f"no cluster named {name!r}: GET {PREFIX}/clusters lists them")
+
+
+_INITIAL_END: Final = encode({"type": "BOOKMARK", "object": {"initialEventsEnd": True}})
+_HEARTBEAT: Final = encode({"type": "BOOKMARK", "object": {}})
+
+
+async def _stream(
+    request: web.Request,
+    gateway: Gateway,
+    opts: ApiOptions,
+    topic: str,
+    cluster: str | None,
+) -> web.StreamResponse:
+    """Serve one watch: snapshot, then live events, until the client, the gateway or the
+    buffer bound ends it."""
+    # Subscribe and take the snapshot with no await between them: no event is lost or doubled.
+    sub = gateway.hub.subscribe(topic, cluster)
+    snapshot = gateway.snapshot(topic, cluster)
+    scope = anyio.CancelScope()
+    sub.on_overflow = scope.cancel
+    response = web.StreamResponse(
+        headers={"Content-Type": NDJSON, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    )
+    try:
+        await response.prepare(request)
+        with scope:
+            await _write_snapshot(response, snapshot)
+            await response.write(_INITIAL_END)
+            await _pump(response, sub, opts.heartbeat)
+        if sub.overflowed:
+            await _drop_slow_watcher(request, response, sub, opts.abort_grace)
+    except ConnectionResetError:
+        log.debug("watcher_went_away", topic=topic, cluster=cluster)
+    finally:
+        gateway.hub.unsubscribe(sub)
+    return response
+
+
+async def _write_snapshot(response: web.StreamResponse, snapshot: list[Event]) -> None:
+    for start in range(0, len(snapshot), _SNAPSHOT_CHUNK):
+        chunk = snapshot[start : start + _SNAPSHOT_CHUNK]
+        await response.write(b"".join(encode(event.payload()) for event in chunk))
+
+
+async def _pump(response: web.StreamResponse, sub: Subscription, heartbeat: float) -> None:
+    while True:
+        with anyio.move_on_after(heartbeat) as idle:
+            batch = await sub.next_batch()
+        if idle.cancelled_caught:
+            await response.write(_HEARTBEAT)
+            continue
+        if not batch:
+            return  # closed: gateway shutdown, cluster filter gone, or overflow
+        await response.write(b"".join(batch))
+
+
+async def _drop_slow_watcher(
+    request: web.Request, response: web.StreamResponse, sub: Subscription, grace: float
+) -> None:
+    """Queue the ERROR line, close the connection once it is read, abort it after *grace*."""
+    message = (
+        f"this watch fell too far behind (more than {sub.capacity} events or "
+        f"{sub.max_bytes} bytes) and was closed; read the stream faster, or watch again to "
+        "start from a fresh snapshot"
+    )
+    log.warning("watcher_too_slow", topic=sub.topic, cluster=sub.cluster, buffer=sub.capacity)
+    line = encode({"type": "ERROR", "object": _status(410, OVERFLOW_REASON, message)})
+    transport = request.transport
+    with anyio.move_on_after(min(grace, 1.0)):
+        await response.write(line)
+    if transport is not None and not transport.is_closing():
+        transport.close()  # flushes what is buffered (the ERROR line included), then closes
+        asyncio.get_running_loop().call_later(grace, transport.abort)
