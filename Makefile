@@ -8,6 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 CLUSTER ?= examples/cluster.yaml
 PYTEST_ARGS ?=
+RUN_ARGS ?=
 
 .PHONY: install test lint fmt demo run clean help
 
@@ -36,5 +37,34 @@ fmt: install ## apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+run: install ## run the worker against the current kubeconfig
+	$(BIN)/gpustack-operator worker $(RUN_ARGS)
+
+demo: install ## run the worker on a simulated cluster and print the Kueue chain
+	$(BIN)/gpustack-operator --log-level warning sim --cluster $(CLUSTER) -o table
+
 clean: ## remove the virtual environment and caches
 	rm -rf $(VENV) .tools .mypy_cache .ruff_cache .pytest_cache .hypothesis
+
+# --- deployment (deploy/, docs/deploy.md) ------------------------------------------------------
+IMG ?= gpustack-operator:dev
+OVERLAY ?= release
+CONTAINER_TOOL ?= docker
+KUBECTL ?= $(shell command -v kubectl 2>/dev/null || echo $(BIN)/kubectl)
+
+.PHONY: manifests deploy undeploy docker-build
+
+manifests: ## render deploy/overlays/$(OVERLAY) to stdout (OVERLAY=release|dev)
+	@$(KUBECTL) kustomize deploy/overlays/$(OVERLAY)
+
+deploy: ## kubectl apply -k deploy/overlays/$(OVERLAY) to the current kubeconfig context
+	$(KUBECTL) apply -k deploy/overlays/$(OVERLAY)
+
+undeploy: ## delete what deploy applied (the worker; see docs/deploy.md for the rest)
+	$(KUBECTL) delete -k deploy/overlays/$(OVERLAY) --ignore-not-found
+
+docker-build: ## build the container image IMG with $(CONTAINER_TOOL)
+	@command -v $(CONTAINER_TOOL) >/dev/null 2>&1 || { \
+		echo "no container engine: $(CONTAINER_TOOL) not found (set CONTAINER_TOOL=podman?)" >&2; \
+		exit 1; }
+	$(CONTAINER_TOOL) build -t $(IMG) .

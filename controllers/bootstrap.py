@@ -1,0 +1,464 @@
+"""Stage 1 (SPEC §3): keep NFD and the device-manager DaemonSets installed.
+
+One reconciler, one work-queue key. It renders every object with the pure functions of
+``gpustack_operator.domain.bootstrap``, compares each with the informer caches, and
+server-side-applies (field manager ``gpustack-operator-bootstrap``, forced: the fields are
+ours by design) only what is missing or drifted — a steady state makes no writes. The
+informers select ``app.kubernetes.io/managed-by=gpustack-operator``, so deleting or editing an
+installed object is an event that re-runs the reconcile and restores it.
+
+Rules:
+
+- Objects of the desired names that exist without the managed-by label belong to someone
+  else: they are left alone and reported with a Warning Event (delete them, or add the label,
+  to let the operator manage them).
+- NFD installed by someone else (its ``nodefeatures.nfd.k8s-sigs.io`` CRD exists without the
+  label): nothing of NFD is installed; the NodeFeatureRule ``gpustack-cpu-info`` still is,
+  because the worker's CPU naming needs its annotations (docs/deploy.md).
+- ``--disable-applications``: a disabled application is not installed. Device-manager
+  DaemonSets of manufacturers no longer configured (or of a disabled device manager) are
+  deleted; NFD is never uninstalled by the worker, because that would strip every Node label
+  the queues are built from.
+- RuntimeClasses are created only when missing, and never updated afterwards.
+
+The controller runs only while its manager leads (controllers are leader-only in this
+runtime). ``install_nfd_crds`` runs before the manager starts: the worker's own informers on
+NodeFeatures cannot sync before the CRD exists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Final
+
+import structlog
+
+from gpustack_operator.apis import NODE_FEATURE_RULES
+from gpustack_operator.domain.bootstrap import (
+    DEFAULT_NFD_IMAGE,
+    DEVICE_MANAGER,
+    NODE_FEATURE_DISCOVERY,
+    BootstrapSettings,
+    parse_disabled_applications,
+    render_cpu_info_rule,
+    render_device_manager,
+    render_nfd,
+    render_nfd_crds,
+    render_runtime_classes,
+)
+from gpustack_operator.domain.bootstrap.common import COMPONENT_LABEL, MANAGED_SELECTOR
+from gpustack_operator.domain.bootstrap.crds import NODE_FEATURE_RULES_CRD, NODE_FEATURES_CRD
+from gpustack_operator.domain.labels import MANAGED_BY_LABEL, MANAGED_BY_VALUE
+from gpustack_operator.domain.manufacturers import (
+    KNOWN_MANUFACTURERS,
+    load_manufacturers,
+    load_pci_class_prefixes,
+)
+from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
+from gpustack_operator.runtime.client import ApiError, Client, NotFound
+from gpustack_operator.runtime.controller import Controller, Request, Result
+from gpustack_operator.runtime.informer import Informer
+from gpustack_operator.runtime.manager import Manager
+from gpustack_operator.runtime.predicates import Predicate
+from gpustack_operator.runtime.resources import (
+    CLUSTER_ROLE_BINDINGS,
+    CLUSTER_ROLES,
+    CONFIGMAPS,
+    CRDS,
+    DAEMONSETS,
+    DEPLOYMENTS,
+    PODS,
+    ROLE_BINDINGS,
+    ROLES,
+    RUNTIME_CLASSES,
+    SERVICE_ACCOUNTS,
+    Resource,
+)
+
+log = structlog.get_logger(__name__)
+
+JSON = dict[str, Any]
+CONTROLLER_NAME: Final = "bootstrap"
+FIELD_MANAGER: Final = "gpustack-operator-bootstrap"
+KEY: Final = "bootstrap"
+ENV_PREFIX: Final = "GPUSTACK_"
+# Without an image the device manager cannot be rendered; look again after this long.
+RETRY_SECONDS: Final = 60.0
+# Every kind the bootstrap writes, by (apiVersion, kind) of the rendered objects.
+NAMESPACED_KINDS: Final = (
+    SERVICE_ACCOUNTS,
+    ROLES,
+    ROLE_BINDINGS,
+    CONFIGMAPS,
+    DEPLOYMENTS,
+    DAEMONSETS,
+)
+CLUSTER_KINDS: Final = (CRDS, CLUSTER_ROLES, CLUSTER_ROLE_BINDINGS)
+_KINDS: Final = {
+    (r.api_version, r.kind): r
+    for r in (*NAMESPACED_KINDS, *CLUSTER_KINDS, RUNTIME_CLASSES, NODE_FEATURE_RULES)
+}
+
+
+@dataclass(frozen=True)
+class BootstrapConfig:
+    """What the worker's flags and environment say about Stage 1."""
+
+    namespace: str = DEFAULT_SYSTEM_NAMESPACE
+    disabled: frozenset[str] = frozenset()
+    """Applications not to install (``--disable-applications``)."""
+    nfd_image: str = DEFAULT_NFD_IMAGE
+    device_manager_image: str | None = None
+    """``--device-manager-image``; None reads the worker's own Pod."""
+    manufacturers: tuple[str, ...] = KNOWN_MANUFACTURERS
+    """Manufacturers that get a device-manager DaemonSet (``--manufacturer``)."""
+    pod_name: str | None = None
+    """The worker's Pod (``KUBERNETES_POD_NAME``), read for its image and pull policy."""
+    pod_namespace: str = DEFAULT_SYSTEM_NAMESPACE
+    """Its namespace (``KUBERNETES_POD_NAMESPACE``, else the system namespace)."""
+    settings: BootstrapSettings = field(default_factory=BootstrapSettings)
+
+    @classmethod
+    def from_environment(
+        cls,
+        env: Mapping[str, str] | None = None,
+        *,
+        namespace: str | None = None,
+        disabled: Iterable[str] = (),
+        nfd_image: str = DEFAULT_NFD_IMAGE,
+        device_manager_image: str | None = None,
+        manufacturers: Iterable[str] | None = None,
+    ) -> BootstrapConfig:
+        """Read ``GPUSTACK_*`` overrides, the PCI classes and the Downward-API variables.
+
+        Every ``GPUSTACK_*`` variable of *env* (default ``os.environ``) is propagated to the
+        agents (SPEC §3.4). *disabled* takes ``--disable-applications`` values (comma lists,
+        ``*``). Raises ``ValueError`` for an unknown application or manufacturer, or a bad
+        ``GPUSTACK_*`` value.
+        """
+        source = dict(os.environ if env is None else env)
+        ns = namespace or source.get("KUBERNETES_POD_NAMESPACE") or DEFAULT_SYSTEM_NAMESPACE
+        chosen = tuple(sorted(set(manufacturers or KNOWN_MANUFACTURERS)))
+        unknown = [m for m in chosen if m not in KNOWN_MANUFACTURERS]
+        if unknown:
+            raise ValueError(
+                f"unknown manufacturer(s) {', '.join(unknown)}: use "
+                f"{', '.join(KNOWN_MANUFACTURERS)}"
+            )
+        settings = BootstrapSettings(
+            namespace=ns,
+            nfd_image=nfd_image,
+            pci_class_prefixes=load_pci_class_prefixes(source),
+            manufacturers=load_manufacturers(source),
+            propagated_env={k: v for k, v in source.items() if k.startswith(ENV_PREFIX)},
+        )
+        return cls(
+            namespace=ns,
+            disabled=parse_disabled_applications(disabled),
+            nfd_image=nfd_image,
+            device_manager_image=device_manager_image or None,
+            manufacturers=chosen,
+            pod_name=source.get("KUBERNETES_POD_NAME") or None,
+            pod_namespace=source.get("KUBERNETES_POD_NAMESPACE") or ns,
+            settings=settings,
+        )
+
+
+class SpecChanged(Predicate):
+    """Creates, deletes, and updates that change anything but ``status`` and bookkeeping
+    metadata (resourceVersion, managedFields): DaemonSet and Deployment status churn must not
+    re-run the bootstrap; ConfigMaps and roles have no generation to compare."""
+
+    _IGNORED: Final = ("resourceVersion", "managedFields", "generation")
+
+    def update(self, old: JSON, new: JSON) -> bool:
+        return self._view(old) != self._view(new)
+
+    @classmethod
+    def _view(cls, obj: Mapping[str, Any]) -> JSON:
+        meta = obj.get("metadata") or {}
+        view = {k: v for k, v in obj.items() if k not in ("status", "metadata")}
+        view["metadata"] = {k: v for k, v in meta.items() if k not in cls._IGNORED}
+        return view
+
+    def __repr__(self) -> str:
+        return "SpecChanged()"
+
+
+def contains(have: object, want: object) -> bool:
+    """*want* is found in *have*: maps may hold more keys (API-server defaults), lists match
+    item by item, scalars are equal."""
+    if isinstance(want, Mapping):
+        if not isinstance(have, Mapping):
+            return False
+        return all(k in have and contains(have[k], v) for k, v in want.items())
+    if isinstance(want, list):
+        if not isinstance(have, list) or len(have) != len(want):
+            return False
+        return all(contains(h, w) for h, w in zip(have, want, strict=True))
+    return have == want
+
+
+def is_up_to_date(have: Mapping[str, Any] | None, want: Mapping[str, Any]) -> bool:
+    """Whether the cached object says everything the rendered one says (labels included)."""
+    if have is None:
+        return False
+    want_meta = want.get("metadata") or {}
+    have_meta = have.get("metadata") or {}
+    if not contains(have_meta.get("labels") or {}, want_meta.get("labels") or {}):
+        return False
+    if not contains(have_meta.get("annotations") or {}, want_meta.get("annotations") or {}):
+        return False
+    body = {k: v for k, v in want.items() if k not in ("apiVersion", "kind", "metadata")}
+    return contains(have, body)
+
+
+def _key(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    ns = meta.get("namespace")
+    return f"{ns}/{meta['name']}" if ns else str(meta["name"])
+
+
+def _is_ours(obj: Mapping[str, Any]) -> bool:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return bool(labels.get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE)
+
+
+def _established(crd: Mapping[str, Any] | None) -> bool:
+    if crd is None or (crd.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    conditions = (crd.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
+
+
+class Bootstrap:
+    """The reconciler and its caches (build with :func:`setup_bootstrap`)."""
+
+    def __init__(self, manager: Manager, config: BootstrapConfig) -> None:
+        self.manager = manager
+        self.client: Client = manager.client
+        self.config = config
+        ns = config.namespace
+        self.controller = Controller(
+            CONTROLLER_NAME, self.reconcile, recorder=manager.recorder, drain_timeout=10.0
+        )
+        self.caches: dict[Resource, Informer] = {}
+        for res in NAMESPACED_KINDS:
+            self.caches[res] = manager.informer(res, namespace=ns, label_selector=MANAGED_SELECTOR)
+        for res in CLUSTER_KINDS:
+            self.caches[res] = manager.informer(res, label_selector=MANAGED_SELECTOR)
+        # RuntimeClasses of anyone count (created only when missing); NFD's CRDs of anyone
+        # tell whether another NFD is installed. Both informers are small by construction.
+        self.runtime_classes = manager.informer(RUNTIME_CLASSES)
+        self.nfd_crds = {
+            name: manager.informer(CRDS, field_selector=f"metadata.name={name}")
+            for name in (NODE_FEATURES_CRD, NODE_FEATURE_RULES_CRD)
+        }
+        self.rules: Informer | None = None
+        self._image: tuple[str, str] | None = None
+        predicate = SpecChanged()
+        for informer in (*self.caches.values(), self.runtime_classes, *self.nfd_crds.values()):
+            self.controller.watch(informer, self._enqueue, [predicate])
+        manager.add_controller(self.controller)
+
+    @staticmethod
+    def _enqueue(_obj: JSON) -> Iterable[str]:
+        return (KEY,)
+
+    def start(self) -> None:
+        """Queue the first reconcile (every event afterwards queues the same key)."""
+        self.controller.queue.add(KEY)
+
+    # --- decisions ---------------------------------------------------------------------------
+
+    def foreign_nfd(self) -> bool:
+        """NFD's NodeFeature CRD exists and someone else installed it."""
+        crd = self.nfd_crds[NODE_FEATURES_CRD].indexer.get(NODE_FEATURES_CRD)
+        return crd is not None and not _is_ours(crd)
+
+    def rules_served(self) -> bool:
+        """Whether NodeFeatureRules can be written now; starts watching them the first time
+        (an informer on an unserved kind could never sync, so it waits for the CRD)."""
+        crd = self.nfd_crds[NODE_FEATURE_RULES_CRD].indexer.get(NODE_FEATURE_RULES_CRD)
+        if not _established(crd):
+            return False
+        if self.rules is None:
+            self.rules = self.manager.informer(NODE_FEATURE_RULES, label_selector=MANAGED_SELECTOR)
+            self.controller.watch(self.rules, self._enqueue, [SpecChanged()])
+            self.caches[NODE_FEATURE_RULES] = self.rules
+        return True
+
+    async def device_manager_image(self) -> tuple[str, str] | None:
+        """(image, pull policy) of the agents: the flag, else the worker's own container."""
+        if self.config.device_manager_image:
+            return self.config.device_manager_image, self.config.settings.image_pull_policy
+        if self._image is not None:
+            return self._image
+        if not self.config.pod_name:
+            return None
+        try:
+            pod = await self.client.get(PODS, self.config.pod_name, self.config.pod_namespace)
+        except ApiError as exc:
+            log.warning("cannot read the worker's own Pod for its image", error=str(exc))
+            return None
+        containers = (pod.get("spec") or {}).get("containers") or []
+        if not containers:
+            return None
+        # The worker container is the one running gpustack-operator; the first otherwise.
+        chosen = next((c for c in containers if c.get("name") == "worker"), containers[0])
+        image = str(chosen.get("image") or "")
+        if not image:
+            return None
+        self._image = (image, str(chosen.get("imagePullPolicy") or "IfNotPresent"))
+        return self._image
+
+    async def desired(self) -> tuple[list[JSON], list[JSON], Result | None]:
+        """(objects to keep applied, RuntimeClasses to create if missing, retry hint)."""
+        config = self.config
+        objects: list[JSON] = []
+        create_only: list[JSON] = []
+        retry: Result | None = None
+        nfd_enabled = NODE_FEATURE_DISCOVERY not in config.disabled
+        if nfd_enabled and not self.foreign_nfd():
+            objects += render_nfd_crds()
+            objects += render_nfd(config.settings)
+        if self.rules_served():
+            objects.append(
+                render_cpu_info_rule(
+                    config.settings.pci_class_prefixes, config.settings.manufacturers
+                )
+            )
+        if DEVICE_MANAGER not in config.disabled:
+            found = await self.device_manager_image()
+            if found is None:
+                log.error(
+                    "device-manager image unknown: pass --device-manager-image, or run the "
+                    "worker in a Pod with KUBERNETES_POD_NAME set (Downward API); retrying",
+                    retry_seconds=RETRY_SECONDS,
+                )
+                retry = Result(requeue_after=RETRY_SECONDS)
+            else:
+                image, policy = found
+                settings = replace(config.settings, image_pull_policy=policy)
+                objects += render_device_manager(settings, config.manufacturers, image)
+                chosen = [settings.manufacturers[m] for m in config.manufacturers]
+                create_only += render_runtime_classes(chosen)
+        return objects, create_only, retry
+
+    # --- the reconcile -------------------------------------------------------------------------
+
+    async def reconcile(self, req: Request) -> Result | None:
+        objects, create_only, retry = await self.desired()
+        applied = 0
+        for want in objects:
+            applied += await self._ensure(want)
+        for want in create_only:
+            applied += await self._ensure(want, create_only=True)
+        pruned = await self._prune(objects, keep_device_managers=retry is not None)
+        if applied or pruned:
+            log.info("bootstrap applied", applied=applied, deleted=pruned)
+        return retry
+
+    def _resource(self, obj: Mapping[str, Any]) -> Resource:
+        return _KINDS[(str(obj["apiVersion"]), str(obj["kind"]))]
+
+    async def _ensure(self, want: JSON, *, create_only: bool = False) -> int:
+        """Apply *want* unless the cache already matches or the name belongs to someone else.
+
+        With *create_only* an existing object of the name, whoever made it, is left as is.
+        """
+        res = self._resource(want)
+        cache = self.caches.get(res) or (self.runtime_classes if res == RUNTIME_CLASSES else None)
+        have = cache.indexer.get(_key(want)) if cache is not None else None
+        if have is not None and (create_only or (_is_ours(have) and is_up_to_date(have, want))):
+            return 0
+        if have is None:
+            # Not in our (label-selected) cache: absent, foreign, or the cache lags a write.
+            meta = want["metadata"]
+            try:
+                existing = await self.client.get(res, meta["name"], meta.get("namespace"))
+            except NotFound:
+                existing = None
+            if existing is not None and not _is_ours(existing):
+                if not create_only:
+                    self._not_ours(res, existing)
+                return 0
+            if existing is not None and (create_only or is_up_to_date(existing, want)):
+                return 0
+        await self.client.apply(res, want, field_manager=FIELD_MANAGER, force=True)
+        log.info(
+            "applied" if have is not None else "created",
+            kind=res.kind,
+            name=want["metadata"]["name"],
+            namespace=want["metadata"].get("namespace"),
+        )
+        return 1
+
+    def _not_ours(self, res: Resource, obj: JSON) -> None:
+        name = (obj.get("metadata") or {}).get("name")
+        log.warning("object not managed by gpustack-operator; left alone", kind=res.kind, name=name)
+        self.manager.recorder.warning(
+            obj,
+            "NotManaged",
+            f"{res.kind} {name} exists without {MANAGED_BY_LABEL}={MANAGED_BY_VALUE}: "
+            "gpustack-operator leaves it alone (delete it, or add the label, to let the "
+            "operator manage it)",
+            resource=res,
+        )
+
+    async def _prune(self, desired: list[JSON], *, keep_device_managers: bool) -> int:
+        """Delete our device-manager DaemonSets that are no longer desired."""
+        if keep_device_managers:
+            return 0
+        wanted = {_key(o) for o in desired if o["kind"] == "DaemonSet"}
+        deleted = 0
+        for ds in self.caches[DAEMONSETS].indexer.list():
+            labels = (ds.get("metadata") or {}).get("labels") or {}
+            if labels.get(COMPONENT_LABEL) != DEVICE_MANAGER or _key(ds) in wanted:
+                continue
+            meta = ds["metadata"]
+            try:
+                await self.client.delete(
+                    DAEMONSETS, meta["name"], meta["namespace"], preconditions={"uid": meta["uid"]}
+                )
+            except NotFound:
+                continue
+            log.info("deleted device-manager DaemonSet no longer configured", name=meta["name"])
+            deleted += 1
+        return deleted
+
+
+def setup_bootstrap(manager: Manager, config: BootstrapConfig) -> Bootstrap:
+    """Register the bootstrap controller on *manager* (it runs while the manager leads)."""
+    bootstrap = Bootstrap(manager, config)
+    bootstrap.start()
+    return bootstrap
+
+
+async def install_nfd_crds(client: Client, config: BootstrapConfig) -> bool:
+    """Apply NFD's CRDs before the manager starts, unless disabled or NFD is foreign.
+
+    Returns whether they were applied. Safe on every replica: the manifests are identical
+    and applied by the same field manager, so concurrent applies converge.
+    """
+    if NODE_FEATURE_DISCOVERY in config.disabled:
+        return False
+    try:
+        existing = await client.get(CRDS, NODE_FEATURES_CRD)
+    except NotFound:
+        existing = None
+    if existing is not None and not _is_ours(existing):
+        log.info("NFD is installed by someone else; using it", crd=NODE_FEATURES_CRD)
+        return False
+    for crd in render_nfd_crds():
+        have = None
+        with contextlib.suppress(NotFound):
+            have = await client.get(CRDS, crd["metadata"]["name"])
+        if have is not None and _is_ours(have) and is_up_to_date(have, crd):
+            continue
+        await client.apply(CRDS, crd, field_manager=FIELD_MANAGER, force=True)
+        log.info("created NFD CRD", name=crd["metadata"]["name"])
+    return True

@@ -1,0 +1,87 @@
+"""Capacity profiling (SPEC §5): the NodeFeature ``<node>-gpustack-worker`` of every Node.
+
+Key: the Node's name. The desired NodeFeature (``worker_node_feature``) carries the node's
+capacity labels, is owned by the Node (so it goes with it) and replaces its whole
+``spec.labels`` map on change (SPEC §0.4). Node updates reach the queue only when the node's
+worker-relevant view changes (labels under the gpustack prefixes, CPU annotations,
+capacity/allocatable of host and accelerator resources); a NodeFeature changed or deleted by
+someone else enqueues its Node again. Nothing is written while the cache already holds the
+desired labels. This reconciler needs no Kueue and runs while Kueue is still missing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+from controllers.common import NodeChanged, Writer, is_up_to_date
+from gpustack_operator.apis import NODE_FEATURES
+from gpustack_operator.domain.labels import PART_OF_LABEL, PART_OF_WORKER
+from gpustack_operator.domain.manufacturers import Manufacturer
+from gpustack_operator.domain.nodefeature import worker_node_feature
+from gpustack_operator.runtime.controller import Request
+from gpustack_operator.runtime.informer import Informer
+from gpustack_operator.runtime.manager import Manager
+from gpustack_operator.runtime.resources import NODES
+
+NAME: Final = "capacity"
+WORKER_NODE_FEATURES: Final = f"{PART_OF_LABEL}={PART_OF_WORKER}"
+
+
+class CapacityReconciler:
+    def __init__(
+        self,
+        nodes: Informer,
+        features: Informer,
+        writer: Writer,
+        *,
+        system_namespace: str,
+        manufacturers: Mapping[str, Manufacturer],
+    ) -> None:
+        self.nodes = nodes
+        self.features = features
+        self.writer = writer
+        self.system_namespace = system_namespace
+        self.manufacturers = manufacturers
+
+    async def __call__(self, request: Request) -> None:
+        node = self.nodes.indexer.get(request.key)
+        if node is None:
+            return  # gone: the garbage collector removes its NodeFeature
+        want = worker_node_feature(node, self.system_namespace, self.manufacturers)
+        if want is None:
+            return  # being deleted, or a name NFD cannot attribute (over 63 characters)
+        name = want["metadata"]["name"]
+        have = self.features.indexer.get(f"{self.system_namespace}/{name}")
+        if is_up_to_date(have, want):
+            return
+        await self.writer.apply(NODE_FEATURES, want, existed=have is not None)
+
+
+def setup_capacity(
+    manager: Manager,
+    writer: Writer,
+    *,
+    system_namespace: str,
+    manufacturers: Mapping[str, Manufacturer],
+    max_concurrent_reconciles: int,
+) -> None:
+    """Register the capacity reconciler on *manager* (shared Node informer)."""
+    nodes = manager.informer(NODES)
+    features = manager.informer(
+        NODE_FEATURES, namespace=system_namespace, label_selector=WORKER_NODE_FEATURES
+    )
+    reconciler = CapacityReconciler(
+        nodes,
+        features,
+        writer,
+        system_namespace=system_namespace,
+        manufacturers=manufacturers,
+    )
+    (
+        manager.controller(NAME)
+        .for_(NODES, NodeChanged(manufacturers))
+        .owns(NODE_FEATURES, namespace=system_namespace, label_selector=WORKER_NODE_FEATURES)
+        .with_options(max_concurrent_reconciles=max_concurrent_reconciles)
+        .complete(reconciler)
+    )

@@ -1,0 +1,185 @@
+"""ClusterQueues (SPEC §6.4): quotas aggregated over the managed nodes of their flavors.
+
+Key: the queue name. The ResourceFlavors that target it (annotation index) and the managed
+Nodes of each flavor (Node index) go to ``desired_cluster_queue``, which does all the
+arithmetic. The queue is owned by its Cohort when the Cohort is ours; until the Cohort is
+in the cache the queue waits (the Cohort's creation enqueues it again).
+
+With no flavor left the queue is deleted, but only once Kueue reports nothing reserved or
+used in it (``status.flavorsReservation`` / ``flavorsUsage`` / workload counts, read from
+the cache and then from the API); otherwise it is looked at again after
+``reserved_requeue`` seconds. Queues without the managed-by label are never touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from controllers.caches import BY_COHORT, BY_FLAVOR, BY_QUEUE, KueueCaches, node_names
+from controllers.common import (
+    METADATA_OR_SPEC_CHANGED,
+    NodeChanged,
+    Writer,
+    is_managed_object,
+    is_up_to_date,
+    watch_batched,
+)
+from gpustack_operator.domain.kueue import OwnerReference
+from gpustack_operator.domain.labels import QUEUE_ANNOTATION
+from gpustack_operator.domain.nodeview import annotations_of, is_deleting, name_of, uid_of
+from gpustack_operator.domain.quantities import parse_quantity
+from gpustack_operator.domain.queues import cluster_queue_cohort, desired_cluster_queue
+from gpustack_operator.runtime.client import NotFound
+from gpustack_operator.runtime.controller import ControllerBuilder, Request, Result
+
+NAME: Final = "clusterqueue"
+_USAGE_FIELDS: Final = ("flavorsReservation", "flavorsUsage")
+_WORKLOAD_COUNTS: Final = ("reservingWorkloads", "admittedWorkloads")
+
+
+def has_reservations(cluster_queue: Mapping[str, Any]) -> bool:
+    """Whether Kueue reports quota reserved or used in this queue, or workloads in it.
+
+    Any non-zero ``total`` or ``borrowed`` in ``status.flavorsReservation`` or
+    ``status.flavorsUsage`` counts, as does a workload holding a reservation or admitted
+    (pending workloads hold nothing: they could never be admitted without flavors). An
+    unparsable amount counts as in use: deleting a queue that may hold work is the mistake to avoid.
+    """
+    status = cluster_queue.get("status")
+    if not isinstance(status, Mapping):
+        return False
+    for field in _WORKLOAD_COUNTS:
+        count = status.get(field)
+        if isinstance(count, int) and count > 0:
+            return True
+    for field in _USAGE_FIELDS:
+        for flavor in status.get(field) or ():
+            if not isinstance(flavor, Mapping):
+                continue
+            for resource in flavor.get("resources") or ():
+                if not isinstance(resource, Mapping):
+                    continue
+                for key in ("total", "borrowed"):
+                    if key not in resource:
+                        continue
+                    amount = parse_quantity(resource[key])
+                    if amount is None or amount != 0:
+                        return True
+    return False
+
+
+class ClusterQueueReconciler:
+    def __init__(
+        self,
+        caches: KueueCaches,
+        writer: Writer,
+        *,
+        reserved_requeue: float,
+        waiting_requeue: float,
+    ) -> None:
+        self.caches = caches
+        self.writer = writer
+        self.resource = caches.kueue.cluster_queues
+        self.reserved_requeue = reserved_requeue
+        self.waiting_requeue = waiting_requeue
+
+    async def __call__(self, request: Request) -> Result | None:
+        name = request.name
+        caches = self.caches
+        have = caches.cluster_queues.indexer.get(name)
+        if have is not None and not is_managed_object(have):
+            if caches.flavors.indexer.by_index(BY_QUEUE, name):
+                self.writer.not_ours(self.resource, have)
+            return None
+        flavors = caches.flavors.indexer.by_index(BY_QUEUE, name)
+        index: dict[str, list[object]] = {
+            name_of(f): list(caches.managed_nodes(BY_FLAVOR, name_of(f))) for f in flavors
+        }
+        nodes = [n for members in index.values() for n in members]
+        want = desired_cluster_queue(
+            name,
+            flavors,
+            nodes,
+            caches.manufacturers,
+            version=caches.kueue.version,
+            flavor_index=index,
+        )
+        if want is None:
+            return await self._delete(have)
+        if have is not None and is_deleting(have):
+            return None  # its deletion event brings it back here, to be created anew
+        cohort_name = cluster_queue_cohort(want)
+        cohort = caches.cohorts.indexer.get(cohort_name)
+        if cohort is None or is_deleting(cohort):
+            return Result(requeue_after=self.waiting_requeue)  # its creation enqueues us too
+        if is_managed_object(cohort):
+            owner = OwnerReference(
+                api_version=caches.kueue.version.api_version,
+                kind="Cohort",
+                name=cohort_name,
+                uid=uid_of(cohort),
+            )
+            want["metadata"]["ownerReferences"] = [owner.manifest()]
+        if not is_up_to_date(have, want):
+            await self.writer.apply(self.resource, want, existed=have is not None)
+        return None
+
+    async def _delete(self, have: Mapping[str, Any] | None) -> Result | None:
+        if have is None or is_deleting(have):
+            return None
+        if has_reservations(have):
+            return Result(requeue_after=self.reserved_requeue)
+        try:  # the cache may lag behind Kueue's status: ask the API before deleting
+            fresh = await self.writer.client.get(self.resource, name_of(have))
+        except NotFound:
+            return None
+        if has_reservations(fresh):
+            return Result(requeue_after=self.reserved_requeue)
+        await self.writer.delete(
+            self.resource, fresh, "no flavor targets it and nothing is reserved"
+        )
+        return None
+
+
+def build_cluster_queue_controller(
+    builder: ControllerBuilder,
+    caches: KueueCaches,
+    writer: Writer,
+    *,
+    workers: int,
+    reserved_requeue: float,
+    waiting_requeue: float,
+    batch_window: float,
+) -> None:
+    mfrs = caches.manufacturers
+
+    def by_node(node: dict[str, Any]) -> list[str]:
+        return node_names(node, mfrs, "queue")
+
+    def by_flavor(flavor: dict[str, Any]) -> list[str]:
+        queue = annotations_of(flavor).get(QUEUE_ANNOTATION, "")
+        return [queue] if queue else []
+
+    def by_cohort(cohort: dict[str, Any]) -> list[str]:
+        cohort_name = name_of(cohort)
+        queues = {
+            annotations_of(f).get(QUEUE_ANNOTATION, "")
+            for f in caches.flavors.indexer.by_index(BY_COHORT, cohort_name)
+        }
+        queues.update(
+            name_of(q) for q in caches.cluster_queues.indexer.by_index(BY_COHORT, cohort_name)
+        )
+        return sorted(q for q in queues if q)
+
+    reconciler = ClusterQueueReconciler(
+        caches, writer, reserved_requeue=reserved_requeue, waiting_requeue=waiting_requeue
+    )
+    controller = (
+        builder.for_(caches.kueue.cluster_queues, METADATA_OR_SPEC_CHANGED)
+        .watches(caches.kueue.cohorts, by_cohort, METADATA_OR_SPEC_CHANGED)
+        .with_options(max_concurrent_reconciles=workers)
+        .complete(reconciler)
+    )
+    watch_batched(controller, caches.nodes, by_node, NodeChanged(mfrs), batch_window)
+    watch_batched(controller, caches.flavors, by_flavor, METADATA_OR_SPEC_CHANGED, batch_window)

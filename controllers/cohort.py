@@ -1,0 +1,93 @@
+"""Cohorts (SPEC §6.3) with the safe deletion rule (SPEC §0.5).
+
+Key: the cohort name. While a managed Node's profile names it, the Cohort exists (a name, an
+empty spec and the managed-by label). It is deleted only when no managed node's profile and
+no ClusterQueue (``spec.cohortName``, anyone's) references it: ClusterQueues are owned by
+their Cohort, so deleting it earlier would let the garbage collector cascade into queues
+that still have flavors. A Cohort being deleted is looked at again after a while; one a
+person made (no managed-by label) is never changed or deleted.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from controllers.caches import BY_COHORT, KueueCaches, node_names
+from controllers.common import (
+    METADATA_OR_SPEC_CHANGED,
+    NodeChanged,
+    Writer,
+    is_managed_object,
+    is_up_to_date,
+    watch_batched,
+)
+from gpustack_operator.domain.nodeview import is_deleting
+from gpustack_operator.domain.queues import (
+    cluster_queue_cohort,
+    cohort_may_be_deleted,
+    desired_cohorts,
+)
+from gpustack_operator.runtime.controller import ControllerBuilder, Request, Result
+
+NAME: Final = "cohort"
+
+
+class CohortReconciler:
+    def __init__(self, caches: KueueCaches, writer: Writer, *, deleting_requeue: float) -> None:
+        self.caches = caches
+        self.writer = writer
+        self.resource = caches.kueue.cohorts
+        self.deleting_requeue = deleting_requeue
+
+    async def __call__(self, request: Request) -> Result | None:
+        name = request.name
+        have = self.caches.cohorts.indexer.get(name)
+        nodes = self.caches.managed_nodes(BY_COHORT, name)
+        if have is not None and is_deleting(have):
+            return Result(requeue_after=self.deleting_requeue) if nodes else None
+        if have is not None and not is_managed_object(have):
+            if nodes:
+                self.writer.not_ours(self.resource, have)
+            return None
+        want = desired_cohorts(nodes, self.caches.manufacturers, self.caches.kueue.version).get(
+            name
+        )
+        if want is not None:
+            if not is_up_to_date(have, want):
+                await self.writer.apply(self.resource, want, existed=have is not None)
+            return None
+        if have is None:
+            return None
+        queues = self.caches.cluster_queues.indexer.by_index(BY_COHORT, name)
+        if cohort_may_be_deleted(name, nodes, queues, self.caches.manufacturers):
+            await self.writer.delete(self.resource, have, "no node or ClusterQueue references it")
+        return None
+
+
+def build_cohort_controller(
+    builder: ControllerBuilder,
+    caches: KueueCaches,
+    writer: Writer,
+    *,
+    workers: int,
+    deleting_requeue: float,
+    batch_window: float,
+) -> None:
+    mfrs = caches.manufacturers
+
+    def by_node(node: dict[str, Any]) -> list[str]:
+        return node_names(node, mfrs, "cohort")
+
+    def by_queue(queue: dict[str, Any]) -> list[str]:
+        cohort = cluster_queue_cohort(queue)
+        return [cohort] if cohort else []
+
+    controller = (
+        builder.for_(caches.kueue.cohorts, METADATA_OR_SPEC_CHANGED)
+        .with_options(max_concurrent_reconciles=workers)
+        .complete(CohortReconciler(caches, writer, deleting_requeue=deleting_requeue))
+    )
+    watch_batched(controller, caches.nodes, by_node, NodeChanged(mfrs), batch_window)
+    watch_batched(
+        controller, caches.cluster_queues, by_queue, METADATA_OR_SPEC_CHANGED, batch_window
+    )

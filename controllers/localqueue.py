@@ -1,0 +1,168 @@
+"""LocalQueues (SPEC §6.5, §0.7): one per managed ClusterQueue in every eligible namespace.
+
+Key: the namespace name. A reconcile compares the namespace's LocalQueues (namespace index)
+with ``desired_local_queues`` for the managed ClusterQueues in the cache, each LocalQueue
+owned by its ClusterQueue. A new Namespace is reconciled when it appears; a ClusterQueue
+appearing or going enqueues every namespace.
+
+Deletion, decided here: LocalQueues normally go with their ClusterQueue through owner
+garbage collection. The reconciler also deletes a managed LocalQueue itself when its
+ClusterQueue is no longer in the cache (faster than GC, same result), and when its namespace
+became ineligible (the system namespace or one added to ``--excluded-namespaces``), because
+the exclusion list is the operator's statement that the namespace gets no queues. It never
+deletes LocalQueues of a ClusterQueue that still exists, even one being deleted (Kueue may
+still hold workloads there), nor anything in a terminating namespace (the namespace
+controller is removing it), nor LocalQueues without the managed-by label.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+from controllers.caches import BY_NAMESPACE, KueueCaches
+from controllers.common import (
+    METADATA_OR_SPEC_CHANGED,
+    Writer,
+    is_managed_object,
+    is_up_to_date,
+    watch_batched,
+)
+from gpustack_operator.domain.labels import RESOURCE_TYPE_INSTANCETYPES, RESOURCE_TYPE_LABEL
+from gpustack_operator.domain.nodeview import is_deleting, labels_of, metadata, name_of
+from gpustack_operator.domain.queues import desired_local_queues
+from gpustack_operator.runtime.controller import ControllerBuilder, Request
+from gpustack_operator.runtime.predicates import Predicate
+from gpustack_operator.runtime.resources import NAMESPACES
+
+NAME: Final = "localqueue"
+
+
+def _is_our_queue(cluster_queue: object) -> bool:
+    return (
+        is_managed_object(cluster_queue)
+        and labels_of(cluster_queue).get(RESOURCE_TYPE_LABEL) == RESOURCE_TYPE_INSTANCETYPES
+    )
+
+
+def _terminating(namespace: object) -> bool:
+    status = namespace.get("status") if isinstance(namespace, dict) else None
+    return is_deleting(namespace) or (
+        isinstance(status, dict) and status.get("phase") == "Terminating"
+    )
+
+
+class _QueueSetChanged(Predicate):
+    """ClusterQueue events that change which LocalQueues should exist: creation, deletion,
+    the start of a deletion and a change of the managed-by or type label."""
+
+    def update(self, old: dict[str, Any], new: dict[str, Any]) -> bool:
+        return (
+            _is_our_queue(old) != _is_our_queue(new)
+            or bool(metadata(old).get("deletionTimestamp"))
+            != bool(metadata(new).get("deletionTimestamp"))
+            or metadata(old).get("uid") != metadata(new).get("uid")
+        )
+
+
+class _NamespaceStateChanged(Predicate):
+    def update(self, old: dict[str, Any], new: dict[str, Any]) -> bool:
+        return _terminating(old) != _terminating(new)
+
+
+class LocalQueueReconciler:
+    def __init__(
+        self,
+        caches: KueueCaches,
+        writer: Writer,
+        *,
+        system_namespace: str,
+        excluded_namespaces: Sequence[str],
+    ) -> None:
+        self.caches = caches
+        self.writer = writer
+        self.resource = caches.kueue.local_queues
+        self.system_namespace = system_namespace
+        self.excluded = tuple(excluded_namespaces)
+
+    async def __call__(self, request: Request) -> None:
+        namespace_name = request.name
+        namespace = self.caches.namespaces.indexer.get(namespace_name)
+        if namespace is None or _terminating(namespace):
+            return  # the namespace controller removes what is inside
+        queues = [q for q in self.caches.cluster_queues.indexer.list() if _is_our_queue(q)]
+        wanted = desired_local_queues(
+            queues,
+            [namespace],
+            system_namespace=self.system_namespace,
+            excluded=self.excluded,
+            version=self.caches.kueue.version,
+        )
+        present = {
+            name_of(lq): lq
+            for lq in self.caches.local_queues.indexer.by_index(BY_NAMESPACE, namespace_name)
+        }
+        for (_, lq_name), want in wanted.items():
+            have = present.get(lq_name)
+            if have is not None and not is_managed_object(have):
+                self.writer.not_ours(self.resource, have)
+            elif have is None or not is_up_to_date(have, want):
+                await self.writer.apply(self.resource, want, existed=have is not None)
+        for lq_name, have in present.items():
+            if (namespace_name, lq_name) in wanted or not is_managed_object(have):
+                continue
+            if is_deleting(have) or self._queue_still_there(have):
+                continue
+            await self.writer.delete(self.resource, have, "its ClusterQueue or namespace is gone")
+
+    def _queue_still_there(self, local_queue: dict[str, Any]) -> bool:
+        """The LocalQueue's ClusterQueue exists (being deleted or not) in an eligible namespace."""
+        namespace = metadata(local_queue).get("namespace")
+        if namespace == self.system_namespace or namespace in self.excluded:
+            return False
+        spec = local_queue.get("spec") or {}
+        target = spec.get("clusterQueue") if isinstance(spec, dict) else None
+        return (
+            isinstance(target, str) and self.caches.cluster_queues.indexer.get(target) is not None
+        )
+
+
+def build_local_queue_controller(
+    builder: ControllerBuilder,
+    caches: KueueCaches,
+    writer: Writer,
+    *,
+    workers: int,
+    system_namespace: str,
+    excluded_namespaces: Sequence[str],
+    batch_window: float,
+) -> None:
+    def every_namespace(_: dict[str, Any]) -> list[str]:
+        return caches.namespaces.indexer.keys()
+
+    def own_namespace(local_queue: dict[str, Any]) -> list[str]:
+        namespace = metadata(local_queue).get("namespace")
+        return [namespace] if isinstance(namespace, str) and namespace else []
+
+    reconciler = LocalQueueReconciler(
+        caches,
+        writer,
+        system_namespace=system_namespace,
+        excluded_namespaces=excluded_namespaces,
+    )
+    controller = (
+        builder.for_(NAMESPACES, _NamespaceStateChanged())
+        .watches(caches.kueue.local_queues, own_namespace, METADATA_OR_SPEC_CHANGED)
+        .with_options(max_concurrent_reconciles=workers)
+        .complete(reconciler)
+    )
+    # New queues are batched (a burst of them reaches every namespace once); a deleted
+    # queue's LocalQueues are removed at once rather than waiting for the garbage collector.
+    watch_batched(
+        controller,
+        caches.cluster_queues,
+        every_namespace,
+        _QueueSetChanged(),
+        batch_window,
+        deletes_at_once=True,
+    )

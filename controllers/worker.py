@@ -1,0 +1,296 @@
+"""The worker's reconcilers on one manager: capacity profiling and the Kueue chain.
+
+``setup_worker(manager, config)`` registers five independent controllers (each with its
+own work queue and workers) on the manager's shared informers:
+
+- ``capacity`` (NodeFeatures, SPEC §5) at once: it needs no Kueue;
+- ``resourceflavor``, ``cohort``, ``clusterqueue``, ``localqueue`` (SPEC §6) once Kueue is
+  found. Kueue is a prerequisite the worker checks for, not installs (SPEC §0.1): a
+  discovery loop (on every replica, leader or not) asks which ``kueue.x-k8s.io`` versions the
+  cluster serves, prefers v1beta2 over v1beta1, keeps ``/readyz`` failing with one clear log
+  line while neither is served, and retries. Once a version is known, the Kueue informers
+  start (on standbys too, so a new leader starts warm; earlier they could never sync) and,
+  on the leader, the four queue controllers.
+
+Build the manager with :func:`new_worker_manager` to get the worker's informer transform
+(Nodes trimmed to what the reconcilers read); any manager works, at a memory cost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+import anyio
+import structlog
+
+from controllers.caches import KueueCaches, add_node_indexes
+from controllers.capacity import setup_capacity
+from controllers.clusterqueue import NAME as CLUSTER_QUEUE
+from controllers.clusterqueue import build_cluster_queue_controller
+from controllers.cohort import NAME as COHORT
+from controllers.cohort import build_cohort_controller
+from controllers.common import Writer, trim_for_worker
+from controllers.flavor import NAME as FLAVOR
+from controllers.flavor import build_flavor_controller
+from controllers.localqueue import NAME as LOCAL_QUEUE
+from controllers.localqueue import build_local_queue_controller
+from gpustack_operator.apis import KUEUE_GROUP, KueueResources, kueue_resources
+from gpustack_operator.domain.kueue import KueueVersion
+from gpustack_operator.domain.labels import MANAGED_BY_VALUE
+from gpustack_operator.domain.manufacturers import Manufacturer, load_manufacturers
+from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
+from gpustack_operator.domain.queues import DEFAULT_EXCLUDED_NAMESPACES
+from gpustack_operator.runtime.client import ApiError, Client
+from gpustack_operator.runtime.controller import (
+    CacheSyncTimeoutError,
+    Controller,
+    ControllerBuilder,
+    EventSource,
+)
+from gpustack_operator.runtime.events import EventRecorder
+from gpustack_operator.runtime.informer import InformerFactory
+from gpustack_operator.runtime.manager import Manager, ManagerOptions
+from gpustack_operator.runtime.resources import NODES, Resource
+
+log = structlog.get_logger(__name__)
+
+KUEUE_AUTO: Final = "auto"
+KUEUE_MISSING_MESSAGE: Final = (
+    "Kueue CRDs are not installed: install Kueue >= 0.13 (it serves kueue.x-k8s.io/v1beta2; "
+    "v1beta1 is accepted too), e.g. `kubectl apply --server-side -f "
+    "https://github.com/kubernetes-sigs/kueue/releases/download/<version>/manifests.yaml`. "
+    "The worker stays not ready and keeps checking."
+)
+
+
+@dataclass
+class WorkerConfig:
+    """What the worker's reconcilers need to know about their cluster."""
+
+    system_namespace: str = DEFAULT_SYSTEM_NAMESPACE
+    manufacturers: Mapping[str, Manufacturer] = field(default_factory=load_manufacturers)
+    excluded_namespaces: tuple[str, ...] = DEFAULT_EXCLUDED_NAMESPACES
+    """Namespaces without LocalQueues; the system namespace is always excluded too."""
+    kueue_version: str = KueueVersion.V1BETA2.value
+    """``v1beta2``, ``v1beta1`` or ``auto`` (the newest served). A pinned version still
+    waits until the cluster serves it."""
+    field_manager: str = MANAGED_BY_VALUE
+    max_concurrent_reconciles: int = 2
+    kueue_discovery_interval: float = 10.0
+    """Seconds between Kueue discovery attempts while Kueue is missing."""
+    reserved_requeue: float = 15.0
+    """Seconds before re-checking a flavorless ClusterQueue that still has reservations."""
+    waiting_requeue: float = 1.0
+    """Seconds before retrying a ClusterQueue whose Cohort is not in the cache yet."""
+    cohort_deleting_requeue: float = 15.0
+    """Seconds before re-checking a Cohort that is being deleted while nodes need it."""
+    batch_window: float = 1.0
+    """Seconds a queue reconciler collects Node, flavor and ClusterQueue events for one key
+    before reconciling it once (a dedup window: a fleet joining rewrites each queue once,
+    not once per node). Changes to the reconciled objects themselves are not delayed."""
+
+    def __post_init__(self) -> None:
+        if self.kueue_version != KUEUE_AUTO:
+            kueue_resources(self.kueue_version)  # raises ValueError naming the choices
+        if self.max_concurrent_reconciles < 1:
+            raise ValueError("max_concurrent_reconciles must be at least 1")
+
+
+def choose_kueue_version(served: list[str], wanted: str) -> KueueVersion | None:
+    """The Kueue version to write among *served*: *wanted*, or with ``auto`` v1beta2, else
+    v1beta1; ``None`` when the cluster serves none of them."""
+    candidates = (
+        [KueueVersion.V1BETA2, KueueVersion.V1BETA1]
+        if wanted == KUEUE_AUTO
+        else [KueueVersion(wanted)]
+    )
+    return next((v for v in candidates if v.value in served), None)
+
+
+class _LateHost:
+    """A ControllerHost for controllers built after the manager started (Kueue's).
+
+    The manager refuses new controllers once running; these are run by the worker's own
+    runnable instead, on the manager's shared informers.
+    """
+
+    def __init__(self, manager: Manager) -> None:
+        self.manager = manager
+        self.controllers: list[Controller] = []
+
+    def source_for(
+        self,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> EventSource:
+        return self.manager.source_for(
+            resource,
+            namespace=namespace,
+            label_selector=label_selector,
+            field_selector=field_selector,
+        )
+
+    def add_controller(self, controller: Controller) -> None:
+        controller.drain_timeout = min(
+            controller.drain_timeout, self.manager.options.graceful_shutdown_timeout
+        )
+        self.controllers.append(controller)
+
+    @property
+    def recorder(self) -> EventRecorder:
+        return self.manager.recorder
+
+
+class Worker:
+    """The worker's state on one manager (returned by :func:`setup_worker`)."""
+
+    def __init__(self, manager: Manager, config: WorkerConfig) -> None:
+        self.manager = manager
+        self.config = config
+        self.writer = Writer(manager.client, config.field_manager, manager.recorder)
+        self.kueue: KueueResources | None = None
+        """The Kueue kinds in use, once discovered."""
+        self.kueue_found = anyio.Event()
+        self.caches: KueueCaches | None = None
+        self.queue_controllers: list[Controller] = []
+        """The four Kueue controllers, once started (on the leader)."""
+
+    @property
+    def excluded_namespaces(self) -> tuple[str, ...]:
+        return (self.config.system_namespace, *self.config.excluded_namespaces)
+
+    def kueue_ready(self) -> bool:
+        """Readiness: Kueue is served (the informers-synced check covers its caches)."""
+        return self.kueue is not None
+
+    async def discover_kueue(self) -> None:
+        """Find the Kueue version to write; log one clear line while it is missing."""
+        reported = False
+        while self.kueue is None:
+            try:
+                served = await self.manager.client.served_versions(KUEUE_GROUP)
+            except ApiError as err:
+                log.warning("Kueue discovery failed; retrying", error=str(err))
+                served = None
+            if served is not None:
+                version = choose_kueue_version(served, self.config.kueue_version)
+                if version is not None:
+                    self.kueue = kueue_resources(version)
+                    log.info("Kueue found", version=version.value, served=served)
+                    # Caches warm up on standbys too, so a new leader starts with them full.
+                    self.caches = KueueCaches.create(
+                        self.manager, self.kueue, self.config.manufacturers
+                    )
+                    self.kueue_found.set()
+                    return
+                if not reported:
+                    if served:
+                        log.error(
+                            f"Kueue serves {', '.join(served)}, not the requested "
+                            f"{self.config.kueue_version}: pass --kueue-version=auto or "
+                            "upgrade Kueue. The worker stays not ready and keeps checking."
+                        )
+                    else:
+                        log.error(KUEUE_MISSING_MESSAGE)
+                    reported = True
+            await anyio.sleep(self.config.kueue_discovery_interval)
+
+    async def run_queue_controllers(self) -> None:
+        """Leader only: once Kueue is known, build and run the four queue controllers."""
+        await self.kueue_found.wait()
+        caches = self.caches
+        assert caches is not None
+        config = self.config
+        host = _LateHost(self.manager)
+        workers = config.max_concurrent_reconciles
+        window = config.batch_window
+        build_flavor_controller(
+            ControllerBuilder(host, FLAVOR),
+            caches,
+            self.writer,
+            workers=workers,
+            batch_window=window,
+        )
+        build_cohort_controller(
+            ControllerBuilder(host, COHORT),
+            caches,
+            self.writer,
+            workers=workers,
+            deleting_requeue=config.cohort_deleting_requeue,
+            batch_window=window,
+        )
+        build_cluster_queue_controller(
+            ControllerBuilder(host, CLUSTER_QUEUE),
+            caches,
+            self.writer,
+            workers=workers,
+            reserved_requeue=config.reserved_requeue,
+            waiting_requeue=config.waiting_requeue,
+            batch_window=window,
+        )
+        build_local_queue_controller(
+            ControllerBuilder(host, LOCAL_QUEUE),
+            caches,
+            self.writer,
+            workers=workers,
+            system_namespace=config.system_namespace,
+            excluded_namespaces=config.excluded_namespaces,
+            batch_window=window,
+        )
+        # Batched watches are not sources the controllers wait for: every cache a reconciler
+        # reads must be full before the first reconcile (an empty flavor cache would make
+        # every ClusterQueue look orphaned).
+        timeout = self.manager.options.cache_sync_timeout
+        for informer in caches.informers():
+            if not await informer.wait_for_sync(timeout):
+                raise CacheSyncTimeoutError(
+                    f"the cache of {informer.resource} did not sync within {timeout:g}s; check "
+                    "the API server and the RBAC rules (list/watch) for this kind"
+                )
+        self.queue_controllers = host.controllers
+        # Listed with the manager's own so that its shutdown treats them alike (no drain
+        # after a lost Lease) and tools that inspect manager.controllers see all five.
+        self.manager.controllers.extend(host.controllers)
+        log.info("starting Kueue controllers", controllers=[c.name for c in host.controllers])
+        async with anyio.create_task_group() as tg:
+            for controller in host.controllers:
+                tg.start_soon(controller.run, name=f"controller {controller.name}")
+
+
+def setup_worker(manager: Manager, config: WorkerConfig) -> Worker:
+    """Register the worker's five reconcilers and Kueue discovery on *manager*.
+
+    Call before ``manager.run()``. The capacity controller is a regular controller of the
+    manager; the four Kueue controllers start on the leader once Kueue is discovered. Adds the
+    readiness check ``kueue``.
+    """
+    worker = Worker(manager, config)
+    add_node_indexes(manager.informer(NODES), config.manufacturers)
+    setup_capacity(
+        manager,
+        worker.writer,
+        system_namespace=config.system_namespace,
+        manufacturers=config.manufacturers,
+        max_concurrent_reconciles=config.max_concurrent_reconciles,
+    )
+    manager.add_readyz_check("kueue", worker.kueue_ready)
+    manager.add_runnable(worker.discover_kueue, name="kueue discovery", needs_leader=False)
+    manager.add_runnable(worker.run_queue_controllers, name="kueue controllers")
+    return worker
+
+
+def new_worker_manager(client: Client, options: ManagerOptions | None = None) -> Manager:
+    """A manager whose shared informers use the worker's transform (:func:`trim_for_worker`)."""
+    opts = options or ManagerOptions()
+    informers = InformerFactory(
+        client,
+        default_transform=trim_for_worker,
+        resync_period=opts.resync_period,
+        settings=opts.reflector,
+    )
+    return Manager(client, opts, informers=informers)

@@ -1,0 +1,70 @@
+"""``gpustack-operator worker`` as a process: flags from the environment, convergence, a clean
+exit on SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from gpustack_operator.sim.server import SimServer
+from tests.conftest import shared_crds_dir
+from tests.integration.worker.support import (
+    converged,
+    fast_config,
+    nfd_master,
+    node,
+    put_node,
+)
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.skipif(
+        shared_crds_dir() is None,
+        reason="needs the Kueue and NFD CRDs from ../shared/crds (or $GPUSTACK_SHARED_CRDS)",
+    ),
+]
+
+
+async def test_the_worker_command_converges_and_stops_cleanly(
+    sim: SimServer, sim_kubeconfig: Path
+) -> None:
+    put_node(sim, node("one", cards=("Tesla T4", 2)))
+    env = {
+        **os.environ,
+        "GPUSTACK_WORKER_NO_LEADER_ELECT": "true",
+        "GPUSTACK_WORKER_METRICS_BIND_ADDRESS": "0",
+        "GPUSTACK_WORKER_EXCLUDED_NAMESPACES": "kube-system,kube-public,kube-node-lease",
+    }
+    argv = [
+        sys.executable,
+        "-m",
+        "gpustack_operator",
+        "--log-format=json",
+        "worker",
+        f"--kubeconfig={sim_kubeconfig}",
+        "--health-probe-bind-address=127.0.0.1:0",
+        "--disable-applications=*",
+    ]
+    async with nfd_master(sim):
+        process = await anyio.open_process(
+            argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        try:
+            await converged(sim, fast_config(), timeout=30)
+            # No leader election: the flag from the environment was honoured.
+            assert sim.store.list("coordination.k8s.io/v1", "Lease", "gpustack-system") == []
+            process.send_signal(signal.SIGTERM)
+            with anyio.fail_after(20):
+                code = await process.wait()
+            assert code == 0
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+            await process.aclose()

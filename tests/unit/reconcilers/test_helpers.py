@@ -1,0 +1,186 @@
+"""Pure helpers of the worker's reconcilers (controllers/): no cluster needed."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from controllers.clusterqueue import has_reservations
+from controllers.common import NodeChanged, is_up_to_date, node_view, trim_for_worker
+from controllers.worker import WorkerConfig, choose_kueue_version
+from gpustack_operator.apis import kueue_resources
+from gpustack_operator.cli import build_parser
+from gpustack_operator.commands.worker import build_config, build_options
+from gpustack_operator.domain.kueue import KueueVersion
+from gpustack_operator.domain.manufacturers import load_manufacturers
+
+MFRS = load_manufacturers({})
+
+
+def a_node() -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": "n",
+            "uid": "u1",
+            "resourceVersion": "5",
+            "managedFields": [{"manager": "kubelet"}],
+            "labels": {"gpustack.ai/managed": "true", "kubernetes.io/hostname": "n"},
+            "annotations": {"feature.gpustack.ai/cpu-name": "AMD EPYC", "other": "x"},
+        },
+        "spec": {"podCIDR": "10.0.0.0/24", "taints": [{"key": "k", "effect": "NoSchedule"}]},
+        "status": {
+            "capacity": {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "2"},
+            "allocatable": {"cpu": "15", "memory": "60Gi", "nvidia.com/gpu": "2"},
+            "conditions": [{"type": "Ready"}],
+            "images": [{"names": ["x"], "sizeBytes": 1}],
+            "nodeInfo": {"kubeletVersion": "v1.31"},
+        },
+    }
+
+
+def test_the_node_transform_keeps_only_what_the_worker_reads() -> None:
+    node = a_node()
+    original = copy.deepcopy(node)
+    trimmed = trim_for_worker(node)
+    assert node == original  # the input is not modified
+    assert "managedFields" not in trimmed["metadata"]
+    assert trimmed["metadata"]["labels"] == node["metadata"]["labels"]
+    assert trimmed["metadata"]["annotations"] == node["metadata"]["annotations"]
+    assert set(trimmed["status"]) == {"capacity", "allocatable"}
+    assert trimmed["spec"] == {"taints": node["spec"]["taints"]}
+    cq = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "status": {"a": 1}}
+    assert trim_for_worker(cq)["status"] == {"a": 1}
+
+
+@pytest.mark.parametrize(
+    ("change", "relevant"),
+    [
+        (lambda n: n["status"]["conditions"].append({"type": "DiskPressure"}), False),
+        (lambda n: n["metadata"].update(resourceVersion="6"), False),
+        (lambda n: n["metadata"]["labels"].update({"team": "a"}), False),
+        (lambda n: n["metadata"]["annotations"].update({"other": "y"}), False),
+        (lambda n: n["metadata"]["labels"].update({"gpustack.ai/managed": "false"}), True),
+        (lambda n: n["metadata"]["labels"].update({"kubernetes.io/arch": "arm64"}), True),
+        (
+            lambda n: n["metadata"]["annotations"].update({"feature.gpustack.ai/cpu-name": "Z"}),
+            True,
+        ),
+        (lambda n: n["status"]["allocatable"].update({"nvidia.com/gpu": "1"}), True),
+        (lambda n: n["status"]["capacity"].update({"memory": "128Gi"}), True),
+        (lambda n: n["metadata"].update(deletionTimestamp="2026-01-01T00:00:00Z"), True),
+    ],
+)
+def test_node_updates_pass_only_when_the_worker_view_changes(change: Any, relevant: bool) -> None:
+    old = a_node()
+    new = copy.deepcopy(old)
+    change(new)
+    assert NodeChanged(MFRS).update(old, new) is relevant
+    assert (node_view(old, MFRS) != node_view(new, MFRS)) is relevant
+
+
+def flavor(**spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": "f",
+            "labels": {"app.kubernetes.io/managed-by": "gpustack-operator"},
+            "annotations": {"note.gpustack.ai/cpu": "16"},
+        },
+        "spec": {"nodeLabels": {"a": "1"}, **spec},
+    }
+
+
+def test_up_to_date_tolerates_server_defaults_but_not_our_drift() -> None:
+    want = flavor()
+    have = copy.deepcopy(want)
+    have["metadata"]["labels"]["extra"] = "someone's"
+    have["metadata"]["annotations"]["kubectl.io/x"] = "y"
+    have["spec"]["tolerations"] = []  # a default the server filled in
+    assert is_up_to_date(have, want)
+    assert not is_up_to_date(None, want)
+    stale_note = copy.deepcopy(have)
+    stale_note["metadata"]["annotations"]["note.gpustack.ai/omittedFlavors"] = "1"
+    assert not is_up_to_date(stale_note, want)
+    extra_node_label = copy.deepcopy(have)
+    extra_node_label["spec"]["nodeLabels"]["b"] = "2"
+    assert not is_up_to_date(extra_node_label, want)
+    changed = copy.deepcopy(have)
+    changed["metadata"]["annotations"]["note.gpustack.ai/cpu"] = "8"
+    assert not is_up_to_date(changed, want)
+    owned = copy.deepcopy(want)
+    owned["metadata"]["ownerReferences"] = [
+        {"kind": "Cohort", "name": "c", "uid": "1", "controller": True}
+    ]
+    assert not is_up_to_date(have, owned)
+    list_shorter = flavor(groups=[{"a": 1}, {"b": 2}])
+    have_list = copy.deepcopy(list_shorter)
+    have_list["spec"]["groups"].pop()
+    assert not is_up_to_date(have_list, list_shorter)
+
+
+@pytest.mark.parametrize(
+    ("status", "reserved"),
+    [
+        (None, False),
+        ({}, False),
+        ({"pendingWorkloads": 3}, False),
+        ({"admittedWorkloads": 1}, True),
+        (
+            {"flavorsReservation": [{"name": "f", "resources": [{"name": "cpu", "total": "0"}]}]},
+            False,
+        ),
+        (
+            {
+                "flavorsReservation": [
+                    {"name": "f", "resources": [{"name": "cpu", "total": "500m"}]}
+                ]
+            },
+            True,
+        ),
+        ({"flavorsUsage": [{"name": "f", "resources": [{"name": "cpu", "borrowed": "1"}]}]}, True),
+        ({"flavorsUsage": [{"name": "f", "resources": [{"name": "cpu", "total": "bogus"}]}]}, True),
+    ],
+)
+def test_reservations_keep_a_cluster_queue(status: Any, reserved: bool) -> None:
+    queue: dict[str, Any] = {"metadata": {"name": "q"}}
+    if status is not None:
+        queue["status"] = status
+    assert has_reservations(queue) is reserved
+
+
+def test_kueue_version_choice() -> None:
+    assert choose_kueue_version(["v1beta2", "v1beta1"], "auto") is KueueVersion.V1BETA2
+    assert choose_kueue_version(["v1beta1"], "auto") is KueueVersion.V1BETA1
+    assert choose_kueue_version(["v1beta1"], "v1beta2") is None
+    assert choose_kueue_version([], "auto") is None
+    assert kueue_resources("v1beta1").cluster_queues.api_version == "kueue.x-k8s.io/v1beta1"
+    assert kueue_resources().local_queues.namespaced
+    with pytest.raises(ValueError, match="v1alpha1"):
+        kueue_resources("v1alpha1")
+    with pytest.raises(ValueError, match="Kueue API version"):
+        WorkerConfig(manufacturers=MFRS, kueue_version="v2")
+
+
+def test_worker_flags_and_environment() -> None:
+    env = {
+        "GPUSTACK_WORKER_NO_LEADER_ELECT": "true",
+        "GPUSTACK_WORKER_EXCLUDED_NAMESPACES": "kube-system,batch",
+        "GPUSTACK_WORKER_MANUFACTURER": "nvidia,amd",
+    }
+    args = build_parser(env).parse_args(["worker", "--namespace", "ops"])
+    config = build_config(args)
+    assert config.system_namespace == "ops"
+    assert config.excluded_namespaces == ("kube-system", "batch")
+    assert list(config.manufacturers) == ["amd", "nvidia"]
+    assert build_options(args).leader_election is None
+    args = build_parser({}).parse_args(["worker", "--leader-election-retry-period", "500ms"])
+    election = build_options(args).leader_election
+    assert election is not None
+    assert (election.lease_name, election.lease_namespace) == ("worker.gpustack.ai", args.namespace)
+    assert election.retry_period == 0.5
+    bad = build_parser({}).parse_args(["worker", "--manufacturer", "acme"])
+    with pytest.raises(ValueError, match="acme"):
+        build_config(bad)
