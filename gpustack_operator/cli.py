@@ -35,6 +35,11 @@ class Command:
 # In the order `--help` lists them. A subcommand is listed only once it works end to end.
 COMMANDS: tuple[Command, ...] = (
     Command(
+        "worker",
+        "worker",
+        "run the controllers: node capacity profiles and the Kueue queue chain",
+    ),
+    Command(
         "worker-gateway",
         "worker_gateway",
         "serve one read-only API over the Kueue queues of several clusters",
@@ -43,6 +48,11 @@ COMMANDS: tuple[Command, ...] = (
         "device-manager",
         "device_manager",
         "detect accelerators on this node and report them as node labels",
+    ),
+    Command(
+        "sim",
+        "sim",
+        "run a simulated Kubernetes cluster with the operator (a test double and a demo)",
     ),
     Command(
         "plan",

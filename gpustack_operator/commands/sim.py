@@ -1,0 +1,333 @@
+"""``gpustack-operator sim``: a simulated Kubernetes cluster, for demos, people and kubectl.
+
+The simulator is a test double and a demo: an in-process stand-in for kube-apiserver (plus
+NFD-master and kubelet stand-ins) that keeps everything in memory. It is never a production
+cluster.
+
+- ``--cluster FILE``: seed it with Node manifests (the format ``plan`` reads), run the
+  device-manager agents and the worker against it, wait (bounded) until it holds the chain
+  ``plan`` computes for the same file, and print the chain read back from the API.
+- ``--serve``: keep running afterwards (or, without ``--cluster``, serve an empty cluster)
+  and write a kubeconfig for kubectl, until SIGINT/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+import tempfile
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import structlog
+import yaml
+
+from gpustack_operator.commands.plan import DEFAULT_NAMESPACES as PLAN_DEFAULT_NAMESPACES
+from gpustack_operator.commands.plan import PlanInputError, read_nodes_file
+from gpustack_operator.domain.desired import plan_state
+from gpustack_operator.domain.manufacturers import load_manufacturers
+from gpustack_operator.domain.settings import load_group_id_with_memory
+from gpustack_operator.render import FORMATS, render
+
+if TYPE_CHECKING:
+    from gpustack_operator.sim.server import SimServer
+    from gpustack_operator.simcluster.cluster import SimCluster
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_NAMESPACES = ("default", "kube-system", "gpustack-system")
+SYSTEM_NAMESPACE = "gpustack-system"
+DEFAULT_TIMEOUT = 60.0
+EXIT_NOT_CONVERGED = 1
+EXIT_BAD_INPUT = 2
+BANNER = (
+    "Simulated Kubernetes cluster (gpustack-operator sim: a test double and a demo, "
+    "not a production cluster)\n"
+)
+
+
+def default_kubeconfig_path() -> Path:
+    """Where ``--serve`` writes its kubeconfig unless told: the temp dir, never the cwd."""
+    return Path(tempfile.gettempdir()) / "gpustack-operator-sim-kubeconfig.yaml"
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "sim",
+        help="run a simulated Kubernetes cluster with the operator (a test double and a demo)",
+        description=(
+            "Run the project's simulated Kubernetes cluster: an in-memory test double and "
+            "demo, never a production cluster. With --cluster FILE it is seeded with the Nodes "
+            "in FILE (a List, multi-document YAML or `kubectl get nodes -o yaml` output; "
+            "Nodes annotated sim.gpustack.ai/devices get simulated accelerators), runs the "
+            "device-manager agents and the worker against it, waits until the cluster holds "
+            "the chain `plan` computes for the same file (exit 1 with the reason if it does "
+            "not within --timeout), and prints the chain read back from the API. With --serve "
+            "it then keeps running, with a kubeconfig for kubectl, until interrupted "
+            "(SIGINT/SIGTERM); --serve alone serves an empty cluster "
+            f"(namespaces {', '.join(DEFAULT_NAMESPACES)}) with an NFD-master stand-in."
+        ),
+    )
+    parser.add_argument(
+        "--cluster",
+        type=Path,
+        metavar="FILE",
+        help="seed the cluster with the Nodes (and Namespaces) in FILE and run the operator",
+    )
+    parser.add_argument(
+        "--namespaces",
+        metavar="A,B",
+        help="namespaces to create, which get LocalQueues (default: the Namespace objects in "
+        "FILE, else 'default'; as plan)",
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=FORMATS,
+        default="table",
+        help="how to print the chain: a tree (table) or one v1 List (yaml, json); default: table",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help="how long to wait for convergence (default: %(default)g)",
+    )
+    parser.add_argument(
+        "--serve",
+        action="store_true",
+        help="keep serving until SIGINT/SIGTERM and write a kubeconfig for kubectl",
+    )
+    parser.add_argument(
+        "--kubeconfig-out",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help=f"where to write the kubeconfig (default: {default_kubeconfig_path()})",
+    )
+    parser.add_argument(
+        "--crds",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="DIR",
+        help="load every CustomResourceDefinition in DIR/*.yaml and *.yml (repeatable); with "
+        "--cluster, schema-less stand-ins serve NodeFeature and the Kueue kinds not loaded so",
+    )
+    parser.add_argument(
+        "--bind-address",
+        default="127.0.0.1",
+        metavar="ADDR",
+        help="address to listen on (default: 127.0.0.1)",
+    )
+    parser.add_argument(
+        "--port", type=int, default=0, help="port to listen on (default: 0, a free port)"
+    )
+    parser.set_defaults(handler=run)
+
+
+def load_crd_documents(dirs: Iterable[Path]) -> list[dict[str, Any]]:
+    """Every ``CustomResourceDefinition`` in the YAML files of *dirs* (other kinds skipped).
+
+    Raises ``ValueError`` naming the file when a directory is missing or a file is not YAML.
+    """
+    crds: list[dict[str, Any]] = []
+    for directory in dirs:
+        if not directory.is_dir():
+            raise ValueError(f"--crds {directory}: not a directory")
+        files = sorted(p for p in directory.iterdir() if p.suffix in (".yaml", ".yml"))
+        for path in files:
+            try:
+                docs = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
+            except (OSError, yaml.YAMLError) as exc:
+                raise ValueError(f"{path}: cannot read YAML: {exc}") from exc
+            for doc in docs:
+                if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
+                    crds.append(doc)
+    return crds
+
+
+def _error(message: str, code: int) -> int:
+    sys.stderr.write(f"gpustack-operator sim: error: {' '.join(message.split())}\n")
+    return code
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.cluster is None and not args.serve:
+        return _error(
+            "give --cluster FILE (run the operator on simulated nodes), --serve (an empty "
+            "cluster for kubectl), or both",
+            EXIT_BAD_INPUT,
+        )
+    if args.timeout <= 0:
+        return _error(f"--timeout must be positive, got {args.timeout:g}", EXIT_BAD_INPUT)
+    try:
+        crds = load_crd_documents(args.crds)
+    except ValueError as exc:
+        return _error(str(exc), EXIT_BAD_INPUT)
+    kubeconfig = args.kubeconfig_out or default_kubeconfig_path()
+    if args.cluster is None:
+        return _run_loop(lambda: serve(crds, kubeconfig, args.bind_address, args.port))
+    try:
+        cluster = build_cluster(args, crds)
+    except (PlanInputError, ValueError) as exc:
+        return _error(str(exc), EXIT_BAD_INPUT)
+    return _run_loop(lambda: run_cluster(cluster, args, kubeconfig if args.serve else None))
+
+
+def build_cluster(args: argparse.Namespace, crds: list[dict[str, Any]]) -> SimCluster:
+    """The simulated cluster for ``--cluster`` (input read and checked as ``plan`` does).
+
+    Raises ``PlanInputError`` or ``ValueError`` naming what is wrong with the input.
+    """
+    from gpustack_operator.simcluster.cluster import SimCluster
+    from gpustack_operator.simcluster.crds import stand_in_crds
+
+    nodes, found = read_nodes_file(args.cluster)
+    if args.namespaces is not None:
+        namespaces: list[str | Mapping[str, Any]] = [
+            n.strip() for n in args.namespaces.split(",") if n.strip()
+        ]
+    else:
+        namespaces = list(found) or list(PLAN_DEFAULT_NAMESPACES)
+    manufacturers = load_manufacturers()
+    with_memory = load_group_id_with_memory()
+    # The same checks plan makes (invalid sim.gpustack.ai/devices annotations, names, ...).
+    plan_state(nodes, namespaces, manufacturers=manufacturers, with_memory=with_memory)
+    given = {crd["metadata"]["name"] for crd in crds if isinstance(crd.get("metadata"), dict)}
+    stand_ins = [c for c in stand_in_crds() if c["metadata"]["name"] not in given]
+    return SimCluster(
+        nodes,
+        namespaces,
+        crds=[*crds, *stand_ins],
+        manufacturers=manufacturers,
+        with_memory=with_memory,
+        host=args.bind_address,
+        port=args.port,
+    )
+
+
+def _run_loop(main: Callable[[], Coroutine[Any, Any, int]]) -> int:
+    """Run *main* on uvloop when it is installed, else on the default asyncio loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main())
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(main())
+
+
+async def run_cluster(
+    cluster: SimCluster, args: argparse.Namespace, kubeconfig: Path | None
+) -> int:
+    """Start *cluster*, wait for convergence, print the chain; with *kubeconfig*, serve on."""
+    from gpustack_operator.simcluster.cluster import NotConverged
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        try:
+            async with cluster:
+                return await _converge_and_print(cluster, args, kubeconfig, stop)
+        except OSError as exc:
+            return _error(f"cannot start the simulated cluster: {exc}", EXIT_NOT_CONVERGED)
+        except NotConverged as exc:
+            sys.stderr.write(f"gpustack-operator sim: error: {exc}\n")
+            return EXIT_NOT_CONVERGED
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+async def _converge_and_print(
+    cluster: SimCluster, args: argparse.Namespace, kubeconfig: Path | None, stop: asyncio.Event
+) -> int:
+    converging = asyncio.ensure_future(cluster.converge(args.timeout))
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({converging, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    if not converging.done():
+        converging.cancel()
+        await asyncio.gather(converging, return_exceptions=True)
+        return _error("interrupted before the cluster converged", 130)
+    stopping.cancel()
+    took = converging.result()  # raises NotConverged
+    chain = await cluster.read_back()
+    sys.stdout.write(render(chain, args.output, cluster.manufacturers))
+    sys.stdout.flush()
+    log.info("sim converged", seconds=round(took, 2), nodes=len(cluster.nodes))
+    if kubeconfig is None:
+        return 0
+    path = cluster.sim.write_kubeconfig(kubeconfig, context="sim")
+    sys.stderr.write(
+        BANNER + f"  API server: {cluster.sim.url}\n"
+        f"  kubeconfig: {path}\n"
+        "The worker and the device-manager agents keep running. Use it with kubectl:\n"
+        f"  export KUBECONFIG={path}\n"
+        "  kubectl get clusterqueues\n"
+        "Stop with Ctrl-C (SIGINT) or SIGTERM.\n"
+    )
+    sys.stderr.flush()
+    await stop.wait()
+    return 0
+
+
+async def serve(crds: list[dict[str, Any]], kubeconfig: Path, host: str, port: int) -> int:
+    """Serve until SIGINT/SIGTERM; returns the exit code."""
+    from gpustack_operator.sim.server import SimServer
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    sim = SimServer(namespaces=DEFAULT_NAMESPACES, host=host, port=port)
+    try:
+        try:
+            await sim.start()
+        except OSError as exc:
+            sys.stderr.write(f"gpustack-operator sim: cannot listen on {host}:{port}: {exc}\n")
+            return 1
+        return await _serve_started(sim, crds, kubeconfig, stop)
+    finally:
+        await sim.stop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+async def _serve_started(
+    sim: SimServer, crds: list[dict[str, Any]], kubeconfig: Path, stop: asyncio.Event
+) -> int:
+    """Load the CRDs, run the NFD stand-in, write the kubeconfig, and wait for *stop*."""
+    from gpustack_operator.sim.errors import ApiError
+    from gpustack_operator.sim.nfdmaster import NfdMaster
+
+    try:
+        sim.load_crds(crds)
+    except (ValueError, ApiError) as exc:
+        sys.stderr.write(f"gpustack-operator sim: a CRD from --crds was refused: {exc}\n")
+        return 2
+    try:
+        path = sim.write_kubeconfig(kubeconfig, context="sim")
+    except OSError as exc:
+        sys.stderr.write(f"gpustack-operator sim: cannot write the kubeconfig: {exc}\n")
+        return 1
+    async with NfdMaster(sim, namespace=SYSTEM_NAMESPACE):
+        sys.stdout.write(
+            BANNER + f"  API server: {sim.url}\n"
+            f"  kubeconfig: {path}\n"
+            f"  CRDs loaded: {len(crds)}\n"
+            "Use it with kubectl:\n"
+            f"  export KUBECONFIG={path}\n"
+            "  kubectl get nodes\n"
+            "Stop with Ctrl-C (SIGINT) or SIGTERM.\n"
+        )
+        sys.stdout.flush()
+        log.info("sim serving", url=sim.url, kubeconfig=str(path), crds=len(crds))
+        await stop.wait()
+        log.info("sim stopping")
+    return 0

@@ -1,0 +1,150 @@
+"""How ``plan`` and ``sim`` print a Kueue chain: one ``v1`` ``List`` (JSON/YAML) or a tree.
+
+Pure text rendering of a :class:`~gpustack_operator.domain.desired.DesiredState`, whether it
+was computed offline (``plan``) or read back from an API server (``sim``), so both commands
+print the same thing for the same chain.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+from gpustack_operator.domain.capacity import device_keys
+from gpustack_operator.domain.desired import DesiredState
+from gpustack_operator.domain.flavors import flavor_nodes, is_managed
+from gpustack_operator.domain.keys import cpu_node_key
+from gpustack_operator.domain.labels import note
+from gpustack_operator.domain.nodeview import annotations_of, labels_of, name_of
+
+FORMATS = ("table", "yaml", "json")
+
+
+def render(state: DesiredState, output: str, manufacturers: Mapping[str, Any]) -> str:
+    """*state* in the format *output* (one of :data:`FORMATS`)."""
+    if output == "json":
+        return render_json(state)
+    if output == "yaml":
+        return render_yaml(state)
+    if output == "table":
+        return render_table(state, manufacturers)
+    raise ValueError(f"unknown output format {output!r}; use one of {', '.join(FORMATS)}")
+
+
+def render_json(state: DesiredState) -> str:
+    return json.dumps(state.as_list(), indent=2) + "\n"
+
+
+def render_yaml(state: DesiredState) -> str:
+    return yaml.safe_dump(state.as_list(), sort_keys=False, default_flow_style=False, width=100)
+
+
+def _quota_text(resources: list[Mapping[str, Any]]) -> str:
+    """``cpu=16 memory=32Gi ... credits=4``, flagging sliced queues' zero borrowing limit."""
+    parts = []
+    for res in resources:
+        name = str(res.get("name", ""))
+        short = "credits" if name.startswith("credits.gpustack.ai/") else name
+        parts.append(f"{short}={res.get('nominalQuota')}")
+    sliced = bool(resources) and all(r.get("borrowingLimit") == "0" for r in resources)
+    return " ".join(parts) + ("  (no borrowing: sliced)" if sliced else "")
+
+
+def _node_rows(state: DesiredState, manufacturers: Mapping[str, Any]) -> list[list[str]]:
+    rows = [["NODE", "MANAGED", "CPU KEY", "DEVICES"]]
+    for node in sorted(state.nodes, key=name_of):
+        labels = labels_of(node)
+        devices = [
+            f"{akey} x{labels.get(f'acceleratable.feature.gpustack.ai/{akey}.count', '?')}"
+            for akey in device_keys(labels, manufacturers)
+        ]
+        rows.append(
+            [
+                name_of(node),
+                "yes" if is_managed(node) else "no",
+                cpu_node_key(labels, annotations_of(node)) or "-",
+                ", ".join(devices) or "-",
+            ]
+        )
+    return rows
+
+
+def _columns(rows: list[list[str]], indent: str = "  ") -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [
+        indent + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+        for r in rows
+    ]
+
+
+def _queue_lines(
+    queue: Mapping[str, Any],
+    counts: Mapping[str, int],
+    local: Mapping[str, tuple[str, list[str]]],
+    last: bool,
+) -> list[str]:
+    notes = queue["metadata"].get("annotations", {})
+    accelerated = notes.get(note("acceleratable")) == "true"
+    unit = f"{notes.get(note('unitCPU'), '?')} CPU + {notes.get(note('unitRAM'), '?')}"
+    unit += " + 1 device" if accelerated else ""
+    what = notes.get(note("manufacturer"), "?")
+    if notes.get(note("product")):
+        what += f" {notes[note('product')]}"
+    if notes.get(note("slicedAccelerator")):
+        what += f", sliced x{notes[note('slicedAccelerator')]}"
+    pad = "   " if last else "│  "
+    lines = [
+        f"{'└─' if last else '├─'} ClusterQueue {queue['metadata']['name']}",
+        f"{pad}   {'accelerated' if accelerated else 'general'} ({what}); unit {unit}",
+    ]
+    children = [
+        f"Flavor {f['name']}\n      nodes={counts.get(f['name'], 0)}  {_quota_text(f['resources'])}"
+        for group in queue["spec"].get("resourceGroups", [])
+        for f in group["flavors"]
+    ]
+    entry = local.get(queue["metadata"]["name"])
+    if entry is not None:
+        children.append(f"LocalQueue {entry[0]} in {', '.join(entry[1])}")
+    else:
+        children.append("LocalQueue - (no namespace selected)")
+    for i, child in enumerate(children):
+        last_child = i == len(children) - 1
+        first, _, rest = child.partition("\n")
+        lines.append(f"{pad}{'└─' if last_child else '├─'} {first}")
+        if rest:
+            lines.append(f"{pad}{'   ' if last_child else '│  '}{rest}")
+    return lines
+
+
+def render_table(state: DesiredState, manufacturers: Mapping[str, Any]) -> str:
+    """A tree for people: Cohort -> ClusterQueue -> flavors (quotas, nodes) -> LocalQueues."""
+    counts = {name: len(nodes) for name, nodes in flavor_nodes(state.nodes, manufacturers).items()}
+    managed = sum(1 for n in state.nodes if is_managed(n))
+    lines = [f"Nodes: {len(state.nodes)} ({managed} managed)"]
+    lines.extend(_columns(_node_rows(state, manufacturers)))
+    lines.append("")
+    by_cohort: dict[str, list[Mapping[str, Any]]] = {}
+    for queue in state.cluster_queues:
+        spec = queue.get("spec", {})
+        by_cohort.setdefault(spec.get("cohortName") or spec.get("cohort") or "", []).append(queue)
+    local: dict[str, tuple[str, list[str]]] = {}
+    for local_queue in state.local_queues:
+        entry = local.setdefault(
+            local_queue["spec"]["clusterQueue"], (local_queue["metadata"]["name"], [])
+        )
+        entry[1].append(local_queue["metadata"]["namespace"])
+    lines.append(
+        f"Kueue chain: {len(state.cohorts)} Cohorts, {len(state.cluster_queues)} ClusterQueues, "
+        f"{len(state.resource_flavors)} ResourceFlavors, {len(state.local_queues)} LocalQueues"
+    )
+    for cohort in state.cohorts:
+        name = cohort["metadata"]["name"]
+        lines.append("")
+        lines.append(f"Cohort {name}")
+        queues = by_cohort.get(name, [])
+        for i, member in enumerate(queues):
+            lines.extend(_queue_lines(member, counts, local, i == len(queues) - 1))
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,150 @@
+"""A kubelet stand-in: simulated cards appear in ``status.allocatable`` (DESIGN §3).
+
+On a real node the vendor's device plugin advertises ``nvidia.com/gpu: 2`` through the
+kubelet; the ClusterQueue's credits are summed from it (SPEC §0.3). Here, for every Node with
+a ``sim.gpustack.ai/devices`` annotation, ``status.allocatable[<resource name>]`` is set to the
+card count of each manufacturer, unless the Node already carried that resource when it was
+first seen (a manifest's own value wins and is never touched). Values it set follow later
+edits of the annotation and are removed when a manufacturer's cards are gone.
+
+It writes through the store, like the NFD-master stand-in: it is part of the cluster, not a
+client, so injected faults and request counters leave it alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+from typing import Any
+
+import structlog
+
+from gpustack_operator.domain.manufacturers import Manufacturer
+from gpustack_operator.domain.simdevices import (
+    SIM_DEVICES_ANNOTATION,
+    parse_sim_devices,
+    sim_card_counts,
+)
+from gpustack_operator.sim.errors import ApiError
+from gpustack_operator.sim.server import SimServer
+
+log = structlog.get_logger(__name__)
+
+
+def card_resources(
+    annotation: str | None, manufacturers: Mapping[str, Manufacturer], *, with_memory: bool
+) -> dict[str, str]:
+    """``{resource name: card count}`` for a devices annotation; ``{}`` when absent.
+
+    Raises ``ValueError`` for an invalid annotation.
+    """
+    if annotation is None:
+        return {}
+    groups = parse_sim_devices(annotation, manufacturers, with_memory=with_memory)
+    return {
+        manufacturers[mfr].resource_name: str(count)
+        for mfr, count in sim_card_counts(groups).items()
+    }
+
+
+class SimKubelet:
+    """Keeps simulated cards in Nodes' ``status.allocatable`` while it runs."""
+
+    def __init__(
+        self,
+        sim: SimServer,
+        manufacturers: Mapping[str, Manufacturer],
+        *,
+        with_memory: bool = False,
+    ) -> None:
+        self.sim = sim
+        self.manufacturers = manufacturers
+        self.with_memory = with_memory
+        self._owned: dict[str, set[str]] = {}
+        """node -> the allocatable resources this stand-in set (and so may change)."""
+        self._dirty: set[str] = set()
+        self._wake = asyncio.Event()
+        self._unsubscribe: Any = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        if self._task is not None:
+            return
+        self._unsubscribe = self.sim.store.subscribe(self._on_event)
+        for node in self.sim.store.list("v1", "Node"):
+            self._dirty.add(node["metadata"]["name"])
+        self._wake.set()
+        self._task = asyncio.create_task(self._run(), name="sim-kubelet")
+
+    async def stop(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def idle(self) -> bool:
+        return not self._dirty
+
+    def _on_event(self, event_type: str, obj: dict[str, Any]) -> None:
+        """Store callback (runs inside the write): only marks the node."""
+        if obj.get("kind") != "Node" or obj.get("apiVersion") != "v1":
+            return
+        name = (obj.get("metadata") or {}).get("name")
+        if not isinstance(name, str):
+            return
+        if event_type == "DELETED":
+            self._owned.pop(name, None)
+            self._dirty.discard(name)
+            return
+        self._dirty.add(name)
+        self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._dirty:
+                self.reconcile(self._dirty.pop())
+            await asyncio.sleep(0)
+
+    def reconcile(self, name: str) -> None:
+        """Bring one Node's allocatable in line with its annotation (synchronous: no races)."""
+        node = self.sim.store.get("v1", "Node", name)
+        if node is None:
+            return
+        annotation = ((node.get("metadata") or {}).get("annotations") or {}).get(
+            SIM_DEVICES_ANNOTATION
+        )
+        try:
+            wanted = card_resources(annotation, self.manufacturers, with_memory=self.with_memory)
+        except ValueError as exc:
+            log.warning(
+                "sim kubelet: invalid devices annotation; no cards", node=name, error=str(exc)
+            )
+            wanted = {}
+        status = node.setdefault("status", {})
+        allocatable = status.setdefault("allocatable", {})
+        owned = self._owned.setdefault(name, set())
+        changed = False
+        for resource, count in wanted.items():
+            if resource in allocatable and resource not in owned:
+                continue  # the manifest (or a person) set it: never touched
+            owned.add(resource)
+            if allocatable.get(resource) != count:
+                allocatable[resource] = count
+                changed = True
+        for resource in sorted(owned - set(wanted)):
+            owned.discard(resource)
+            if allocatable.pop(resource, None) is not None:
+                changed = True
+        if not changed:
+            return
+        try:
+            self.sim.store.update_status(node)
+        except ApiError as exc:  # deleted or changed meanwhile: the next event retries
+            log.debug("sim kubelet: status update skipped", node=name, error=str(exc))

@@ -1,0 +1,293 @@
+#!/usr/bin/env python3
+"""Benchmark: the worker from an empty chain to convergence on N simulated nodes.
+
+Not a test. For each N (``--nodes 100 1000 5000``) it builds N nodes of mixed hardware
+(four CPU models; none, NVIDIA T4/A10G/H100, AMD MI300X or Ascend 910B cards; some sliced,
+some opted out), starts the simulated API server with the NFD-master stand-in in this
+process, creates the device manager's NodeFeatures directly (what the agents would publish:
+the worker's requests are then the only ones the server counts), and starts the worker in a
+child process (``--worker-child``) so that its CPU time and peak RSS are the worker's alone.
+
+Measured: wall time from the worker's start to the first moment the server holds exactly
+what ``plan`` computes (confirmed by a quiet period), the worker's CPU time and peak RSS up to
+then (the child reports ``getrusage`` on SIGUSR1), API requests by verb, writes per desired
+object, and the writes during one forced resync after convergence (the child runs with
+``resync_period``; 0 expected). Prints a Markdown table.
+
+    .venv/bin/python hack/bench_worker.py --nodes 100 1000
+
+``BENCH_WORKER_PROFILE=FILE`` writes a cProfile of the worker child to FILE;
+``BENCH_WORKER_LOG_LEVEL=info`` shows its logs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import signal
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+CPUS = [  # vendor, family, model, name, cpu, memory (KiB), storage
+    ("AMD", "25", "1", "AMD EPYC 7763 64-Core Processor", "64", "263781504Ki", "1Ti"),
+    (
+        "Intel",
+        "6",
+        "106",
+        "Intel(R) Xeon(R) Platinum 8358 CPU @ 2.60GHz",
+        "32",
+        "131890412Ki",
+        "500Gi",
+    ),
+    ("Intel", "6", "143", "Intel(R) Xeon(R) Platinum 8480+", "112", "1056762036Ki", "3Ti"),
+    ("VendorUnknown", None, None, "Kunpeng 920", "96", "527769352Ki", "2Ti"),
+]
+CARDS = [  # (manufacturer, name, memoryMiB, count) or None
+    None,
+    None,
+    ("nvidia", "Tesla T4", 15360, 2),
+    ("nvidia", "NVIDIA A10G", 23028, 4),
+    ("nvidia", "NVIDIA H100 80GB HBM3", 81559, 8),
+    ("amd", "AMD Instinct MI300X", 196592, 8),
+    ("ascend", "Ascend 910B", 65536, 8),
+]
+
+
+def mixed_nodes(count: int) -> list[dict[str, Any]]:
+    """*count* Nodes, hardware drawn round-robin (deterministic)."""
+    nodes = []
+    for i in range(count):
+        vendor, family, model, name, cpu, mem, stg = CPUS[i % len(CPUS)]
+        card = CARDS[(i // len(CPUS)) % len(CARDS)]
+        labels = {
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "arm64" if vendor == "VendorUnknown" else "amd64",
+            "kubernetes.io/hostname": f"node-{i:05d}",
+            "feature.node.kubernetes.io/cpu-model.vendor_id": vendor,
+        }
+        if family:
+            labels["feature.node.kubernetes.io/cpu-model.family"] = family
+            labels["feature.node.kubernetes.io/cpu-model.id"] = model  # type: ignore[assignment]
+        annotations = {"feature.gpustack.ai/cpu-name": name}
+        if card is not None:
+            mfr, product, memory, cards = card
+            annotations["sim.gpustack.ai/devices"] = json.dumps(
+                [{"manufacturer": mfr, "name": product, "memoryMiB": memory, "count": cards}]
+            )
+            if i % 10 == 3 and mfr == "nvidia":
+                akey = "nvidia-" + product.lower().replace("nvidia ", "").replace(" ", "-")
+                labels[f"acceleratable.feature.gpustack.ai/{akey}.sliced.partitions"] = "4"
+        if i % 50 == 49:
+            labels["gpustack.ai/managed"] = "false"
+        nodes.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": f"node-{i:05d}", "labels": labels, "annotations": annotations},
+                "status": {"capacity": {"cpu": cpu, "memory": mem, "ephemeral-storage": stg}},
+            }
+        )
+    return nodes
+
+
+# --- the worker child -------------------------------------------------------------------------
+
+
+def _usage() -> dict[str, float]:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return {"cpu_s": ru.ru_utime + ru.ru_stime, "max_rss_mib": ru.ru_maxrss / 1024}
+
+
+def worker_child(kubeconfig: str, report: Path, resync: float) -> int:
+    """Run the worker until SIGTERM; SIGUSR1 appends a getrusage snapshot to *report*."""
+    from controllers.worker import WorkerConfig, new_worker_manager, setup_worker
+    from gpustack_operator.runtime.client import Client
+    from gpustack_operator.runtime.logs import configure_logging
+    from gpustack_operator.runtime.manager import ManagerOptions, run_async
+
+    configure_logging(os.environ.get("BENCH_WORKER_LOG_LEVEL", "warning"))
+
+    def snapshot(*_: object) -> None:
+        with report.open("a") as fh:
+            fh.write(json.dumps(_usage()) + "\n")
+
+    signal.signal(signal.SIGUSR1, snapshot)
+
+    async def main() -> int:
+        with report.open("a") as fh:  # imports done: the worker starts now
+            fh.write(json.dumps({"started": time.time(), **_usage()}) + "\n")
+        client = await Client.connect(kubeconfig)
+        options = ManagerOptions(
+            health_probe_bind_address="0", metrics_bind_address="0", resync_period=resync
+        )
+        manager = new_worker_manager(client, options)
+        setup_worker(manager, WorkerConfig())
+        try:
+            return await manager.run_until_signal()
+        finally:
+            await client.close()
+
+    profile_to = os.environ.get("BENCH_WORKER_PROFILE")
+    if not profile_to:
+        return run_async(main)
+    import cProfile
+
+    profiler = cProfile.Profile()
+    try:
+        return profiler.runcall(run_async, main)
+    finally:
+        profiler.dump_stats(profile_to)
+
+
+# --- the parent -------------------------------------------------------------------------------
+
+
+async def _read_report(path: Path, lines: int) -> dict[str, float]:
+    report = anyio.Path(path)
+    with anyio.fail_after(10):
+        while True:
+            rows = (await report.read_text()).splitlines() if await report.exists() else []
+            if len(rows) >= lines:
+                return json.loads(rows[lines - 1])  # type: ignore[no-any-return]
+            await anyio.sleep(0.05)
+
+
+async def bench(count: int, bound: float, resync: float) -> dict[str, Any]:
+    from gpustack_operator.domain.desired import apply_sim_devices
+    from gpustack_operator.domain.manufacturers import load_manufacturers
+    from gpustack_operator.runtime.logs import configure_logging
+    from gpustack_operator.simcluster.cluster import SimCluster
+
+    configure_logging("warning")
+    nodes = mixed_nodes(count)
+    manufacturers = load_manufacturers()
+    with tempfile.TemporaryDirectory(prefix="bench-worker-") as tmp:
+        kubeconfig = Path(tmp) / "kubeconfig.yaml"
+        report = Path(tmp) / "usage.jsonl"
+        async with SimCluster(
+            nodes, ["default", "team-a"], run_worker=False, run_agents=False, kubeconfig=kubeconfig
+        ) as cluster:
+            _, dm_features = apply_sim_devices(nodes, manufacturers)
+            for feature in dm_features:  # what the agents would publish, not counted
+                cluster.sim.store.create(feature)
+            with anyio.fail_after(bound):
+                while not cluster.nfd.idle():  # noqa: ASYNC110 - polls the stand-in
+                    await anyio.sleep(0.05)
+            expected = cluster.expected()
+            desired = Counter(obj["kind"] for obj in expected.objects())
+            desired["NodeFeature"] -= len(dm_features)  # the worker's NodeFeatures only
+            cluster.sim.counters.reset()
+            spawned = time.time()
+            child = await anyio.open_process(
+                [
+                    sys.executable,
+                    __file__,
+                    "--worker-child",
+                    str(kubeconfig),
+                    str(report),
+                    "--resync",
+                    str(resync),
+                ],
+                cwd=REPO,
+                stdout=None,
+                stderr=None,
+            )
+            try:
+                settle = 1.0 + count / 2000
+                polled = time.time()
+                converged = polled + await cluster.converge(bound, settle=settle, idle=lambda: True)
+                child.send_signal(signal.SIGUSR1)
+                start = await _read_report(report, 1)
+                usage = await _read_report(report, 2)
+                counts = cluster.sim.counters.snapshot()
+                cluster.sim.counters.reset()
+                await anyio.sleep(resync * 1.5)  # at least one full resync of every object
+                steady_writes = cluster.sim.counters.writes()
+            finally:
+                child.send_signal(signal.SIGTERM)
+                with anyio.fail_after(60):
+                    await child.wait()
+    by_verb: Counter[str] = Counter()
+    writes_by_kind: Counter[str] = Counter()
+    for (verb, kind), n in counts.items():
+        if verb == "apply":
+            continue  # also counted under patch
+        by_verb[verb] += n
+        if verb in ("create", "update", "patch", "delete", "deletecollection"):
+            writes_by_kind[kind] += n
+    total_desired = sum(desired.values())
+    return {
+        "nodes": count,
+        "wall_s": converged - start["started"],
+        "startup_s": start["started"] - spawned,
+        "cpu_s": usage["cpu_s"],
+        "startup_cpu_s": start["cpu_s"],
+        "max_rss_mib": usage["max_rss_mib"],
+        "by_verb": dict(by_verb),
+        "desired": dict(desired),
+        "writes_by_kind": dict(writes_by_kind),
+        "writes_per_object": sum(writes_by_kind.values()) / max(1, total_desired),
+        "steady_writes": steady_writes,
+        "host_cpus": os.cpu_count(),
+    }
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = (
+        "| nodes | desired objects | wall to converged | worker CPU (of it start-up) "
+        "| worker peak RSS "
+        "| requests (get/list/watch/create/patch/update/delete) | writes per object "
+        "| writes after resync |\n|---|---|---|---|---|---|---|---|\n"
+    )
+    lines = []
+    for r in rows:
+        v = r["by_verb"]
+        verbs = "/".join(
+            str(v.get(k, 0))
+            for k in ("get", "list", "watch", "create", "patch", "update", "delete")
+        )
+        lines.append(
+            f"| {r['nodes']:,} | {sum(r['desired'].values()):,} | {r['wall_s']:.1f} s "
+            f"| {r['cpu_s']:.1f} s ({r['startup_cpu_s']:.1f} s) "
+            f"| {r['max_rss_mib']:.0f} MiB | {verbs} "
+            f"| {r['writes_per_object']:.2f} | {r['steady_writes']} |"
+        )
+    return head + "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, nargs="+", default=[100, 1000, 5000])
+    parser.add_argument("--timeout", type=float, default=900.0, help="per size (default 900 s)")
+    parser.add_argument("--resync", type=float, default=10.0, help="worker resync period (s)")
+    parser.add_argument("--json", type=Path, help="also write the raw results here")
+    parser.add_argument(
+        "--worker-child", nargs=2, metavar=("KUBECONFIG", "REPORT"), help=argparse.SUPPRESS
+    )
+    args = parser.parse_args()
+    if args.worker_child:
+        return worker_child(args.worker_child[0], Path(args.worker_child[1]), args.resync)
+    rows = []
+    for count in args.nodes:
+        row = anyio.run(bench, count, args.timeout, args.resync)
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+    sys.stdout.write(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,88 @@
+"""``gpustack-operator sim --serve`` as people run it: a subprocess, kubectl, then SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from tests.e2e.conftest import Kubectl
+
+pytestmark = pytest.mark.anyio
+
+NODE_AND_FEATURE = """
+apiVersion: v1
+kind: Node
+metadata: {name: node-a}
+---
+apiVersion: nfd.k8s-sigs.io/v1alpha1
+kind: NodeFeature
+metadata:
+  name: node-a-demo
+  namespace: gpustack-system
+  labels: {nfd.node.kubernetes.io/node-name: node-a}
+spec:
+  labels: {gpustack.ai/demo: "true"}
+"""
+
+
+async def test_sim_serve_works_with_kubectl_and_stops_on_sigterm(
+    kubectl_bin: Path, crd_dirs: list[Path], tmp_path: Path
+) -> None:
+    kubeconfig = tmp_path / "sim-kubeconfig.yaml"
+    argv = [
+        sys.executable,
+        "-m",
+        "gpustack_operator",
+        "sim",
+        "--serve",
+        "--kubeconfig-out",
+        str(kubeconfig),
+    ]
+    for directory in crd_dirs:
+        argv += ["--crds", str(directory)]
+    process = await anyio.open_process(argv)
+    try:
+        assert process.stdout is not None
+        banner = ""
+        with anyio.fail_after(30):
+            async for chunk in process.stdout:
+                banner += chunk.decode()
+                if "kubectl get nodes" in banner:
+                    break
+        assert f"export KUBECONFIG={kubeconfig}" in banner
+        assert "not a production cluster" in banner
+
+        kubectl = Kubectl(kubectl_bin, kubeconfig, tmp_path / "kube-cache")
+        nodes = await kubectl("get", "nodes")
+        assert "No resources found" in nodes.stderr.decode()
+        namespaces = await kubectl.out("get", "namespaces", "-o", "name")
+        assert set(namespaces.split()) == {
+            "namespace/default",
+            "namespace/kube-system",
+            "namespace/gpustack-system",
+        }
+        resources = await kubectl.out("api-resources", "-o", "name")
+        assert "clusterqueues.kueue.x-k8s.io" in resources.split()
+        assert "nodefeatures.nfd.k8s-sigs.io" in resources.split()
+
+        await kubectl.out("apply", "-f", "-", stdin=NODE_AND_FEATURE)
+        with anyio.fail_after(20):
+            while True:  # the NFD stand-in merges the NodeFeature's labels onto the Node
+                node = json.loads(await kubectl.out("get", "node", "node-a", "-o", "json"))
+                if node["metadata"].get("labels", {}).get("gpustack.ai/demo") == "true":
+                    break
+                await anyio.sleep(0.1)
+
+        process.send_signal(signal.SIGTERM)
+        with anyio.fail_after(30):
+            code = await process.wait()
+        assert code == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()

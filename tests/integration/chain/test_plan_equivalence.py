@@ -1,0 +1,138 @@
+"""``sim --cluster FILE`` converges to exactly what ``plan --nodes FILE`` prints (DESIGN §4).
+
+What is compared: both commands' ``-o json`` Lists, item by item and in order, after removing
+from every item the metadata only a server sets (``uid``, ``resourceVersion``,
+``creationTimestamp``, ``generation``, ``managedFields``) and ``ownerReferences`` (``plan``
+cannot know the owners' uids, so it writes none for this file). Everything else - kinds,
+names, namespaces, labels, annotations and the whole ``spec`` - must be identical. The owner
+references ``sim`` read back are then checked on their own: each NodeFeature, ClusterQueue
+and LocalQueue has one controller reference to its live owner.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import json
+from typing import Any
+
+import pytest
+
+from gpustack_operator.cli import main
+from gpustack_operator.runtime.metrics import REGISTRY
+from gpustack_operator.simcluster.chain import differences, ownership_problems
+from gpustack_operator.simcluster.cluster import NotConverged, SimCluster
+from tests.conftest import shared_crds_dir
+
+from .support import EXAMPLE, example_nodes
+
+SERVER_SET = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields")
+
+
+def _normalised(item: dict[str, Any]) -> dict[str, Any]:
+    meta = {
+        k: v for k, v in item["metadata"].items() if k not in SERVER_SET and k != "ownerReferences"
+    }
+    return {**item, "metadata": meta}
+
+
+def _reconciles(controller: str) -> float:
+    value = REGISTRY.get_sample_value(
+        "controller_runtime_reconcile_total", {"controller": controller, "result": "success"}
+    )
+    return value or 0.0
+
+
+@functools.cache
+def _run_json(*argv: str) -> dict[str, Any]:
+    """The command's stdout, parsed (each command runs once per test session)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["--log-level", "warning", *argv])
+    assert code == 0, out.getvalue()
+    data: dict[str, Any] = json.loads(out.getvalue())
+    return data
+
+
+def test_sim_prints_what_plan_prints_for_the_example_cluster() -> None:
+    planned = _run_json("plan", "--nodes", str(EXAMPLE), "-o", "json")
+    simulated = _run_json("sim", "--cluster", str(EXAMPLE), "-o", "json")
+
+    assert simulated["kind"] == "List" and simulated["apiVersion"] == "v1"
+    kinds = {item["kind"] for item in planned["items"]}
+    assert kinds == {"NodeFeature", "ResourceFlavor", "Cohort", "ClusterQueue", "LocalQueue"}
+    assert [_normalised(i) for i in simulated["items"]] == [
+        _normalised(i) for i in planned["items"]
+    ]
+    # Read back from a server: every object has a uid, and no managedFields are printed.
+    assert all(i["metadata"].get("uid") for i in simulated["items"])
+    assert not any("managedFields" in i["metadata"] for i in simulated["items"])
+
+
+def test_sim_owner_references_form_the_garbage_collection_chain() -> None:
+    items = _run_json("sim", "--cluster", str(EXAMPLE), "-o", "json")["items"]
+    uid = {(i["kind"], i["metadata"]["name"]): i["metadata"]["uid"] for i in items}
+    checked = 0
+    for item in items:
+        refs = item["metadata"].get("ownerReferences") or []
+        if item["kind"] == "NodeFeature":
+            node = item["metadata"]["labels"]["nfd.node.kubernetes.io/node-name"]
+            assert [(r["kind"], r["name"], r["controller"]) for r in refs] == [("Node", node, True)]
+        elif item["kind"] == "ClusterQueue":
+            cohort = item["spec"]["cohortName"]
+            assert [(r["kind"], r["name"], r["uid"]) for r in refs] == [
+                ("Cohort", cohort, uid[("Cohort", cohort)])
+            ]
+        elif item["kind"] == "LocalQueue":
+            queue = item["spec"]["clusterQueue"]
+            assert [(r["kind"], r["name"], r["uid"]) for r in refs] == [
+                ("ClusterQueue", queue, uid[("ClusterQueue", queue)])
+            ]
+        else:
+            continue
+        checked += 1
+    assert checked == sum(i["kind"] != "ResourceFlavor" and i["kind"] != "Cohort" for i in items)
+
+
+@pytest.mark.anyio
+async def test_converged_cluster_makes_no_writes_after_a_resync() -> None:
+    async with SimCluster(example_nodes(), ["default"], worker_resync_period=0.2) as cluster:
+        await cluster.converge(45)
+        assert ownership_problems(await cluster.read_back()) == []
+        cluster.sim.counters.reset()
+        before = _reconciles("capacity")
+        # Several resync periods pass while the cluster settles again: every cached Node
+        # is reconciled again, and nothing is written.
+        await cluster.converge(45, settle=1.0)
+        assert _reconciles("capacity") > before
+        assert cluster.sim.counters.writes() == 0, cluster.sim.counters.snapshot()
+
+
+@pytest.mark.anyio
+async def test_a_cluster_without_the_worker_does_not_converge_and_says_why() -> None:
+    async with SimCluster(example_nodes(), ["default"], run_worker=False) as cluster:
+        with pytest.raises(NotConverged) as raised:
+            await cluster.converge(1.0)
+    reasons = raised.value.reasons
+    assert "ClusterQueue gpustack--intel-xeon-platinum-8358-ln-x64-1c-2g: missing" in reasons
+    assert "NodeFeature gpustack-system/cpu-epyc-1-gpustack-worker: missing" in reasons
+    assert "did not converge within 1s" in str(raised.value)
+
+
+@pytest.mark.anyio
+@pytest.mark.skipif(shared_crds_dir() is None, reason="needs ../shared/crds (real Kueue and NFD)")
+async def test_the_chain_is_accepted_by_the_real_crd_schemas() -> None:
+    from gpustack_operator.commands.sim import load_crd_documents
+
+    crds_dir = shared_crds_dir()
+    assert crds_dir is not None
+    crds = load_crd_documents(sorted(p for p in crds_dir.iterdir() if p.is_dir()))
+    async with SimCluster(example_nodes(), ["default"], crds=crds) as cluster:
+        assert cluster.server_defaults
+        await cluster.converge(45)
+        back = await cluster.read_back()
+    assert differences(back, cluster.expected(), server_defaults=True) == []
+    # The schemas default fields the worker does not set; the worker leaves them alone.
+    queue = back.cluster_queues[0]
+    assert queue["spec"]["queueingStrategy"] == "BestEffortFIFO"
