@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 
 from gpustack_operator.sim.server import SimServer
 
@@ -20,6 +22,21 @@ def shared_crds_dir() -> Path | None:
         else Path(__file__).resolve().parents[1] / ".." / "shared" / "crds"
     )
     return path.resolve() if path.is_dir() else None
+
+
+@pytest.fixture(autouse=True)
+def _isolated_logging() -> Iterator[None]:
+    """Undo any logging set-up a test made (``main()`` configures it process-wide).
+
+    Without this, a test that runs the CLI at ``--log-level warning`` silently filters the
+    debug events a later test captures with ``structlog.testing.capture_logs``.
+    """
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    structlog.reset_defaults()
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.fixture
