@@ -92,9 +92,15 @@ def apply_env_defaults(
         else:
             try:
                 value = action.type(raw) if callable(action.type) else raw
-            except (TypeError, ValueError) as exc:
+            except (TypeError, ValueError, argparse.ArgumentTypeError) as exc:
                 parser.error(
                     f"environment variable {var}={raw!r} is invalid for {long_opts[0]}: {exc}"
+                )
+            if action.choices is not None and value not in action.choices:
+                allowed = ", ".join(map(str, action.choices))
+                parser.error(
+                    f"environment variable {var}={raw!r} is invalid for {long_opts[0]}: "
+                    f"choose from {allowed}"
                 )
         parser.set_defaults(**{action.dest: value})
         action.required = False

@@ -106,3 +106,14 @@ def _handlers_everywhere(parser: argparse.ArgumentParser) -> bool:
     if not nested:
         return callable(parser.get_default("handler"))
     return nested[0].required and all(_handlers_everywhere(p) for p in nested[0].choices.values())
+
+
+def test_an_environment_value_outside_the_choices_names_the_variable(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        build_parser(env={"GPUSTACK_LOG_LEVEL": "bogus"})
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "GPUSTACK_LOG_LEVEL='bogus'" in err
+    assert "debug" in err
