@@ -42,8 +42,18 @@ class KindInfo:
         return f"{self.plural}.{self.group}" if self.group else self.plural
 
 
+# The kinds the real API server puts in the "all" category (what `kubectl get all` lists).
+_ALL_CATEGORY = frozenset({"Pod", "Service", "Deployment", "DaemonSet"})
+
+
+def _categories(kind: str) -> tuple[str, ...]:
+    return ("all",) if kind in _ALL_CATEGORY else ()
+
+
 def _core(kind: str, plural: str, namespaced: bool, *short: str, status: bool = False) -> KindInfo:
-    return KindInfo("", "v1", kind, plural, kind.lower(), namespaced, short, (), status)
+    return KindInfo(
+        "", "v1", kind, plural, kind.lower(), namespaced, short, _categories(kind), status
+    )
 
 
 def _grp(
@@ -55,7 +65,9 @@ def _grp(
     *short: str,
     status: bool = False,
 ) -> KindInfo:
-    return KindInfo(group, version, kind, plural, kind.lower(), namespaced, short, (), status)
+    return KindInfo(
+        group, version, kind, plural, kind.lower(), namespaced, short, _categories(kind), status
+    )
 
 
 BUILTIN_KINDS: tuple[KindInfo, ...] = (
@@ -74,6 +86,7 @@ BUILTIN_KINDS: tuple[KindInfo, ...] = (
     _grp("rbac.authorization.k8s.io", "v1", "Role", "roles", True),
     _grp("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", True),
     _grp("coordination.k8s.io", "v1", "Lease", "leases", True),
+    _grp("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies", True, "netpol"),
     _grp("events.k8s.io", "v1", "Event", "events", True, "ev"),
     _grp("node.k8s.io", "v1", "RuntimeClass", "runtimeclasses", False),
     _grp(
