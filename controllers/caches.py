@@ -2,8 +2,8 @@
 
 Indexes make every reconcile proportional to the objects it touches: Nodes by the flavor,
 queue and cohort names of their profiles (managed nodes only: the index *is* the node count
-SPEC §6.2 speaks of), ResourceFlavors by their target queue and cohort annotations,
-ClusterQueues by cohort, LocalQueues by namespace.
+SPEC §6.2 speaks of; profiles come from the shared :class:`NodeFacts`), ResourceFlavors by
+their target queue and cohort annotations, ClusterQueues by cohort, LocalQueues by namespace.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from controllers.common import index_values
+from controllers.nodefacts import NodeFacts, Part
 from gpustack_operator.apis import KueueResources
-from gpustack_operator.domain.flavors import node_profile_names, node_profiles
 from gpustack_operator.domain.labels import COHORT_ANNOTATION, QUEUE_ANNOTATION
 from gpustack_operator.domain.manufacturers import Manufacturer
 from gpustack_operator.domain.nodeview import annotations_of
@@ -30,28 +30,23 @@ BY_COHORT: Final = "cohort"
 BY_NAMESPACE: Final = "namespace"
 
 
-def add_node_indexes(nodes: Informer, manufacturers: Mapping[str, Manufacturer]) -> None:
+def node_facts(nodes: Informer, manufacturers: Mapping[str, Manufacturer]) -> NodeFacts:
+    """A :class:`NodeFacts` for the Node informer *nodes*, sized by its Node count. Create
+    one per informer and share it: the cache pays off when every user asks the same one."""
+    return NodeFacts(manufacturers, size_hint=lambda: len(nodes.indexer))
+
+
+def add_node_indexes(nodes: Informer, facts: NodeFacts) -> None:
     """Managed Nodes by flavor, queue and cohort name (idempotent)."""
     existing = set(nodes.indexer.index_names)
     for part in (BY_FLAVOR, BY_QUEUE, BY_COHORT):
         if part in existing:
             continue
 
-        def index(obj: dict[str, Any], part: Any = part) -> list[str]:
-            return node_profile_names(obj, manufacturers, part)
+        def index(obj: dict[str, Any], part: Part = part) -> list[str]:
+            return facts.index_names(obj, part)
 
         nodes.add_index(part, index)
-
-
-def node_names(
-    node: Mapping[str, Any], manufacturers: Mapping[str, Manufacturer], part: str
-) -> list[str]:
-    """The flavor/queue/cohort names a Node's labels describe, managed or not.
-
-    Event mapping uses this rather than the index: a node relabelled unmanaged or being
-    deleted must still reach the objects it used to count for.
-    """
-    return index_values(getattr(p, part) for p in node_profiles(node, manufacturers))
 
 
 def _annotation_index(key: str) -> Any:
@@ -70,7 +65,7 @@ class KueueCaches:
     """Informers (with their indexes) of everything the four queue reconcilers read."""
 
     kueue: KueueResources
-    manufacturers: Mapping[str, Manufacturer]
+    facts: NodeFacts
     nodes: Informer
     namespaces: Informer
     flavors: Informer
@@ -83,10 +78,12 @@ class KueueCaches:
         cls,
         manager: Manager,
         kueue: KueueResources,
-        manufacturers: Mapping[str, Manufacturer],
+        facts: NodeFacts,
     ) -> KueueCaches:
+        """The caches on *manager*'s shared informers; *facts* is the Node informer's
+        :class:`NodeFacts` (:func:`node_facts`)."""
         nodes = manager.informer(NODES)
-        add_node_indexes(nodes, manufacturers)
+        add_node_indexes(nodes, facts)
         flavors = manager.informer(kueue.resource_flavors)
         _ensure_index(flavors, BY_QUEUE, _annotation_index(QUEUE_ANNOTATION))
         _ensure_index(flavors, BY_COHORT, _annotation_index(COHORT_ANNOTATION))
@@ -96,7 +93,7 @@ class KueueCaches:
         _ensure_index(local_queues, BY_NAMESPACE, namespace_index)
         return cls(
             kueue=kueue,
-            manufacturers=manufacturers,
+            facts=facts,
             nodes=nodes,
             namespaces=manager.informer(NAMESPACES),
             flavors=flavors,
@@ -104,6 +101,10 @@ class KueueCaches:
             cluster_queues=cluster_queues,
             local_queues=local_queues,
         )
+
+    @property
+    def manufacturers(self) -> Mapping[str, Manufacturer]:
+        return self.facts.manufacturers
 
     def managed_nodes(self, part: str, name: str) -> list[dict[str, Any]]:
         """Managed Nodes whose profiles name *name* as their flavor/queue/cohort, by name."""

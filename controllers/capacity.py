@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from controllers.common import NodeChanged, Writer, is_up_to_date
+from controllers.nodefacts import NodeFacts
 from gpustack_operator.apis import NODE_FEATURES
 from gpustack_operator.domain.labels import PART_OF_LABEL, PART_OF_WORKER
 from gpustack_operator.domain.manufacturers import Manufacturer
@@ -63,10 +64,11 @@ def setup_capacity(
     writer: Writer,
     *,
     system_namespace: str,
-    manufacturers: Mapping[str, Manufacturer],
+    facts: NodeFacts,
     max_concurrent_reconciles: int,
 ) -> None:
-    """Register the capacity reconciler on *manager* (shared Node informer)."""
+    """Register the capacity reconciler on *manager* (shared Node informer; *facts* is its
+    :class:`NodeFacts`)."""
     nodes = manager.informer(NODES)
     features = manager.informer(
         NODE_FEATURES, namespace=system_namespace, label_selector=WORKER_NODE_FEATURES
@@ -76,11 +78,11 @@ def setup_capacity(
         features,
         writer,
         system_namespace=system_namespace,
-        manufacturers=manufacturers,
+        manufacturers=facts.manufacturers,
     )
     (
         manager.controller(NAME)
-        .for_(NODES, NodeChanged(manufacturers))
+        .for_(NODES, NodeChanged(facts))
         .owns(NODE_FEATURES, namespace=system_namespace, label_selector=WORKER_NODE_FEATURES)
         .with_options(max_concurrent_reconciles=max_concurrent_reconciles)
         .complete(reconciler)

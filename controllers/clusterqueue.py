@@ -9,6 +9,11 @@ With no flavor left the queue is deleted, but only once Kueue reports nothing re
 used in it (``status.flavorsReservation`` / ``flavorsUsage`` / workload counts, read from
 the cache and then from the API); otherwise it is looked at again after
 ``reserved_requeue`` seconds. Queues without the managed-by label are never touched.
+
+Node and flavor events are debounced per queue (``Debouncer``): a queue is reconciled once
+its events pause for the batch window, or ``batch_max_delay`` after the first (while nodes
+still await their capacity labels, ``FleetSettling``, the longer ``settling_max_delay``), so
+a fleet joining node by node rewrites each queue a few times, not once per window.
 """
 
 from __future__ import annotations
@@ -16,15 +21,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from controllers.caches import BY_COHORT, BY_FLAVOR, BY_QUEUE, KueueCaches, node_names
+from controllers.caches import BY_COHORT, BY_FLAVOR, BY_QUEUE, KueueCaches
 from controllers.common import (
     METADATA_OR_SPEC_CHANGED,
+    Debounced,
+    Debouncer,
     NodeChanged,
     Writer,
     is_managed_object,
     is_up_to_date,
     watch_batched,
 )
+from controllers.nodefacts import FleetSettling
 from gpustack_operator.domain.kueue import OwnerReference
 from gpustack_operator.domain.labels import QUEUE_ANNOTATION
 from gpustack_operator.domain.nodeview import annotations_of, is_deleting, name_of, uid_of
@@ -151,11 +159,14 @@ def build_cluster_queue_controller(
     reserved_requeue: float,
     waiting_requeue: float,
     batch_window: float,
+    batch_max_delay: float,
+    settling: FleetSettling | None = None,
+    settling_max_delay: float | None = None,
 ) -> None:
-    mfrs = caches.manufacturers
+    facts = caches.facts
 
     def by_node(node: dict[str, Any]) -> list[str]:
-        return node_names(node, mfrs, "queue")
+        return facts.names(node, "queue")
 
     def by_flavor(flavor: dict[str, Any]) -> list[str]:
         queue = annotations_of(flavor).get(QUEUE_ANNOTATION, "")
@@ -175,11 +186,29 @@ def build_cluster_queue_controller(
     reconciler = ClusterQueueReconciler(
         caches, writer, reserved_requeue=reserved_requeue, waiting_requeue=waiting_requeue
     )
+    # A queue's quotas are sums over its nodes: while nodes keep arriving, wait for a quiet
+    # moment (at most batch_max_delay, longer while nodes still await their labels) rather
+    # than write every intermediate sum.
+    debouncer = Debouncer(
+        batch_window,
+        batch_max_delay,
+        settling=settling.busy if settling is not None else None,
+        settling_max_delay=settling_max_delay,
+    )
     controller = (
         builder.for_(caches.kueue.cluster_queues, METADATA_OR_SPEC_CHANGED)
         .watches(caches.kueue.cohorts, by_cohort, METADATA_OR_SPEC_CHANGED)
         .with_options(max_concurrent_reconciles=workers)
-        .complete(reconciler)
+        .complete(Debounced(reconciler, debouncer))
     )
-    watch_batched(controller, caches.nodes, by_node, NodeChanged(mfrs), batch_window)
-    watch_batched(controller, caches.flavors, by_flavor, METADATA_OR_SPEC_CHANGED, batch_window)
+    watch_batched(
+        controller, caches.nodes, by_node, NodeChanged(facts), batch_window, debouncer=debouncer
+    )
+    watch_batched(
+        controller,
+        caches.flavors,
+        by_flavor,
+        METADATA_OR_SPEC_CHANGED,
+        batch_window,
+        debouncer=debouncer,
+    )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from controllers.caches import BY_COHORT, KueueCaches, node_names
+from controllers.caches import BY_COHORT, KueueCaches
 from controllers.common import (
     METADATA_OR_SPEC_CHANGED,
     NodeChanged,
@@ -25,7 +25,7 @@ from gpustack_operator.domain.nodeview import is_deleting
 from gpustack_operator.domain.queues import (
     cluster_queue_cohort,
     cohort_may_be_deleted,
-    desired_cohorts,
+    desired_cohort,
 )
 from gpustack_operator.runtime.controller import ControllerBuilder, Request, Result
 
@@ -49,8 +49,12 @@ class CohortReconciler:
             if nodes:
                 self.writer.not_ours(self.resource, have)
             return None
-        want = desired_cohorts(nodes, self.caches.manufacturers, self.caches.kueue.version).get(
-            name
+        want = desired_cohort(
+            name,
+            nodes,
+            self.caches.manufacturers,
+            self.caches.kueue.version,
+            profiles_of=self.caches.facts.profiles,
         )
         if want is not None:
             if not is_up_to_date(have, want):
@@ -73,10 +77,10 @@ def build_cohort_controller(
     deleting_requeue: float,
     batch_window: float,
 ) -> None:
-    mfrs = caches.manufacturers
+    facts = caches.facts
 
     def by_node(node: dict[str, Any]) -> list[str]:
-        return node_names(node, mfrs, "cohort")
+        return facts.names(node, "cohort")
 
     def by_queue(queue: dict[str, Any]) -> list[str]:
         cohort = cluster_queue_cohort(queue)
@@ -87,7 +91,7 @@ def build_cohort_controller(
         .with_options(max_concurrent_reconciles=workers)
         .complete(CohortReconciler(caches, writer, deleting_requeue=deleting_requeue))
     )
-    watch_batched(controller, caches.nodes, by_node, NodeChanged(mfrs), batch_window)
+    watch_batched(controller, caches.nodes, by_node, NodeChanged(facts), batch_window)
     watch_batched(
         controller, caches.cluster_queues, by_queue, METADATA_OR_SPEC_CHANGED, batch_window
     )

@@ -7,34 +7,31 @@ None of it knows about a particular Kueue kind; each reconciler module stays a t
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 import structlog
 
+from controllers.nodefacts import NodeFacts
 from gpustack_operator.domain.labels import (
-    ACCELERATABLE_PREFIX,
-    ARCH_LABEL,
-    CPU_ANNOTATION_PREFIX,
-    FEATURE_PREFIX,
-    GENERAL_PREFIX,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
-    NFD_CPU_FAMILY_LABEL,
-    NFD_CPU_ID_LABEL,
-    NFD_CPU_VENDOR_LABEL,
     NOTE_PREFIX,
-    OS_LABEL,
     RESOURCE_PREFIX,
     SCHEDULE_PREFIX,
-    SYSTEM_PREFIX,
 )
 from gpustack_operator.domain.manufacturers import Manufacturer
 from gpustack_operator.domain.nodeview import labels_of, metadata, name_of, uid_of
-from gpustack_operator.domain.queues import HOST_RESOURCES
 from gpustack_operator.runtime.cache import strip_managed_fields
 from gpustack_operator.runtime.client import Client, Conflict, NotFound
-from gpustack_operator.runtime.controller import Controller, EventRecorderLike
+from gpustack_operator.runtime.controller import (
+    Controller,
+    EventRecorderLike,
+    Reconciler,
+    Request,
+    Result,
+)
 from gpustack_operator.runtime.informer import Informer
 from gpustack_operator.runtime.predicates import Predicate
 from gpustack_operator.runtime.resources import Resource
@@ -42,16 +39,6 @@ from gpustack_operator.runtime.resources import Resource
 log = structlog.get_logger(__name__)
 
 JSON = dict[str, Any]
-# Node labels whose change can move a capacity profile, a flavor, a queue or its notes.
-_NODE_LABEL_PREFIXES: Final = (
-    SYSTEM_PREFIX,
-    FEATURE_PREFIX,
-    GENERAL_PREFIX,
-    ACCELERATABLE_PREFIX,
-)
-_NODE_LABELS: Final = frozenset(
-    {NFD_CPU_VENDOR_LABEL, NFD_CPU_FAMILY_LABEL, NFD_CPU_ID_LABEL, OS_LABEL, ARCH_LABEL}
-)
 # Annotations and labels the worker manages on Kueue objects: compared exactly, so a note
 # that is no longer desired is noticed (server-side apply then removes it).
 _OWN_METADATA_PREFIXES: Final = (NOTE_PREFIX, SCHEDULE_PREFIX, RESOURCE_PREFIX)
@@ -83,58 +70,18 @@ def trim_for_worker(obj: JSON) -> JSON:
     return trimmed
 
 
-def node_view(
-    node: Mapping[str, Any], manufacturers: Mapping[str, Manufacturer]
-) -> tuple[Any, ...]:
-    """Everything about a Node that the worker's output depends on, as a comparable value.
-
-    Two versions of a Node with the same view produce the same NodeFeature, flavors, queues
-    and notes: an update that leaves it unchanged (a heartbeat, a condition, an image) is
-    filtered out before it reaches a work queue.
-    """
-    meta = metadata(node)
-    labels = tuple(
-        sorted(
-            (k, v)
-            for k, v in labels_of(node).items()
-            if k in _NODE_LABELS or k.startswith(_NODE_LABEL_PREFIXES)
-        )
-    )
-    raw_annotations = meta.get("annotations")
-    annotations = tuple(
-        sorted(
-            (k, str(v))
-            for k, v in (raw_annotations if isinstance(raw_annotations, Mapping) else {}).items()
-            if isinstance(k, str) and k.startswith(CPU_ANNOTATION_PREFIX)
-        )
-    )
-    status = node.get("status")
-    resources = set(HOST_RESOURCES) | {m.resource_name for m in manufacturers.values()}
-    amounts: list[tuple[str, str, str]] = []
-    if isinstance(status, Mapping):
-        for section in ("capacity", "allocatable"):
-            values = status.get(section)
-            if isinstance(values, Mapping):
-                amounts.extend(
-                    (section, r, str(values[r])) for r in sorted(resources) if r in values
-                )
-    return (
-        uid_of(node),
-        bool(meta.get("deletionTimestamp")),
-        labels,
-        annotations,
-        tuple(amounts),
-    )
-
-
 class NodeChanged(Predicate):
-    """Passes creates and deletes, and updates that change :func:`node_view`."""
+    """Passes creates and deletes, and updates that change :func:`node_view`.
 
-    def __init__(self, manufacturers: Mapping[str, Manufacturer]) -> None:
-        self._manufacturers = manufacturers
+    Given :class:`NodeFacts` (the worker's shared one), the views come from its cache; given
+    the manufacturers alone, it keeps a cache of its own.
+    """
+
+    def __init__(self, facts: NodeFacts | Mapping[str, Manufacturer]) -> None:
+        self._facts = facts if isinstance(facts, NodeFacts) else NodeFacts(facts)
 
     def update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-        return node_view(old, self._manufacturers) != node_view(new, self._manufacturers)
+        return self._facts.view(old) != self._facts.view(new)
 
     def __repr__(self) -> str:
         return "NodeChanged()"
@@ -257,7 +204,10 @@ class Writer:
         """Delete *obj* if it is still the object the cache saw (uid precondition).
 
         Only objects carrying the managed-by label are deleted; anything else is a bug in the
-        caller and refused. Returns False when it was already gone or replaced.
+        caller and refused. Returns False when it was already gone (404). A 409 (the uid
+        precondition failed because the object was replaced, or a webhook or the server
+        refused) is raised: the reconcile fails, its key is retried with backoff and the
+        decision is made again against the cache as it then is, so no orphan is left.
         """
         if not is_managed_object(obj):
             raise RuntimeError(f"refusing to delete {resource.kind} {name_of(obj)}: not ours")
@@ -267,8 +217,16 @@ class Writer:
             await self.client.delete(
                 resource, name_of(obj), namespace, preconditions={"uid": uid_of(obj)}
             )
-        except (NotFound, Conflict):
+        except NotFound:
             return False
+        except Conflict:
+            log.info(
+                "delete refused with a conflict; the key is retried",
+                kind=resource.kind,
+                name=name_of(obj),
+                namespace=namespace,
+            )
+            raise
         log.info("deleted", kind=resource.kind, name=name_of(obj), namespace=namespace, why=reason)
         return True
 
@@ -296,10 +254,78 @@ def index_values(values: Iterable[str]) -> list[str]:
 # --- batched event handling -----------------------------------------------------------------------
 
 
+class Debouncer:
+    """Quiet-period batching per key: due once no event came for *quiet* seconds, or at the
+    latest *max_delay* seconds after the first event of the burst.
+
+    The work queue's ``add_after`` keeps the earliest deadline, so a window alone reconciles
+    a key every *quiet* seconds for as long as events keep coming (a fleet joining one node
+    at a time rewrote each ClusterQueue once per window). The event handler
+    :meth:`touch`-es the key; the reconcile asks :meth:`remaining` first and, while the burst
+    goes on, comes back later instead of writing an intermediate state.
+    """
+
+    def __init__(
+        self,
+        quiet: float,
+        max_delay: float,
+        *,
+        settling: Callable[[], bool] | None = None,
+        settling_max_delay: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.quiet = quiet
+        self.max_delay = max(quiet, max_delay)
+        self.settling = settling
+        """While this says True (nodes still await their labels), a burst is due only
+        *settling_max_delay* after its first event: pauses in the stream do not count."""
+        self.settling_max_delay = max(self.max_delay, settling_max_delay or 0.0)
+        self._clock = clock
+        self._bursts: dict[str, tuple[float, float]] = {}
+
+    def touch(self, key: str) -> None:
+        """An event for *key* arrived now."""
+        now = self._clock()
+        first, _ = self._bursts.get(key, (now, now))
+        self._bursts[key] = (first, now)
+
+    def remaining(self, key: str) -> float:
+        """Seconds until *key*'s burst is due; 0 (and the burst is closed) when it is."""
+        burst = self._bursts.get(key)
+        if burst is None:
+            return 0.0
+        first, last = burst
+        if self.settling is not None and self.settling():
+            # Nodes are still being labelled: a pause says nothing, wait for the end, but
+            # look again every quiet period (the end may bring no event for this key).
+            wait = min(first + self.settling_max_delay - self._clock(), self.quiet)
+        else:
+            wait = min(last + self.quiet, first + self.max_delay) - self._clock()
+        if wait <= 0:
+            del self._bursts[key]
+            return 0.0
+        return wait
+
+
+class Debounced:
+    """A reconciler behind a :class:`Debouncer`: while its key's burst of events goes on,
+    the key is requeued for when it is due instead of being reconciled."""
+
+    def __init__(self, reconciler: Reconciler, debouncer: Debouncer) -> None:
+        self.reconciler = reconciler
+        self.debouncer = debouncer
+
+    async def __call__(self, request: Request) -> Result | None:
+        wait = self.debouncer.remaining(request.key)
+        if wait > 0:
+            return Result(requeue_after=wait)
+        return await self.reconciler(request)
+
+
 class BatchedEnqueue:
     """Informer event handler: filter, map to keys, add them after a batching window.
 
-    Kin to the reference's dedup windows: a burst of Node or flavor events (a fleet joining,
+    A dedup window: a burst of Node or flavor events (a fleet joining,
     NFD relabelling every node) enqueues each affected key once, at the first event plus
     *window*, instead of reconciling (and rewriting) a queue once per node. Synchronous and
     O(1) per key, like the runtime's own handlers; a failing map function is logged.
@@ -313,12 +339,14 @@ class BatchedEnqueue:
         window: float,
         *,
         deletes_at_once: bool = False,
+        debouncer: Debouncer | None = None,
     ) -> None:
         self._controller = controller
         self._map = map_fn
         self._predicate = predicate
         self._window = window
         self._deletes_at_once = deletes_at_once
+        self._debouncer = debouncer
 
     def _enqueue(self, *objs: JSON, window: float | None = None) -> None:
         delay = self._window if window is None else window
@@ -329,6 +357,8 @@ class BatchedEnqueue:
                 log.exception("event mapping failed; event dropped", name=name_of(obj))
                 continue
             for key in keys:
+                if self._debouncer is not None and delay > 0:
+                    self._debouncer.touch(key)
                 self._controller.queue.add_after(key, delay)
 
     def on_add(self, obj: JSON) -> None:
@@ -352,9 +382,18 @@ def watch_batched(
     window: float,
     *,
     deletes_at_once: bool = False,
+    debouncer: Debouncer | None = None,
 ) -> None:
     """Register a :class:`BatchedEnqueue` of *controller* on *informer* (*deletes_at_once*:
-    delete events skip the window)."""
+    delete events skip the window; *debouncer*: events also extend the key's burst, for a
+    reconciler wrapped in :class:`Debounced`)."""
     informer.add_event_handler(
-        BatchedEnqueue(controller, map_fn, predicate, window, deletes_at_once=deletes_at_once)
+        BatchedEnqueue(
+            controller,
+            map_fn,
+            predicate,
+            window,
+            deletes_at_once=deletes_at_once,
+            debouncer=debouncer,
+        )
     )

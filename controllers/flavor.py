@@ -1,19 +1,20 @@
 """ResourceFlavors (SPEC §6.2) and their cleanup (SPEC §6.6), one reconciler.
 
 Key: the flavor name. The managed Nodes whose profiles name the flavor come from the Node
-index; with at least one, the flavor is applied as ``desired_resource_flavors`` renders it
-(the first node by name provides the notes). With none, a flavor carrying the managed-by
-label is deleted (Kueue's ``resource-in-use`` finalizer keeps it until no ClusterQueue lists
-it). A flavor of the same name without the label was made by a person: it is left alone
-and reported with a Warning Event. Node updates are mapped to the flavor names of both the
-old and the new Node, so a node that stops carrying a flavor still reaches it.
+index; with at least one, the flavor is applied as ``desired_resource_flavor`` renders it
+from the first node by name (it provides the notes; the others are not looked at). With
+none, a flavor carrying the managed-by label is deleted (Kueue's ``resource-in-use``
+finalizer keeps it until no ClusterQueue lists it). A flavor of the same name without the
+label was made by a person: it is left alone and reported with a Warning Event. Node
+updates are mapped to the flavor names of both the old and the new Node, so a node that
+stops carrying a flavor still reaches it.
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
 
-from controllers.caches import BY_FLAVOR, KueueCaches, node_names
+from controllers.caches import BY_FLAVOR, KueueCaches
 from controllers.common import (
     METADATA_OR_SPEC_CHANGED,
     NodeChanged,
@@ -22,7 +23,7 @@ from controllers.common import (
     is_up_to_date,
     watch_batched,
 )
-from gpustack_operator.domain.flavors import desired_resource_flavors
+from gpustack_operator.domain.flavors import desired_resource_flavor
 from gpustack_operator.domain.nodeview import is_deleting
 from gpustack_operator.runtime.controller import ControllerBuilder, Request
 
@@ -39,9 +40,13 @@ class FlavorReconciler:
         name = request.name
         have = self.caches.flavors.indexer.get(name)
         nodes = self.caches.managed_nodes(BY_FLAVOR, name)
-        want = desired_resource_flavors(
-            nodes, self.caches.manufacturers, self.caches.kueue.version
-        ).get(name)
+        want = desired_resource_flavor(
+            name,
+            nodes,
+            self.caches.manufacturers,
+            self.caches.kueue.version,
+            profiles_of=self.caches.facts.profiles,
+        )
         if want is None:
             if have is not None and is_managed_object(have) and not is_deleting(have):
                 await self.writer.delete(self.resource, have, "no managed node has this flavor")
@@ -63,14 +68,14 @@ def build_flavor_controller(
     workers: int,
     batch_window: float,
 ) -> None:
-    mfrs = caches.manufacturers
+    facts = caches.facts
 
     def by_node(node: dict[str, Any]) -> list[str]:
-        return node_names(node, mfrs, "flavor")
+        return facts.names(node, "flavor")
 
     controller = (
         builder.for_(caches.kueue.resource_flavors, METADATA_OR_SPEC_CHANGED)
         .with_options(max_concurrent_reconciles=workers)
         .complete(FlavorReconciler(caches, writer))
     )
-    watch_batched(controller, caches.nodes, by_node, NodeChanged(mfrs), batch_window)
+    watch_batched(controller, caches.nodes, by_node, NodeChanged(facts), batch_window)

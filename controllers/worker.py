@@ -25,7 +25,7 @@ from typing import Final
 import anyio
 import structlog
 
-from controllers.caches import KueueCaches, add_node_indexes
+from controllers.caches import KueueCaches, add_node_indexes, node_facts
 from controllers.capacity import setup_capacity
 from controllers.clusterqueue import NAME as CLUSTER_QUEUE
 from controllers.clusterqueue import build_cluster_queue_controller
@@ -36,6 +36,7 @@ from controllers.flavor import NAME as FLAVOR
 from controllers.flavor import build_flavor_controller
 from controllers.localqueue import NAME as LOCAL_QUEUE
 from controllers.localqueue import build_local_queue_controller
+from controllers.nodefacts import FleetSettling
 from gpustack_operator.apis import KUEUE_GROUP, KueueResources, kueue_resources
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.labels import MANAGED_BY_VALUE
@@ -90,6 +91,17 @@ class WorkerConfig:
     """Seconds a queue reconciler collects Node, flavor and ClusterQueue events for one key
     before reconciling it once (a dedup window: a fleet joining rewrites each queue once,
     not once per node). Changes to the reconciled objects themselves are not delayed."""
+    batch_max_delay: float = 10.0
+    """ClusterQueues only: while Node or flavor events for a queue keep coming (closer than
+    ``batch_window`` apart), its reconcile waits for a pause, but at most this many seconds
+    after the first event. Its quotas are sums over nodes: writing each intermediate sum
+    while a fleet joins is wasted work for the API server and Kueue."""
+    settling_max_delay: float = 60.0
+    """ClusterQueues only, while Nodes are on their way to the capacity labels the worker
+    publishes for them (start-up on an unprofiled cluster, a fleet joining; see
+    ``FleetSettling``): pauses in the events do not count, a queue is reconciled when that
+    ends or this many seconds after its first event. (Values below ``batch_max_delay``,
+    and that below ``batch_window``, are raised to it.)"""
 
     def __post_init__(self) -> None:
         if self.kueue_version != KUEUE_AUTO:
@@ -159,6 +171,10 @@ class Worker:
         self.caches: KueueCaches | None = None
         self.queue_controllers: list[Controller] = []
         """The four Kueue controllers, once started (on the leader)."""
+        self.facts = node_facts(manager.informer(NODES), config.manufacturers)
+        """Per-Node derived data shared by all five controllers and the Node indexes."""
+        self.settling = FleetSettling(self.facts)
+        """Which Nodes still await their capacity labels (the ClusterQueue debounce)."""
 
     @property
     def excluded_namespaces(self) -> tuple[str, ...]:
@@ -183,9 +199,7 @@ class Worker:
                     self.kueue = kueue_resources(version)
                     log.info("Kueue found", version=version.value, served=served)
                     # Caches warm up on standbys too, so a new leader starts with them full.
-                    self.caches = KueueCaches.create(
-                        self.manager, self.kueue, self.config.manufacturers
-                    )
+                    self.caches = KueueCaches.create(self.manager, self.kueue, self.facts)
                     self.kueue_found.set()
                     return
                 if not reported:
@@ -232,6 +246,9 @@ class Worker:
             reserved_requeue=config.reserved_requeue,
             waiting_requeue=config.waiting_requeue,
             batch_window=window,
+            batch_max_delay=config.batch_max_delay,
+            settling=self.settling,
+            settling_max_delay=config.settling_max_delay,
         )
         build_local_queue_controller(
             ControllerBuilder(host, LOCAL_QUEUE),
@@ -270,12 +287,13 @@ def setup_worker(manager: Manager, config: WorkerConfig) -> Worker:
     readiness check ``kueue``.
     """
     worker = Worker(manager, config)
-    add_node_indexes(manager.informer(NODES), config.manufacturers)
+    add_node_indexes(manager.informer(NODES), worker.facts)
+    manager.informer(NODES).add_event_handler(worker.settling)
     setup_capacity(
         manager,
         worker.writer,
         system_namespace=config.system_namespace,
-        manufacturers=config.manufacturers,
+        facts=worker.facts,
         max_concurrent_reconciles=config.max_concurrent_reconciles,
     )
     manager.add_readyz_check("kueue", worker.kueue_ready)

@@ -7,7 +7,7 @@ profiles of all managed nodes into ResourceFlavor manifests.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -231,10 +231,51 @@ def desired_resource_flavors(
     return dict(sorted(flavors.items()))
 
 
+ProfilesOf = Callable[[object], Iterable[Profile]]
+"""Where a caller's node profiles come from (``node_profiles``, or a cache of its results)."""
+
+
+def first_profile(
+    part: Literal["flavor", "queue", "cohort"],
+    name: str,
+    nodes: Iterable[object],
+    manufacturers: Mapping[str, Manufacturer],
+    profiles_of: ProfilesOf | None = None,
+) -> Profile | None:
+    """The profile naming *name* as its *part* of the first managed node by name that has one.
+
+    This is the profile :func:`desired_resource_flavors` and ``desired_cohorts`` render for
+    *name* (they take the first in :func:`managed_profiles` order), found without deriving
+    the profiles of the other nodes: a controller that knows the nodes of one flavor or
+    cohort (an index) asks for one object at the cost of one node, not all of them.
+    *profiles_of* defaults to :func:`node_profiles`.
+    """
+    for node in sorted((n for n in nodes if is_managed(n)), key=name_of):
+        profiles = (
+            profiles_of(node) if profiles_of is not None else node_profiles(node, manufacturers)
+        )
+        for profile in profiles:
+            if getattr(profile, part) == name:
+                return profile
+    return None
+
+
+def desired_resource_flavor(
+    name: str,
+    nodes: Iterable[object],
+    manufacturers: Mapping[str, Manufacturer],
+    version: KueueVersion = KueueVersion.V1BETA2,
+    profiles_of: ProfilesOf | None = None,
+) -> dict[str, Any] | None:
+    """``desired_resource_flavors(nodes, ...).get(name)``, from one representative node."""
+    profile = first_profile("flavor", name, nodes, manufacturers, profiles_of)
+    return resource_flavor(profile).manifest(version) if profile is not None else None
+
+
 def flavor_nodes(
     nodes: Iterable[object], manufacturers: Mapping[str, Manufacturer]
 ) -> dict[str, list[object]]:
-    """Managed nodes per flavor name (the reference's flavor index), in node-name order."""
+    """Managed nodes per flavor name (the flavor index), in node-name order."""
     index: dict[str, list[object]] = {}
     managed = sorted((n for n in nodes if is_managed(n)), key=name_of)
     for node in managed:

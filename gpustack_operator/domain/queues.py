@@ -12,7 +12,12 @@ from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any, Final
 
-from gpustack_operator.domain.flavors import flavor_nodes, managed_profiles
+from gpustack_operator.domain.flavors import (
+    ProfilesOf,
+    first_profile,
+    flavor_nodes,
+    managed_profiles,
+)
 from gpustack_operator.domain.kueue import (
     MAX_FLAVORS_PER_GROUP,
     ClusterQueue,
@@ -106,6 +111,19 @@ def desired_cohorts(
     """A Cohort for every name a managed node's profile references (SPEC §6.3), by name."""
     names = sorted({p.cohort for p in managed_profiles(nodes, manufacturers)})
     return {n: Cohort(metadata=_owned_meta(n)).manifest(version) for n in names}
+
+
+def desired_cohort(
+    name: str,
+    nodes: Iterable[object],
+    manufacturers: Mapping[str, Manufacturer],
+    version: KueueVersion = KueueVersion.V1BETA2,
+    profiles_of: ProfilesOf | None = None,
+) -> dict[str, Any] | None:
+    """``desired_cohorts(nodes, ...).get(name)``, looking at nodes only until one names it."""
+    if first_profile("cohort", name, nodes, manufacturers, profiles_of) is None:
+        return None
+    return Cohort(metadata=_owned_meta(name)).manifest(version)
 
 
 def cluster_queue_cohort(cluster_queue: object) -> str:
@@ -391,7 +409,8 @@ def desired_local_queues(
 
     Namespaces may be names or Namespace objects (terminating ones are skipped); the system
     namespace and *excluded* get none. ClusterQueues may be names or objects; an object's uid
-    becomes the LocalQueue's owner reference. Keyed by (namespace, name), sorted.
+    becomes the LocalQueue's owner reference. Keyed by (namespace, LocalQueue name), in
+    (namespace, ClusterQueue name) order: the order ``plan`` and ``sim`` print them in.
     """
     skip = {system_namespace, *excluded}
     active = sorted(

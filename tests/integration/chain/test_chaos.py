@@ -12,14 +12,13 @@ the input as changed so far:
 
 Faults hit every request of the worker and the device-manager agents (the NFD and kubelet
 stand-ins write through the store, as the control plane would): 5% each of 429 (Retry-After
-1 s), 500 and 410 answers, and 5% of 409 Conflict on creates, updates and patches (applies),
-so 20% of those writes and about 15% of other requests fail, plus a fifth of the watches are
-cut after their first event. The share is seeded, so a run repeats.
+1 s), 500 and 410 answers, 5% of 409 Conflict on creates, updates and patches (applies) and
+25% on deletes, so 20% of those writes, over a third of deletes and about 15% of other
+requests fail, plus a fifth of the watches are cut after their first event. The share is
+seeded, so a run repeats.
 
-No 409 on DELETE: a real server answers it only when a precondition (the uid) no longer
-holds, i.e. the object was replaced and a watch event follows; the worker relies on that
-event and does not retry such a delete (``controllers/common.py`` ``Writer.delete``), so an
-unexplained 409 there would leave an orphan behind.
+A 409 on DELETE is not "already gone": the worker retries the key and decides again
+(``controllers/common.py`` ``Writer.delete``), so the end state still matches.
 """
 
 from __future__ import annotations
@@ -66,10 +65,13 @@ def new_node(
 
 
 def add_faults(cluster: SimCluster, seed: int) -> None:
-    """See the module docstring: 409/429/500/410 at 5% each, a fifth of watches cut."""
+    """See the module docstring: 409/429/500/410 at 5% each (409 at 25% on deletes), a fifth
+    of watches cut."""
     cluster.sim.faults.seed(seed)
     for verb in ("create", "update", "patch"):
         cluster.sim.faults.add(verb=verb, status=409, share=0.05)
+    # Deletes are few (a dozen in these scenarios): a larger share makes some of them fire.
+    cluster.sim.faults.add(verb="delete", status=409, share=0.25)
     remaining = 1.0
     for status in (429, 500, 410):
         # Each fault sees only the requests the ones before it let through.

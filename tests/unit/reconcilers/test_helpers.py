@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from controllers.clusterqueue import has_reservations
-from controllers.common import NodeChanged, is_up_to_date, node_view, trim_for_worker
+from controllers.common import NodeChanged, is_up_to_date, trim_for_worker
+from controllers.nodefacts import node_view
 from controllers.worker import WorkerConfig, choose_kueue_version
 from gpustack_operator.apis import kueue_resources
 from gpustack_operator.cli import build_parser

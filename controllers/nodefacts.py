@@ -1,0 +1,246 @@
+"""What the worker derives from one Node, computed once per Node version.
+
+Every Node event reaches the capacity controller and three queue controllers, each with a
+predicate (the Node's worker view), an event mapping (its flavor, queue or cohort names) and
+the Node indexes; every flavor and cohort reconcile needs the profiles of a node too. All of
+them derive the same few values from the same labels, so :class:`NodeFacts` computes them
+once per Node version (uid + resourceVersion, confirmed by equality) and hands out the cached,
+immutable result. Without the cache the work per event grows with the number of controllers
+and per reconcile with the number of nodes of a profile.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from gpustack_operator.domain.capacity import worker_capacity_labels
+from gpustack_operator.domain.flavors import Profile, is_managed, node_profiles
+from gpustack_operator.domain.labels import (
+    ACCELERATABLE_PREFIX,
+    ARCH_LABEL,
+    CPU_ANNOTATION_PREFIX,
+    FEATURE_PREFIX,
+    GENERAL_PREFIX,
+    NFD_CPU_FAMILY_LABEL,
+    NFD_CPU_ID_LABEL,
+    NFD_CPU_VENDOR_LABEL,
+    OS_LABEL,
+    SYSTEM_PREFIX,
+)
+from gpustack_operator.domain.manufacturers import Manufacturer
+from gpustack_operator.domain.nodefeature import can_publish_for
+from gpustack_operator.domain.nodeview import is_deleting, labels_of, metadata, name_of, uid_of
+from gpustack_operator.domain.queues import HOST_RESOURCES
+
+Part = Literal["flavor", "queue", "cohort"]
+# Node labels whose change can move a capacity profile, a flavor, a queue or its notes.
+_NODE_LABEL_PREFIXES: Final = (
+    SYSTEM_PREFIX,
+    FEATURE_PREFIX,
+    GENERAL_PREFIX,
+    ACCELERATABLE_PREFIX,
+)
+_NODE_LABELS: Final = frozenset(
+    {NFD_CPU_VENDOR_LABEL, NFD_CPU_FAMILY_LABEL, NFD_CPU_ID_LABEL, OS_LABEL, ARCH_LABEL}
+)
+_MIN_GENERATION: Final = 1024
+
+
+def node_view(
+    node: Mapping[str, Any], manufacturers: Mapping[str, Manufacturer]
+) -> tuple[Any, ...]:
+    """Everything about a Node that the worker's output depends on, as a comparable value.
+
+    Two versions of a Node with the same view produce the same NodeFeature, flavors, queues
+    and notes: an update that leaves it unchanged (a heartbeat, a condition, an image) is
+    filtered out before it reaches a work queue.
+    """
+    meta = metadata(node)
+    labels = tuple(
+        sorted(
+            (k, v)
+            for k, v in labels_of(node).items()
+            if k in _NODE_LABELS or k.startswith(_NODE_LABEL_PREFIXES)
+        )
+    )
+    raw_annotations = meta.get("annotations")
+    annotations = tuple(
+        sorted(
+            (k, str(v))
+            for k, v in (raw_annotations if isinstance(raw_annotations, Mapping) else {}).items()
+            if isinstance(k, str) and k.startswith(CPU_ANNOTATION_PREFIX)
+        )
+    )
+    status = node.get("status")
+    resources = set(HOST_RESOURCES) | {m.resource_name for m in manufacturers.values()}
+    amounts: list[tuple[str, str, str]] = []
+    if isinstance(status, Mapping):
+        for section in ("capacity", "allocatable"):
+            values = status.get(section)
+            if isinstance(values, Mapping):
+                amounts.extend(
+                    (section, r, str(values[r])) for r in sorted(resources) if r in values
+                )
+    return (
+        uid_of(node),
+        bool(meta.get("deletionTimestamp")),
+        labels,
+        annotations,
+        tuple(amounts),
+    )
+
+
+@dataclass
+class _Facts:
+    node: Mapping[str, Any]
+    """The version these facts are of (kept to confirm a hit by equality)."""
+    view: tuple[Any, ...] | None = None
+    profiles: tuple[Profile, ...] | None = None
+    awaits_labels: bool | None = None
+    names: dict[str, list[str]] = field(default_factory=dict)
+
+
+class NodeFacts:
+    """Per-Node derived data (view, profiles, flavor/queue/cohort names), cached per version.
+
+    Keyed by (uid, resourceVersion); a hit is confirmed by identity or equality with the
+    cached Node, so a hand-made object reusing a version is never mistaken for another. Nodes
+    without uid or resourceVersion (manifests from a file) are computed every time. Memory is
+    bounded by two generations: when the current one outgrows the larger of 1,024 and twice
+    *size_hint()* (the number of Nodes in the cache), it becomes the previous one and entries
+    still in use are carried over on their next lookup; versions nobody asks for drop out.
+    """
+
+    def __init__(
+        self,
+        manufacturers: Mapping[str, Manufacturer],
+        size_hint: Callable[[], int] | None = None,
+    ) -> None:
+        self.manufacturers = manufacturers
+        self._size_hint = size_hint
+        self._current: dict[tuple[str, str], _Facts] = {}
+        self._previous: dict[tuple[str, str], _Facts] = {}
+
+    def _facts(self, node: Mapping[str, Any]) -> _Facts:
+        meta = metadata(node)
+        uid, version = meta.get("uid"), meta.get("resourceVersion")
+        if not isinstance(uid, str) or not isinstance(version, str) or not uid or not version:
+            return _Facts(node)
+        key = (uid, version)
+        facts = self._current.get(key)
+        if facts is None:
+            facts = self._previous.pop(key, None)
+            if facts is not None:
+                self._remember(key, facts)
+        if facts is not None and (facts.node is node or facts.node == node):
+            return facts
+        facts = _Facts(node)
+        self._remember(key, facts)
+        return facts
+
+    def _remember(self, key: tuple[str, str], facts: _Facts) -> None:
+        hint = self._size_hint() if self._size_hint is not None else 0
+        if len(self._current) >= max(_MIN_GENERATION, 2 * hint):
+            self._previous, self._current = self._current, {}
+        self._current[key] = facts
+
+    def view(self, node: Mapping[str, Any]) -> tuple[Any, ...]:
+        """:func:`node_view` of *node*."""
+        facts = self._facts(node)
+        if facts.view is None:
+            facts.view = node_view(node, self.manufacturers)
+        return facts.view
+
+    def profiles(self, node: object) -> tuple[Profile, ...]:
+        """``node_profiles`` of *node* (whether managed or not)."""
+        if not isinstance(node, Mapping):
+            return tuple(node_profiles(node, self.manufacturers))
+        facts = self._facts(node)
+        if facts.profiles is None:
+            facts.profiles = tuple(node_profiles(node, self.manufacturers))
+        return facts.profiles
+
+    def names(self, node: Mapping[str, Any], part: Part) -> list[str]:
+        """The flavor/queue/cohort names (*part*) of *node*'s profiles, managed or not.
+
+        Event mapping uses this: a node relabelled unmanaged or being deleted must still
+        reach the objects it used to count for. Returns a new list.
+        """
+        facts = self._facts(node)
+        names = facts.names.get(part)
+        if names is None:
+            names = sorted({getattr(p, part) for p in self.profiles(node)} - {""})
+            facts.names[part] = names
+        return list(names)
+
+    def index_names(self, node: Mapping[str, Any], part: Part) -> list[str]:
+        """What the Node indexes file *node* under: its names when managed, else none
+        (``domain.flavors.node_profile_names``)."""
+        return self.names(node, part) if is_managed(node) else []
+
+    def awaits_labels(self, node: Mapping[str, Any]) -> bool:
+        """Whether *node* does not carry the capacity labels the worker publishes for it yet
+        (its NodeFeature is still to be written, or NFD has not merged it): the node's
+        profiles, and so the quotas of its queues, are about to change."""
+        facts = self._facts(node)
+        if facts.awaits_labels is None:
+            if is_deleting(node) or not can_publish_for(name_of(node)):
+                facts.awaits_labels = False
+            else:
+                labels = labels_of(node)
+                facts.awaits_labels = any(
+                    labels.get(k) != v
+                    for k, v in worker_capacity_labels(node, self.manufacturers).items()
+                )
+        return facts.awaits_labels
+
+    def __len__(self) -> int:
+        return len(self._current) + len(self._previous)
+
+
+class FleetSettling:
+    """Node informer handler: whether Nodes are on their way to their capacity labels.
+
+    While a fleet joins (or the worker starts on a cluster not profiled yet), every Node
+    passes through "labels published, not merged yet". :meth:`busy` is true while some Node
+    is there *and* the set moved (a node entered or left it) within the last *stall*
+    seconds: a node NFD never labels (NFD down, a label it refuses) must not keep the
+    worker in its start-up mode for good. The ClusterQueue debounce waits longer while busy.
+    """
+
+    def __init__(
+        self, facts: NodeFacts, stall: float = 10.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._facts = facts
+        self._stall = stall
+        self._clock = clock
+        self._waiting: set[str] = set()
+        self._moved = clock()
+
+    def _see(self, node: Mapping[str, Any]) -> None:
+        key = name_of(node)
+        if self._facts.awaits_labels(node):
+            if key not in self._waiting:
+                self._waiting.add(key)
+                self._moved = self._clock()
+        elif key in self._waiting:
+            self._waiting.discard(key)
+            self._moved = self._clock()
+
+    def on_add(self, obj: Mapping[str, Any]) -> None:
+        self._see(obj)
+
+    def on_update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
+        self._see(new)
+
+    def on_delete(self, obj: Mapping[str, Any]) -> None:
+        self._waiting.discard(name_of(obj))
+
+    def busy(self) -> bool:
+        return bool(self._waiting) and self._clock() - self._moved < self._stall
+
+    def __len__(self) -> int:
+        return len(self._waiting)

@@ -1,0 +1,49 @@
+"""A fleet joining at once: each ClusterQueue is written with its final quotas, not once per
+node (the debounce waits while nodes still await their capacity labels)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpustack_operator.sim.server import SimServer
+from tests.conftest import shared_crds_dir
+from tests.integration.worker.support import (
+    converged,
+    fast_config,
+    kueue_objects,
+    nfd_master,
+    node,
+    put_node,
+    worker_running,
+)
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.skipif(
+        shared_crds_dir() is None,
+        reason="needs the Kueue and NFD CRDs from ../shared/crds (or $GPUSTACK_SHARED_CRDS)",
+    ),
+]
+NODES = 24
+
+
+async def test_a_joining_fleet_writes_each_queue_a_few_times(
+    sim: SimServer, sim_kubeconfig: Path
+) -> None:
+    config = fast_config()
+    async with nfd_master(sim), worker_running(sim_kubeconfig, config):
+        put_node(sim, node("first"))
+        await converged(sim, config)
+        sim.counters.reset()
+        for i in range(NODES):
+            put_node(sim, node(f"joiner-{i:02d}", cards=("Tesla T4", 2)))
+        await converged(sim, config)
+        queues = kueue_objects(sim, "ClusterQueue")
+        assert len(queues) == 2
+        # One host queue (its quota unchanged by the cards) and one accelerated queue that
+        # went from nothing to 24 nodes: without the debounce it was written about once per
+        # batch window while the nodes were labelled one by one.
+        assert sim.counters.writes("ClusterQueue") <= 3
+        assert sim.counters.writes("NodeFeature") == NODES
