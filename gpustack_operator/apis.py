@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from gpustack_operator.domain.bootstrap.crds import NFD_GROUP, NFD_VERSION_NAME
 from gpustack_operator.domain.kueue import KUEUE_GROUP, KueueVersion
 from gpustack_operator.runtime.resources import Resource
 
@@ -24,12 +25,11 @@ __all__ = [
     "kueue_resources",
 ]
 
-NFD_GROUP: Final = "nfd.k8s-sigs.io"
 NODE_FEATURES: Final = Resource(
-    NFD_GROUP, "v1alpha1", "NodeFeature", "nodefeatures", namespaced=True
+    NFD_GROUP, NFD_VERSION_NAME, "NodeFeature", "nodefeatures", namespaced=True
 )
 NODE_FEATURE_RULES: Final = Resource(
-    NFD_GROUP, "v1alpha1", "NodeFeatureRule", "nodefeaturerules", namespaced=False
+    NFD_GROUP, NFD_VERSION_NAME, "NodeFeatureRule", "nodefeaturerules", namespaced=False
 )
 
 

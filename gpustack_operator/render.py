@@ -35,10 +35,12 @@ def render(state: DesiredState, output: str, manufacturers: Mapping[str, Any]) -
 
 
 def render_json(state: DesiredState) -> str:
+    """One v1 ``List`` of every object, as indented JSON."""
     return json.dumps(state.as_list(), indent=2) + "\n"
 
 
 def render_yaml(state: DesiredState) -> str:
+    """One v1 ``List`` of every object, as YAML in the object order of the state."""
     return yaml.safe_dump(state.as_list(), sort_keys=False, default_flow_style=False, width=100)
 
 

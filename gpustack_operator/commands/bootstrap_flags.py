@@ -19,7 +19,8 @@ from gpustack_operator.runtime.manager import Manager
 log = structlog.get_logger(__name__)
 
 
-def add_bootstrap_flags(parser: argparse.ArgumentParser) -> None:
+def add_bootstrap_flags(parser: argparse._ActionsContainer) -> None:
+    """The worker's flags for what it installs itself (NFD, device-manager DaemonSets)."""
     parser.add_argument(
         "--disable-applications",
         action="append",

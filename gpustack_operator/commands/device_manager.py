@@ -25,6 +25,14 @@ import structlog
 import yaml
 
 from gpustack_operator.cli import apply_env_defaults
+from gpustack_operator.commands.argtypes import parse_duration
+from gpustack_operator.commands.cluster_flags import (
+    add_connection_flags,
+    add_serving_flags,
+    check_serving_flags,
+    connect,
+)
+from gpustack_operator.commands.helptext import env_epilog
 from gpustack_operator.devicemanager.agent import MIN_MONITOR_PERIOD, DeviceManagerAgent
 from gpustack_operator.devicemanager.detection import (
     DetectionConfig,
@@ -39,16 +47,14 @@ from gpustack_operator.domain.manufacturers import KNOWN_MANUFACTURERS, load_man
 from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
 from gpustack_operator.domain.simdevices import SIM_DEVICES_ANNOTATION
 from gpustack_operator.runtime import metrics as runtime_metrics
-from gpustack_operator.runtime.client import ApiError, Client
 from gpustack_operator.runtime.manager import Manager, ManagerOptions, run_async
-from gpustack_operator.runtime.probes import parse_bind_address
 
 log = structlog.get_logger(__name__)
 
 COMMAND = "device-manager"
 
 
-def add_detection_flags(parser: argparse.ArgumentParser) -> None:
+def add_detection_flags(parser: argparse._ActionsContainer) -> None:
     """Flags every device-manager subcommand that detects devices shares (SPEC §4.4)."""
     parser.add_argument(
         "--manufacturer",
@@ -86,11 +92,13 @@ def add_detection_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``device-manager`` with its ``detect`` and ``serve`` subcommands."""
     parser = subparsers.add_parser(
         COMMAND,
         help="detect accelerators on this node and report them as node labels",
         description="Detects the accelerators of this node (NVML, amdsmi, PCI sysfs) and "
         "reports them as acceleratable.feature.gpustack.ai/ labels.",
+        epilog=env_epilog([COMMAND], "--manufacturer", "nvidia"),
     )
     commands = parser.add_subparsers(dest="device_manager_command", metavar="SUBCOMMAND")
     commands.required = True
@@ -99,6 +107,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="detect once and print the device groups and labels (no cluster needed)",
         description="Detects once and prints the device groups and the labels the agent "
         "would write. Needs no cluster and no GPU.",
+        epilog=env_epilog([COMMAND], "--manufacturer", "nvidia", narrower=[COMMAND, "detect"]),
     )
     add_detection_flags(detect)
     detect.add_argument(
@@ -121,8 +130,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Runs the per-node agent: detects devices, publishes them as the "
         "NodeFeature <node>-gpustack-device-manager, re-detects every --monitor-period, and "
         "serves /healthz, /readyz and /metrics (per-device metrics included).",
+        epilog=env_epilog([COMMAND], "--monitor-period", "10", narrower=[COMMAND, "serve"]),
     )
-    add_detection_flags(serve)
+    add_detection_flags(serve.add_argument_group("detection"))
     add_serve_flags(serve)
     serve.set_defaults(handler=run_serve)
     # GPUSTACK_DEVICE_MANAGER_<FLAG>; the console script then applies the more specific
@@ -132,53 +142,43 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _monitor_period(raw: str) -> float:
-    value = float(raw.removesuffix("s"))
-    if value <= MIN_MONITOR_PERIOD:
+    value = parse_duration(raw)
+    if not value > MIN_MONITOR_PERIOD:
         raise argparse.ArgumentTypeError(f"must be more than {MIN_MONITOR_PERIOD:g}s, got {raw}")
     return value
 
 
 def add_serve_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
+    """The flags only ``serve`` takes, in groups: the agent, the cluster, the probes."""
+    agent = parser.add_argument_group("agent")
+    agent.add_argument(
         "--node-name",
         default=os.environ.get("KUBERNETES_NODE_NAME"),
         metavar="NAME",
         help="the Node this agent reports for (default: $KUBERNETES_NODE_NAME)",
     )
-    parser.add_argument(
+    agent.add_argument(
         "--system-namespace",
         default=os.environ.get("KUBERNETES_POD_NAMESPACE") or DEFAULT_SYSTEM_NAMESPACE,
         metavar="NAMESPACE",
         help="namespace of the NodeFeature (default: $KUBERNETES_POD_NAMESPACE, else "
         f"{DEFAULT_SYSTEM_NAMESPACE})",
     )
-    parser.add_argument(
+    agent.add_argument(
         "--monitor-period",
         type=_monitor_period,
         default=5.0,
-        metavar="SECONDS",
-        help="seconds between device checks; more than 1 (default: 5)",
+        metavar="DURATION",
+        help="time between device checks, e.g. 5s or 1m; more than 1s (default: 5s)",
     )
-    parser.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig file")
-    parser.add_argument("--context", metavar="NAME", help="kubeconfig context to use")
-    parser.add_argument(
-        "--health-probe-bind-address",
-        default=":8081",
-        metavar="ADDR",
-        help="where /healthz and /readyz are served; 0 disables (default: :8081)",
-    )
-    parser.add_argument(
-        "--metrics-bind-address",
-        default=":8080",
-        metavar="ADDR",
-        help="where /metrics is served; 0 disables (default: :8080)",
-    )
-    parser.add_argument(
+    agent.add_argument(
         "--sim-devices-annotation",
         action="store_true",
         help=f"read devices from the Node's {SIM_DEVICES_ANNOTATION} annotation instead of "
         "the hardware (the simulated cluster; not for production)",
     )
+    add_connection_flags(parser.add_argument_group("cluster"))
+    add_serving_flags(parser.add_argument_group("probes and metrics"))
 
 
 def build_detection(args: argparse.Namespace) -> DeviceDetection:
@@ -206,6 +206,7 @@ def fails_fast(result: DetectionResult, config: DetectionConfig, no_fast_failed:
 
 
 def run_serve(args: argparse.Namespace) -> int:
+    """``device-manager serve``: check the flags (exit 2), then run the agent."""
     if not args.node_name:
         sys.stderr.write(
             "device-manager serve: the node name is required: set KUBERNETES_NODE_NAME "
@@ -213,8 +214,7 @@ def run_serve(args: argparse.Namespace) -> int:
         )
         return 2
     try:
-        parse_bind_address(args.health_probe_bind_address)
-        parse_bind_address(args.metrics_bind_address)
+        check_serving_flags(args)
         detection = build_detection(args)
     except ValueError as exc:
         sys.stderr.write(f"device-manager serve: {exc}\n")
@@ -229,17 +229,8 @@ async def serve(args: argparse.Namespace, config: DetectionConfig) -> int:
         health_probe_bind_address=args.health_probe_bind_address,
         metrics_bind_address=args.metrics_bind_address,
     )
-    try:
-        client = await Client.connect(args.kubeconfig, args.context)
-    except ApiError as exc:
-        log.error("cannot connect to the API server", error=str(exc))
-        return 1
-    except Exception as exc:  # kubeconfig problems surface as assorted kr8s/OS errors
-        log.error(
-            "cannot load the cluster credentials",
-            error=repr(exc),
-            hint="check --kubeconfig/--context, KUBECONFIG, or the in-cluster service account",
-        )
+    client = await connect(args)
+    if client is None:
         return 1
     try:
         manager = Manager(client, options)
@@ -269,6 +260,7 @@ async def serve(args: argparse.Namespace, config: DetectionConfig) -> int:
 
 
 def run_detect(args: argparse.Namespace) -> int:
+    """``device-manager detect``: detect once and print; exit 1 only on a fast failure."""
     try:
         detection = build_detection(args)
         result = detection.detect()
@@ -290,6 +282,7 @@ def run_detect(args: argparse.Namespace) -> int:
 
 
 def render(result: DetectionResult, output: str) -> str:
+    """*result* as ``yaml``, ``json`` or a ``table`` for people."""
     document = result.to_document()
     if output == "json":
         return json.dumps(document, indent=2) + "\n"

@@ -17,6 +17,8 @@ from typing import Any
 
 import yaml
 
+from gpustack_operator.commands.argtypes import comma_list
+from gpustack_operator.commands.helptext import env_epilog
 from gpustack_operator.domain.desired import plan_state
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.manufacturers import load_manufacturers
@@ -39,6 +41,7 @@ class PlanInputError(Exception):
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``plan``."""
     parser = subparsers.add_parser(
         "plan",
         help="print the Kueue chain the worker would build for some nodes (writes nothing)",
@@ -50,11 +53,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "(--kubeconfig/--context). Nodes annotated sim.gpustack.ai/devices get simulated "
             "accelerators."
         ),
+        epilog=env_epilog(["plan"], "--kueue-api-version", "v1beta1"),
     )
     parser.add_argument("--nodes", type=Path, metavar="FILE", help="read Nodes from FILE")
     parser.add_argument(
         "--kubeconfig",
-        metavar="PATH",
+        metavar="FILE",
         help="read Nodes and Namespaces from this cluster instead of --nodes (read-only)",
     )
     parser.add_argument("--context", metavar="NAME", help="kubeconfig context to use")
@@ -90,10 +94,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="Kueue API version to render (default: %(default)s)",
     )
     parser.set_defaults(handler=run)
-
-
-def _split(value: str | None) -> list[str]:
-    return [p.strip() for p in (value or "").split(",") if p.strip()]
 
 
 # --- Input -----------------------------------------------------------------------------------
@@ -147,7 +147,10 @@ def parse_nodes_text(
         if not name:
             raise PlanInputError(f"{source}: Node #{i + 1} has no metadata.name")
         if not is_valid_dns_subdomain(name):
-            raise PlanInputError(f"{source}: Node {name!r} has an invalid name")
+            raise PlanInputError(
+                f"{source}: Node {name!r} has an invalid name: use a DNS subdomain (lower-case "
+                "letters, digits, '-' and '.', at most 253 characters)"
+            )
         if name in seen:
             raise PlanInputError(f"{source}: Node {name} appears twice")
         seen.add(name)
@@ -159,6 +162,7 @@ def parse_nodes_text(
 
 
 def read_nodes_file(path: Path) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
+    """The Nodes and Namespaces in a YAML/JSON file; :class:`PlanInputError` if unreadable."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -166,39 +170,18 @@ def read_nodes_file(path: Path) -> tuple[list[Mapping[str, Any]], list[Mapping[s
     return parse_nodes_text(text, str(path))
 
 
-async def _list_all(api: Any, url: str) -> list[Mapping[str, Any]]:
-    items: list[Mapping[str, Any]] = []
-    token = ""
-    while True:
-        params = {"limit": "500", **({"continue": token} if token else {})}
-        async with api.call_api("GET", version="v1", url=url, params=params) as response:
-            body = response.json()
-        items.extend(body.get("items") or [])
-        token = (body.get("metadata") or {}).get("continue") or ""
-        if not token:
-            return items
-
-
 async def read_cluster(
     kubeconfig: str | None, context: str | None
 ) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
-    """Nodes and Namespaces of a live cluster, with GET requests only."""
-    from kr8s.asyncio import Api
+    """Nodes and Namespaces of a live cluster, with GET requests only (paged LISTs)."""
+    # Imported here: the runtime client pulls in kr8s, which --nodes FILE never needs.
+    from gpustack_operator.runtime.client import Client
+    from gpustack_operator.runtime.resources import NAMESPACES, NODES
 
-    api = Api(kubeconfig=kubeconfig, context=context, bypass_factory=True)
-    try:
-        await api
-        nodes = await _list_all(api, "nodes")
-        namespaces = await _list_all(api, "namespaces")
-    finally:
-        session = getattr(api, "_session", None)
-        if session is not None:
-            await session.aclose()
-    for node in nodes:
-        if isinstance(node, dict):
-            node.setdefault("apiVersion", "v1")
-            node.setdefault("kind", "Node")
-    return nodes, namespaces
+    async with await Client.connect(kubeconfig, context) as client:
+        nodes = (await client.list_all(NODES)).items
+        namespaces = (await client.list_all(NAMESPACES)).items
+    return list(nodes), list(namespaces)
 
 
 # --- Command ---------------------------------------------------------------------------------
@@ -208,7 +191,7 @@ def _namespaces(
     args: argparse.Namespace, found: Iterable[Mapping[str, Any]], live: bool
 ) -> Sequence[str | Mapping[str, Any]]:
     if args.namespaces is not None:
-        return list(_split(args.namespaces))
+        return comma_list(args.namespaces)
     found = list(found)
     if found or live:
         return found
@@ -216,6 +199,7 @@ def _namespaces(
 
 
 def run(args: argparse.Namespace) -> int:
+    """``plan``: read the Nodes, compute the chain, print it; exit 2 on bad input."""
     try:
         if args.nodes is not None:
             if args.kubeconfig or args.context:
@@ -235,14 +219,14 @@ def run(args: argparse.Namespace) -> int:
                     raise PlanInputError(f"cluster: Node {name_of(node)} has no status")
             live = True
         else:
-            raise PlanInputError("give --nodes FILE, or --kubeconfig PATH to read a cluster")
+            raise PlanInputError("give --nodes FILE, or --kubeconfig FILE to read a cluster")
         manufacturers = load_manufacturers()
         state = plan_state(
             nodes,
             _namespaces(args, found, live),
             manufacturers=manufacturers,
             system_namespace=args.system_namespace,
-            excluded_namespaces=_split(args.excluded_namespaces),
+            excluded_namespaces=comma_list(args.excluded_namespaces),
             kueue_version=KueueVersion(args.kueue_api_version),
             with_memory=load_group_id_with_memory(),
         )

@@ -15,16 +15,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import signal
 import sys
 import tempfile
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import structlog
 import yaml
 
+from gpustack_operator.commands.argtypes import comma_list
+from gpustack_operator.commands.helptext import env_epilog
 from gpustack_operator.commands.plan import DEFAULT_NAMESPACES as PLAN_DEFAULT_NAMESPACES
 from gpustack_operator.commands.plan import PlanInputError, read_nodes_file
 from gpustack_operator.domain.desired import plan_state
@@ -43,6 +46,7 @@ SYSTEM_NAMESPACE = "gpustack-system"
 DEFAULT_TIMEOUT = 60.0
 EXIT_NOT_CONVERGED = 1
 EXIT_BAD_INPUT = 2
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 BANNER = (
     "Simulated Kubernetes cluster (gpustack-operator sim: a test double and a demo, "
     "not a production cluster)\n"
@@ -55,6 +59,7 @@ def default_kubeconfig_path() -> Path:
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``sim``."""
     parser = subparsers.add_parser(
         "sim",
         help="run a simulated Kubernetes cluster with the operator (a test double and a demo)",
@@ -70,6 +75,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "(SIGINT/SIGTERM); --serve alone serves an empty cluster "
             f"(namespaces {', '.join(DEFAULT_NAMESPACES)}) with an NFD-master stand-in."
         ),
+        epilog=env_epilog(["sim"], "--timeout", "120"),
     )
     parser.add_argument(
         "--cluster",
@@ -88,14 +94,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--output",
         choices=FORMATS,
         default="table",
-        help="how to print the chain: a tree (table) or one v1 List (yaml, json); default: table",
+        help="how to print the chain: a tree (table) or one v1 List (yaml, json) (default: table)",
     )
     parser.add_argument(
         "--timeout",
         type=float,
         default=DEFAULT_TIMEOUT,
         metavar="SECONDS",
-        help="how long to wait for convergence (default: %(default)g)",
+        help="how long to wait for convergence (default: %(default)gs)",
     )
     parser.add_argument(
         "--serve",
@@ -116,7 +122,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=[],
         metavar="DIR",
         help="load every CustomResourceDefinition in DIR/*.yaml and *.yml (repeatable); with "
-        "--cluster, schema-less stand-ins serve NodeFeature and the Kueue kinds not loaded so",
+        "--cluster, NodeFeature and any Kueue kind no DIR defines get schema-less stand-ins",
     )
     parser.add_argument(
         "--bind-address",
@@ -157,6 +163,7 @@ def _error(message: str, code: int) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``sim``: check the flags (exit 2), then run the cluster and/or serve it."""
     if args.cluster is None and not args.serve:
         return _error(
             "give --cluster FILE (run the operator on simulated nodes), --serve (an empty "
@@ -171,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
         return _error(str(exc), EXIT_BAD_INPUT)
     kubeconfig = args.kubeconfig_out or default_kubeconfig_path()
     if args.cluster is None:
-        return _run_loop(lambda: serve(crds, kubeconfig, args.bind_address, args.port))
+        return _run_loop(lambda: serve_empty(crds, kubeconfig, args.bind_address, args.port))
     try:
         cluster = build_cluster(args, crds)
     except (PlanInputError, ValueError) as exc:
@@ -189,9 +196,7 @@ def build_cluster(args: argparse.Namespace, crds: list[dict[str, Any]]) -> SimCl
 
     nodes, found = read_nodes_file(args.cluster)
     if args.namespaces is not None:
-        namespaces: list[str | Mapping[str, Any]] = [
-            n.strip() for n in args.namespaces.split(",") if n.strip()
-        ]
+        namespaces: list[str | Mapping[str, Any]] = list(comma_list(args.namespaces))
     else:
         namespaces = list(found) or list(PLAN_DEFAULT_NAMESPACES)
     manufacturers = load_manufacturers()
@@ -212,13 +217,10 @@ def build_cluster(args: argparse.Namespace, crds: list[dict[str, Any]]) -> SimCl
 
 
 def _run_loop(main: Callable[[], Coroutine[Any, Any, int]]) -> int:
-    """Run *main* on uvloop when it is installed, else on the default asyncio loop."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(main())
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(main())
+    """Run *main* as every long-running command does (uvloop when installed)."""
+    from gpustack_operator.runtime.manager import run_async  # kr8s: only once it runs
+
+    return run_async(main)
 
 
 async def run_cluster(
@@ -227,11 +229,7 @@ async def run_cluster(
     """Start *cluster*, wait for convergence, print the chain; with *kubeconfig*, serve on."""
     from gpustack_operator.simcluster.cluster import NotConverged
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    try:
+    with _stop_on_signals() as stop:
         try:
             async with cluster:
                 return await _converge_and_print(cluster, args, kubeconfig, stop)
@@ -240,8 +238,19 @@ async def run_cluster(
         except NotConverged as exc:
             sys.stderr.write(f"gpustack-operator sim: error: {exc}\n")
             return EXIT_NOT_CONVERGED
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[asyncio.Event]:
+    """An event set by SIGINT or SIGTERM while the block runs (the handlers are removed after)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in _STOP_SIGNALS:
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        yield stop
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in _STOP_SIGNALS:
             loop.remove_signal_handler(sig)
 
 
@@ -250,12 +259,14 @@ async def _converge_and_print(
 ) -> int:
     converging = asyncio.ensure_future(cluster.converge(args.timeout))
     stopping = asyncio.ensure_future(stop.wait())
-    await asyncio.wait({converging, stopping}, return_when=asyncio.FIRST_COMPLETED)
-    if not converging.done():
-        converging.cancel()
-        await asyncio.gather(converging, return_exceptions=True)
+    try:
+        await asyncio.wait({converging, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:  # whichever lost (or both, when we are cancelled) is cancelled and awaited
+        for task in (converging, stopping):
+            task.cancel()
+        await asyncio.gather(converging, stopping, return_exceptions=True)
+    if converging.cancelled():
         return _error("interrupted before the cluster converged", 130)
-    stopping.cancel()
     took = converging.result()  # raises NotConverged
     chain = await cluster.read_back()
     sys.stdout.write(render(chain, args.output, cluster.manufacturers))
@@ -277,26 +288,20 @@ async def _converge_and_print(
     return 0
 
 
-async def serve(crds: list[dict[str, Any]], kubeconfig: Path, host: str, port: int) -> int:
-    """Serve until SIGINT/SIGTERM; returns the exit code."""
+async def serve_empty(crds: list[dict[str, Any]], kubeconfig: Path, host: str, port: int) -> int:
+    """``--serve`` alone: an empty cluster (CRDs, NFD stand-in) until SIGINT/SIGTERM; exit code."""
     from gpustack_operator.sim.server import SimServer
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     sim = SimServer(namespaces=DEFAULT_NAMESPACES, host=host, port=port)
-    try:
+    with _stop_on_signals() as stop:
         try:
-            await sim.start()
-        except OSError as exc:
-            sys.stderr.write(f"gpustack-operator sim: cannot listen on {host}:{port}: {exc}\n")
-            return 1
-        return await _serve_started(sim, crds, kubeconfig, stop)
-    finally:
-        await sim.stop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
+            try:
+                await sim.start()
+            except OSError as exc:
+                return _error(f"cannot listen on {host}:{port}: {exc}", 1)
+            return await _serve_started(sim, crds, kubeconfig, stop)
+        finally:
+            await sim.stop()
 
 
 async def _serve_started(

@@ -10,7 +10,6 @@ stays not ready and keeps checking. Every flag also comes from ``GPUSTACK_WORKER
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 
@@ -18,19 +17,25 @@ import structlog
 
 from controllers.bootstrap import BootstrapConfig
 from controllers.worker import KUEUE_AUTO, WorkerConfig, new_worker_manager, setup_worker
+from gpustack_operator.commands.argtypes import comma_list, duration, positive_int, positive_number
 from gpustack_operator.commands.bootstrap_flags import (
     add_bootstrap_flags,
     bootstrap_config,
     start_bootstrap,
 )
+from gpustack_operator.commands.cluster_flags import (
+    add_connection_flags,
+    add_serving_flags,
+    check_serving_flags,
+    connect,
+)
+from gpustack_operator.commands.helptext import env_epilog
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.manufacturers import KNOWN_MANUFACTURERS, load_manufacturers
 from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
 from gpustack_operator.domain.queues import DEFAULT_EXCLUDED_NAMESPACES
-from gpustack_operator.runtime.client import ApiError, Client
 from gpustack_operator.runtime.leaderelection import LeaderElectionConfig
 from gpustack_operator.runtime.manager import ManagerOptions, run_async
-from gpustack_operator.runtime.probes import parse_bind_address
 
 log = structlog.get_logger(__name__)
 
@@ -38,187 +43,135 @@ COMMAND = "worker"
 DEFAULT_LEADER_ELECTION_ID = "worker.gpustack.ai"
 
 
-_UNITS = (("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0))
-
-
-def _seconds(raw: str) -> float:
-    """``15``, ``15s``, ``500ms``, ``2m``, ``1h`` -> seconds (> 0)."""
-    text = raw.strip()
-    scale = 1.0
-    for suffix, factor in _UNITS:
-        if text.endswith(suffix):
-            text, scale = text.removesuffix(suffix), factor
-            break
-    try:
-        value = float(text) * scale
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a duration like 15s, got {raw!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be a positive, finite duration, got {raw!r}")
-    return value
-
-
-def _positive_int(raw: str) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {raw!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {raw!r}")
-    return value
-
-
-def _names(raw: str) -> list[str]:
-    return [n.strip() for n in raw.split(",") if n.strip()]
-
-
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``worker``; its flags are grouped as ``--help`` shows them."""
     parser = subparsers.add_parser(
         COMMAND,
         help="run the controllers: node capacity profiles and the Kueue queue chain",
         description="Profiles node capacity into NFD NodeFeatures and keeps Kueue "
         "ResourceFlavors, Cohorts, ClusterQueues and LocalQueues in step with the nodes. "
         "Needs Kueue (kueue.x-k8s.io v1beta2 or v1beta1) and NFD installed.",
+        epilog=env_epilog([COMMAND], "--kube-api-qps", "20"),
     )
-    add = parser.add_argument
-    add(
-        "--kubeconfig",
-        metavar="FILE",
-        help="kubeconfig file (default: KUBECONFIG, "
-        "~/.kube/config, then the in-cluster service account)",
-    )
-    add("--context", metavar="NAME", help="kubeconfig context to use")
+    _add_cluster_flags(parser.add_argument_group("cluster"))
+    add_serving_flags(parser.add_argument_group("probes and metrics"))
+    _add_leader_election_flags(parser.add_argument_group("leader election"))
+    _add_controller_flags(parser.add_argument_group("controllers"))
+    add_bootstrap_flags(parser.add_argument_group("installation of NFD and the device managers"))
+    parser.set_defaults(handler=run_worker)
+
+
+def _add_cluster_flags(group: argparse._ArgumentGroup) -> None:
+    add_connection_flags(group)
     default_ns = os.environ.get("KUBERNETES_POD_NAMESPACE") or DEFAULT_SYSTEM_NAMESPACE
-    add(
+    group.add_argument(
         "--namespace",
         default=default_ns,
         metavar="NAMESPACE",
         help="the system namespace: NodeFeatures go there and it gets no LocalQueues "
         f"(default: $KUBERNETES_POD_NAMESPACE, else {DEFAULT_SYSTEM_NAMESPACE})",
     )
-    add(
-        "--health-probe-bind-address",
-        default=":8081",
-        metavar="ADDR",
-        help="where /healthz and /readyz are served; 0 disables (default: :8081)",
+    group.add_argument(
+        "--kube-api-qps",
+        type=positive_number,
+        default=50.0,
+        metavar="QPS",
+        help="client-side limit on API requests per second (default: 50)",
     )
-    add(
-        "--metrics-bind-address",
-        default=":8080",
-        metavar="ADDR",
-        help="where /metrics is served; 0 disables (default: :8080)",
+    group.add_argument(
+        "--kube-api-burst",
+        type=positive_int,
+        default=100,
+        metavar="N",
+        help="burst allowed over --kube-api-qps (default: 100)",
     )
-    add(
+
+
+def _add_leader_election_flags(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
         "--leader-elect",
         dest="leader_elect",
         action="store_true",
         default=True,
         help="elect a leader so only one replica writes (default)",
     )
-    add(
+    group.add_argument(
         "--no-leader-elect",
         dest="leader_elect",
         action="store_false",
         help="run the controllers without leader election (one replica only)",
     )
-    add(
+    group.add_argument(
         "--leader-election-id",
         default=DEFAULT_LEADER_ELECTION_ID,
         metavar="NAME",
         help=f"name of the Lease (default: {DEFAULT_LEADER_ELECTION_ID})",
     )
-    add(
+    group.add_argument(
         "--leader-election-namespace",
         metavar="NAMESPACE",
         help="namespace of the Lease (default: --namespace)",
     )
-    add(
-        "--leader-election-lease-duration",
-        type=_seconds,
-        default=15.0,
-        metavar="DURATION",
-        help="how long a Lease is valid without renewal (default: 15s)",
+    _add_durations(
+        group,
+        ("leader-election-lease-duration", 15.0, "how long a Lease is valid without renewal"),
+        (
+            "leader-election-renew-deadline",
+            10.0,
+            "how long the leader keeps trying to renew before giving up",
+        ),
+        ("leader-election-retry-period", 2.0, "time between Lease attempts"),
     )
-    add(
-        "--leader-election-renew-deadline",
-        type=_seconds,
-        default=10.0,
-        metavar="DURATION",
-        help="how long the leader keeps trying to renew before giving up (default: 10s)",
-    )
-    add(
-        "--leader-election-retry-period",
-        type=_seconds,
-        default=2.0,
-        metavar="DURATION",
-        help="time between Lease attempts (default: 2s)",
-    )
-    add(
+
+
+def _add_durations(group: argparse._ArgumentGroup, *flags: tuple[str, float, str]) -> None:
+    """One ``--<name> DURATION`` flag per ``(name, default seconds, help)``."""
+    for name, default, text in flags:
+        group.add_argument(
+            f"--{name}",
+            type=duration,
+            default=default,
+            metavar="DURATION",
+            help=f"{text} (default: {default:g}s)",
+        )
+
+
+def _add_controller_flags(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
         "--manufacturer",
         action="append",
         metavar="NAME",
         help=f"accelerator manufacturer to profile (repeatable; default: all of "
         f"{', '.join(KNOWN_MANUFACTURERS)})",
     )
-    add(
+    group.add_argument(
         "--excluded-namespaces",
-        type=_names,
+        type=comma_list,
         default=list(DEFAULT_EXCLUDED_NAMESPACES),
         metavar="A,B",
         help="namespaces that get no LocalQueues; the system namespace never "
         f"does (default: {','.join(DEFAULT_EXCLUDED_NAMESPACES)})",
     )
-    add(
-        "--kube-api-qps",
-        type=float,
-        default=50.0,
-        metavar="QPS",
-        help="client-side limit on API requests per second (default: 50)",
-    )
-    add(
-        "--kube-api-burst",
-        type=_positive_int,
-        default=100,
-        metavar="N",
-        help="burst allowed over --kube-api-qps (default: 100)",
-    )
-    add(
+    group.add_argument(
         "--max-concurrent-reconciles",
-        type=_positive_int,
+        type=positive_int,
         default=2,
         metavar="N",
         help="reconcile workers per controller (default: 2)",
     )
-    add(
+    group.add_argument(
         "--kueue-version",
         choices=(KUEUE_AUTO, *(v.value for v in KueueVersion)),
         default=KUEUE_AUTO,
         help="Kueue API version to write; auto: the newest served "
         "(v1beta2, else v1beta1) (default: auto)",
     )
-    add(
-        "--kueue-discovery-interval",
-        type=_seconds,
-        default=10.0,
-        metavar="DURATION",
-        help="time between checks for Kueue while it is missing (default: 10s)",
+    _add_durations(
+        group,
+        ("kueue-discovery-interval", 10.0, "time between checks for Kueue while it is missing"),
+        ("cache-sync-timeout", 120.0, "how long start-up waits for the caches to fill"),
+        ("graceful-shutdown-timeout", 30.0, "how long in-flight reconciles may finish at shutdown"),
     )
-    add(
-        "--cache-sync-timeout",
-        type=_seconds,
-        default=120.0,
-        metavar="DURATION",
-        help="how long start-up waits for the caches to fill (default: 120s)",
-    )
-    add(
-        "--graceful-shutdown-timeout",
-        type=_seconds,
-        default=30.0,
-        metavar="DURATION",
-        help="how long in-flight reconciles may finish at shutdown (default: 30s)",
-    )
-    add_bootstrap_flags(parser)
-    parser.set_defaults(handler=run_worker)
 
 
 def build_config(args: argparse.Namespace) -> WorkerConfig:
@@ -242,6 +195,7 @@ def build_config(args: argparse.Namespace) -> WorkerConfig:
 
 
 def build_options(args: argparse.Namespace) -> ManagerOptions:
+    """The runtime manager's options (probes, metrics, leader election) of the flags."""
     election = None
     if args.leader_elect:
         election = LeaderElectionConfig(
@@ -262,11 +216,11 @@ def build_options(args: argparse.Namespace) -> ManagerOptions:
 
 
 def run_worker(args: argparse.Namespace) -> int:
+    """``worker``: check the flags (exit 2), then run until SIGTERM/SIGINT."""
     try:
         if args.kube_api_burst < args.kube_api_qps:
             raise ValueError("--kube-api-burst must be at least --kube-api-qps")
-        parse_bind_address(args.health_probe_bind_address)
-        parse_bind_address(args.metrics_bind_address)
+        check_serving_flags(args)
         config = build_config(args)
         options = build_options(args)
         bootstrap = bootstrap_config(args)
@@ -283,19 +237,8 @@ async def serve(
     bootstrap: BootstrapConfig | None = None,
 ) -> int:
     """Connect, register the reconcilers, run until SIGTERM/SIGINT."""
-    try:
-        client = await Client.connect(
-            args.kubeconfig, args.context, qps=args.kube_api_qps, burst=args.kube_api_burst
-        )
-    except (ApiError, ValueError) as exc:
-        log.error("cannot connect to the API server", error=str(exc))
-        return 1
-    except Exception as exc:  # kubeconfig problems surface as assorted kr8s/OS errors
-        log.error(
-            "cannot load the cluster credentials",
-            error=repr(exc),
-            hint="check --kubeconfig/--context, KUBECONFIG, or the in-cluster service account",
-        )
+    client = await connect(args, qps=args.kube_api_qps, burst=args.kube_api_burst)
+    if client is None:
         return 1
     try:
         manager = new_worker_manager(client, options)

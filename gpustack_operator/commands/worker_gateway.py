@@ -11,6 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from gpustack_operator.commands.argtypes import positive_int, positive_number
+from gpustack_operator.commands.helptext import env_epilog
 from gpustack_operator.gateway.api import ApiOptions
 from gpustack_operator.gateway.cluster import RunnerSettings
 from gpustack_operator.gateway.config import ConfigError, collect_clusters
@@ -26,27 +28,15 @@ from gpustack_operator.runtime.manager import run_async
 COMMAND = "worker-gateway"
 
 
-def _positive(value: str) -> float:
-    number = float(value)
-    if not number > 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {value}")
-    return number
-
-
-def _buffer(value: str) -> int:
-    number = int(value)
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return number
-
-
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``worker-gateway``."""
     parser = subparsers.add_parser(
         COMMAND,
         help="serve one read-only API over the Kueue queues of several clusters",
         description="Watch the Kueue objects gpustack-operator manages in several clusters and "
         "serve them through one HTTP API: clusters, pools (one per ClusterQueue), raw objects, "
         "and ?watch=true streams of their changes. See docs/worker-gateway.md.",
+        epilog=env_epilog([COMMAND], "--cluster", "a=/etc/a.kubeconfig,b=/etc/b.kubeconfig"),
     )
     clusters = parser.add_argument_group("clusters")
     clusters.add_argument(
@@ -74,10 +64,27 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="allow POST/DELETE /apis/v1/clusters/{name} to add and remove clusters at run time",
     )
     server = parser.add_argument_group("server")
-    server.add_argument("--bind-address", default="127.0.0.1", help="default: 127.0.0.1")
-    server.add_argument("--port", type=int, default=8090, help="default: 8090 (0: any free port)")
-    server.add_argument("--tls-cert-file", type=Path, metavar="FILE", help="PEM certificate")
-    server.add_argument("--tls-private-key-file", type=Path, metavar="FILE", help="PEM key")
+    server.add_argument(
+        "--bind-address",
+        default="127.0.0.1",
+        metavar="ADDR",
+        help="address the API listens on (default: 127.0.0.1)",
+    )
+    server.add_argument(
+        "--port",
+        type=int,
+        default=8090,
+        help="port the API listens on; 0 picks a free one (default: 8090)",
+    )
+    server.add_argument(
+        "--tls-cert-file",
+        type=Path,
+        metavar="FILE",
+        help="PEM certificate: serve HTTPS (needs --tls-private-key-file; default: plain HTTP)",
+    )
+    server.add_argument(
+        "--tls-private-key-file", type=Path, metavar="FILE", help="PEM key of --tls-cert-file"
+    )
     server.add_argument(
         "--token-file",
         type=Path,
@@ -87,20 +94,23 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     tuning = parser.add_argument_group("tuning")
     tuning.add_argument(
         "--probe-interval",
-        type=_positive,
+        type=positive_number,
         default=10.0,
+        metavar="SECONDS",
         help="seconds between reachability probes of each cluster (default: 10)",
     )
     tuning.add_argument(
         "--watch-buffer",
-        type=_buffer,
+        type=positive_int,
         default=1024,
+        metavar="N",
         help="events a watcher may fall behind before it is disconnected (default: 1024)",
     )
     tuning.add_argument(
         "--heartbeat",
-        type=_positive,
+        type=positive_number,
         default=30.0,
+        metavar="SECONDS",
         help="seconds of silence after which a watch gets an empty BOOKMARK (default: 30)",
     )
     parser.set_defaults(handler=run)

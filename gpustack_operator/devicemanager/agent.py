@@ -180,6 +180,7 @@ class DeviceManagerAgent:
         return await anyio.to_thread.run_sync(self.detection.detect, limiter=self._thread_limiter())
 
     async def reconcile(self, request: Request) -> Result | None:
+        """Detect and publish this node's device labels as its NodeFeature (managed nodes)."""
         if request.key != self.node_name:
             return None
         node = self.node()

@@ -7,7 +7,7 @@ and one accelerated view per card model: total cpu/ram/storage, the flavor spec
 Decision (docs/naming.md): the "round odd GiB" adjustments apply to values taken from
 ``status.capacity`` only; a value already published as a label is taken as written. The
 worker reads its own labels back on the next pass, so this makes its output a fixed point
-(the reference turns a published ``15Gi`` into ``14Gi`` on the second pass).
+(rounding a published ``15Gi`` again would turn it into ``14Gi`` on the second pass).
 """
 
 from __future__ import annotations

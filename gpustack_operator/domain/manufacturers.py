@@ -152,10 +152,3 @@ def load_pci_class_prefixes(env: Mapping[str, str] | None = None) -> tuple[str, 
 def default_manufacturers() -> dict[str, Manufacturer]:
     """The registry without any environment overrides (SPEC §4.1 table)."""
     return load_manufacturers({})
-
-
-def manufacturer_by_resource(
-    manufacturers: Mapping[str, Manufacturer],
-) -> dict[str, Manufacturer]:
-    """Index by extended resource name (``nvidia.com/gpu`` -> nvidia)."""
-    return {m.resource_name: m for m in manufacturers.values()}

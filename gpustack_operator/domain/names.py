@@ -59,7 +59,7 @@ def _strip_cpu_noise(name: str) -> str:
 
 
 def normalize_name(name: str, prefix: str, max_len: int, *, cpu_name: bool = False) -> str:
-    """Slug *name* as the reference ``NormalizeName`` does (SPEC §5.2).
+    """Slug *name* into a key part (SPEC §5.2).
 
     Lower-cases ASCII letters, keeps digits, turns spaces into ``-``, keeps ``-_.`` except
     leading or doubled, drops everything else. Whenever the slug so far equals *prefix*

@@ -29,7 +29,6 @@ from gpustack_operator.domain.manufacturers import Manufacturer
 from gpustack_operator.domain.nodeview import (
     is_deleting,
     labels_of,
-    metadata,
     name_of,
     string_map,
     uid_of,
@@ -185,8 +184,3 @@ def merge_node_features(
         labels.update(string_map(spec.get("labels") if isinstance(spec, Mapping) else None))
     meta["labels"] = dict(sorted(labels.items()))
     return result
-
-
-def node_feature_target(feature: Mapping[str, Any]) -> str:
-    """The node a NodeFeature is for (its ``nfd.node.kubernetes.io/node-name`` label)."""
-    return labels_of(feature).get(NFD_NODE_NAME_LABEL, "") if metadata(feature) else ""

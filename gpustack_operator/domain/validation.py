@@ -45,8 +45,3 @@ def is_valid_label_key(key: str) -> bool:
     if slash and not is_valid_dns_subdomain(prefix):
         return False
     return len(name) <= QUALIFIED_NAME_MAX_LEN and _QUALIFIED_NAME.fullmatch(name) is not None
-
-
-def is_valid_object_name(name: str) -> bool:
-    """Alias of :func:`is_valid_dns_subdomain`, named for what callers check."""
-    return is_valid_dns_subdomain(name)

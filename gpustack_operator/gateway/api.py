@@ -31,6 +31,7 @@ from typing import Any, Final
 import anyio
 import structlog
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gpustack_operator.gateway.cluster import ClusterSpec
@@ -109,16 +110,30 @@ def build_app(gateway: Gateway, options: ApiOptions | None = None) -> web.Applic
     readyz.add("clusters-settled", gateway.settled)
     app = probes_app(healthz, readyz)
     app[GATEWAY_KEY] = gateway
+    app.middlewares.append(_bearer_auth(opts.tokens))
+    api = _Handlers(gateway, opts)
+    app.router.add_get("/metrics", _metrics)
+    app.router.add_get(f"{PREFIX}/clusters", api.list_clusters)
+    app.router.add_get(f"{PREFIX}/clusters/{{name}}", api.get_cluster)
+    app.router.add_post(f"{PREFIX}/clusters/{{name}}", api.register_cluster)
+    app.router.add_delete(f"{PREFIX}/clusters/{{name}}", api.unregister_cluster)
+    app.router.add_get(f"{PREFIX}/clusters/{{name}}/{{kind}}", api.list_objects)
+    app.router.add_get(f"{PREFIX}/pools", api.list_pools)
+    return app
+
+
+def _bearer_auth(tokens: Sequence[bytes]) -> Middleware:
+    """Middleware asking for one of *tokens* on every path but the probes (none: open)."""
 
     @web.middleware
     async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if not opts.tokens or request.path in UNAUTHENTICATED_PATHS:
+        if not tokens or request.path in UNAUTHENTICATED_PATHS:
             return await handler(request)
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
         presented = token.strip().encode()
         # Compare against every token, always: the time taken does not tell which matched.
         matched = False
-        for known in opts.tokens:
+        for known in tokens:
             matched |= hmac.compare_digest(presented, known)
         if scheme.lower() != "bearer" or not matched:
             response = _error(401, "Unauthorized", "a valid 'Authorization: Bearer <token>' "
@@ -127,30 +142,42 @@ def build_app(gateway: Gateway, options: ApiOptions | None = None) -> web.Applic
             return response
         return await handler(request)
 
-    app.middlewares.append(authenticate)
+    return authenticate
 
-    async def metrics(request: web.Request) -> web.Response:
-        return web.Response(
-            body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST}
-        )
 
-    async def list_clusters(request: web.Request) -> web.StreamResponse:
+async def _metrics(request: web.Request) -> web.Response:
+    return web.Response(
+        body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST}
+    )
+
+
+class _Handlers:
+    """The request handlers of the cluster, pool and object endpoints."""
+
+    def __init__(self, gateway: Gateway, opts: ApiOptions) -> None:
+        self.gateway = gateway
+        self.opts = opts
+
+    async def list_clusters(self, request: web.Request) -> web.StreamResponse:
+        """``GET /clusters``: every cluster's entry, or (``?watch=true``) their changes."""
         if _watching(request):
-            return await _stream(request, gateway, opts, "clusters", None)
-        return web.json_response({"kind": "ClusterList", "items": gateway.cluster_entries()})
+            return await _stream(request, self.gateway, self.opts, "clusters", None)
+        return web.json_response({"kind": "ClusterList", "items": self.gateway.cluster_entries()})
 
-    async def get_cluster(request: web.Request) -> web.StreamResponse:
+    async def get_cluster(self, request: web.Request) -> web.StreamResponse:
+        """``GET /clusters/{name}``: one cluster's entry."""
         name = request.match_info["name"]
         try:
-            return web.json_response(gateway.runner(name).entry())
+            return web.json_response(self.gateway.runner(name).entry())
         except UnknownCluster:
             return _unknown_cluster(name)
 
-    async def register_cluster(request: web.Request) -> web.StreamResponse:
+    async def register_cluster(self, request: web.Request) -> web.StreamResponse:
+        """``POST /clusters/{name}`` with a kubeconfig body: serve one more cluster."""
         name = request.match_info["name"]
-        if not opts.allow_registration:
-            return _error(403, "Forbidden", "cluster registration is disabled: start the "
-                          "gateway with --allow-cluster-registration")  # fmt: skip
+        refused = self._registration_refused()
+        if refused is not None:
+            return refused
         try:
             text = (await request.read()).decode("utf-8")
         except UnicodeDecodeError:
@@ -160,7 +187,7 @@ def build_app(gateway: Gateway, options: ApiOptions | None = None) -> web.Applic
             config = parse_kubeconfig(text, "request body")
             check_inline_credentials(config)
             context = check_context(config, request.query.get("context") or None, "request body")
-            runner = gateway.add(ClusterSpec(name, None, context), kubeconfig_text=text)
+            runner = self.gateway.add(ClusterSpec(name, None, context), kubeconfig_text=text)
         except ClusterExists as exc:
             return _error(409, "AlreadyExists", f"{exc}: DELETE it first to replace it")
         except ConfigError as exc:
@@ -170,47 +197,47 @@ def build_app(gateway: Gateway, options: ApiOptions | None = None) -> web.Applic
             return _error(500, "InternalError", f"cannot store the kubeconfig: {exc}")
         return web.json_response(runner.entry(), status=201)
 
-    async def unregister_cluster(request: web.Request) -> web.StreamResponse:
+    async def unregister_cluster(self, request: web.Request) -> web.StreamResponse:
+        """``DELETE /clusters/{name}``: stop serving a cluster."""
         name = request.match_info["name"]
-        if not opts.allow_registration:
-            return _error(403, "Forbidden", "cluster registration is disabled: start the "
-                          "gateway with --allow-cluster-registration")  # fmt: skip
+        refused = self._registration_refused()
+        if refused is not None:
+            return refused
         try:
-            await gateway.remove(name)
+            await self.gateway.remove(name)
         except UnknownCluster:
             return _unknown_cluster(name)
         return web.json_response(_status(200, "Deleted", f"cluster {name!r} removed"))
 
-    async def list_pools(request: web.Request) -> web.StreamResponse:
+    def _registration_refused(self) -> web.Response | None:
+        if self.opts.allow_registration:
+            return None
+        return _error(403, "Forbidden", "cluster registration is disabled: start the gateway "
+                      "with --allow-cluster-registration")  # fmt: skip
+
+    async def list_pools(self, request: web.Request) -> web.StreamResponse:
+        """``GET /pools[?cluster=]``: one pool per ClusterQueue, or their changes."""
         cluster = request.query.get("cluster") or None
-        if cluster is not None and cluster not in gateway.clusters:
+        if cluster is not None and cluster not in self.gateway.clusters:
             return _unknown_cluster(cluster)
         if _watching(request):
-            return await _stream(request, gateway, opts, "pools", cluster)
-        return web.json_response({"kind": "PoolList", "items": gateway.pools(cluster)})
+            return await _stream(request, self.gateway, self.opts, "pools", cluster)
+        return web.json_response({"kind": "PoolList", "items": self.gateway.pools(cluster)})
 
-    async def list_objects(request: web.Request) -> web.StreamResponse:
+    async def list_objects(self, request: web.Request) -> web.StreamResponse:
+        """``GET /clusters/{name}/{kind}``: the raw Kueue objects of one kind, or changes."""
         name, kind = request.match_info["name"], request.match_info["kind"]
         if kind not in KIND_NAMES:
             return _error(404, "NotFound", f"unknown kind {kind!r}: use one of "
                           f"{', '.join(KIND_NAMES)}")  # fmt: skip
-        if name not in gateway.clusters:
+        if name not in self.gateway.clusters:
             return _unknown_cluster(name)
         if _watching(request):
-            return await _stream(request, gateway, opts, kind, name)
-        runner = gateway.runner(name)
+            return await _stream(request, self.gateway, self.opts, kind, name)
+        runner = self.gateway.runner(name)
         return web.json_response(
             {"kind": "List", "cluster": name, "resource": kind, "items": runner.objects(kind)}
         )
-
-    app.router.add_get("/metrics", metrics)
-    app.router.add_get(f"{PREFIX}/clusters", list_clusters)
-    app.router.add_get(f"{PREFIX}/clusters/{{name}}", get_cluster)
-    app.router.add_post(f"{PREFIX}/clusters/{{name}}", register_cluster)
-    app.router.add_delete(f"{PREFIX}/clusters/{{name}}", unregister_cluster)
-    app.router.add_get(f"{PREFIX}/clusters/{{name}}/{{kind}}", list_objects)
-    app.router.add_get(f"{PREFIX}/pools", list_pools)
-    return app
 
 
 def _unknown_cluster(name: str) -> web.Response:

@@ -9,7 +9,6 @@ are its informers stopped.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import tempfile
@@ -106,8 +105,14 @@ class Gateway:
             runner.scope.cancel()
             await runner.done.wait()
         if runner.owned_kubeconfig is not None:
-            with contextlib.suppress(OSError):
-                runner.owned_kubeconfig.unlink()
+            try:
+                runner.owned_kubeconfig.unlink(missing_ok=True)
+            except OSError as exc:  # the whole directory is removed when the gateway stops
+                log.warning(
+                    "cannot delete a removed cluster's kubeconfig",
+                    path=str(runner.owned_kubeconfig),
+                    error=str(exc),
+                )
         log.info("cluster_removed", cluster=name)
 
     def _write_kubeconfig(self, name: str, text: str) -> Path:
@@ -122,15 +127,18 @@ class Gateway:
     # --- views ------------------------------------------------------------------------------
 
     def runner(self, name: str) -> ClusterRunner:
+        """The runner of cluster *name*; :class:`UnknownCluster` if none is served."""
         runner = self.clusters.get(name)
         if runner is None:
             raise UnknownCluster(name)
         return runner
 
     def cluster_entries(self) -> list[JSON]:
+        """Every cluster's status entry, by name."""
         return [self.clusters[name].entry() for name in sorted(self.clusters)]
 
     def pools(self, cluster: str | None = None) -> list[JSON]:
+        """The pools (one per ClusterQueue) of *cluster*, or of every cluster."""
         names = [cluster] if cluster is not None else sorted(self.clusters)
         return [pool for name in names for pool in self.runner(name).pools()]
 

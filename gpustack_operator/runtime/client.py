@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import functools
 import json
 import math
 import random
@@ -329,8 +330,10 @@ class WatchStream:
         """Finalise the line reader now rather than at garbage collection."""
         aclose = getattr(self._lines, "aclose", None)
         if aclose is not None:
-            with contextlib.suppress(Exception):
+            try:
                 await aclose()
+            except Exception as exc:  # the stream already broke; closing it fails the same way
+                log.debug("watch_stream_close_failed", error=repr(exc))
 
 
 # --- the client -----------------------------------------------------------------------------
@@ -599,11 +602,7 @@ class Client:
 
         Items get ``apiVersion``/``kind`` filled in (the API omits them inside lists).
         """
-        params: dict[str, str] = {}
-        if label_selector:
-            params["labelSelector"] = label_selector
-        if field_selector:
-            params["fieldSelector"] = field_selector
+        params = _selector_params(label_selector, field_selector)
         if limit:
             params["limit"] = str(limit)
         if continue_token:
@@ -637,34 +636,21 @@ class Client:
         token, under heavy churn), the list is taken again in one unpaged request, as
         client-go's pager does.
         """
-        page = await self.list(
-            res,
-            namespace,
-            label_selector=label_selector,
-            field_selector=field_selector,
-            limit=page_size,
-            resource_version=resource_version,
+        list_selected = functools.partial(
+            self.list, res, namespace, label_selector=label_selector, field_selector=field_selector
         )
+        page = await list_selected(limit=page_size, resource_version=resource_version)
         items = page.items
         rv = page.resource_version
         try:
             while page.continue_token:
-                page = await self.list(
-                    res,
-                    namespace,
-                    label_selector=label_selector,
-                    field_selector=field_selector,
-                    limit=page_size,
-                    continue_token=page.continue_token,
-                )
+                page = await list_selected(limit=page_size, continue_token=page.continue_token)
                 items.extend(page.items)
         except Gone as exc:
             self._log.info(
                 "list_continue_expired_listing_unpaged", resource=str(res), error=str(exc)
             )
-            full = await self.list(
-                res, namespace, label_selector=label_selector, field_selector=field_selector
-            )
+            full = await list_selected()
             return ListResult(items=full.items, resource_version=full.resource_version)
         return ListResult(items=items, resource_version=rv, continue_token=None)
 
@@ -697,10 +683,7 @@ class Client:
         }
         if allow_bookmarks:
             params["allowWatchBookmarks"] = "true"
-        if label_selector:
-            params["labelSelector"] = label_selector
-        if field_selector:
-            params["fieldSelector"] = field_selector
+        params.update(_selector_params(label_selector, field_selector))
         inactivity = (
             self.watch_inactivity_timeout if inactivity_timeout == "default" else inactivity_timeout
         )
@@ -838,6 +821,16 @@ class Client:
 
 
 # --- helpers --------------------------------------------------------------------------------
+
+
+def _selector_params(label_selector: str | None, field_selector: str | None) -> dict[str, str]:
+    """The query parameters for the selectors that are set (LIST and WATCH share them)."""
+    params: dict[str, str] = {}
+    if label_selector:
+        params["labelSelector"] = label_selector
+    if field_selector:
+        params["fieldSelector"] = field_selector
+    return params
 
 
 def _decode_object(response: httpx.Response) -> JSON:

@@ -139,6 +139,7 @@ class LeaderElector:
 
     @property
     def is_leader(self) -> bool:
+        """True while this candidate holds the Lease and renews it."""
         return self._is_leader
 
     @property

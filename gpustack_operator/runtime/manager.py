@@ -159,6 +159,7 @@ class Manager:
         label_selector: str | None = None,
         field_selector: str | None = None,
     ) -> EventSource:
+        """The shared informer of *resource* with this scope, as controllers watch it."""
         return self.informer(
             resource,
             namespace=namespace,
@@ -183,6 +184,7 @@ class Manager:
         )
 
     def add_controller(self, controller: Controller) -> None:
+        """Run *controller* while this manager leads; names must be unique (metrics, logs)."""
         if self._ran:
             raise RuntimeError("add controllers before Manager.run()")
         if any(c.name == controller.name for c in self.controllers):
@@ -196,6 +198,7 @@ class Manager:
 
     @property
     def recorder(self) -> EventRecorder:
+        """The manager's Kubernetes Event recorder (alias of :attr:`event_recorder`)."""
         return self.event_recorder
 
     def add_runnable(self, fn: Runnable, *, name: str, needs_leader: bool = True) -> None:
@@ -208,9 +211,11 @@ class Manager:
         self._runnables.append((name, fn, needs_leader))
 
     def add_healthz_check(self, name: str, check: Check) -> None:
+        """Add a liveness check served at ``/healthz``."""
         self.healthz.add(name, check)
 
     def add_readyz_check(self, name: str, check: Check) -> None:
+        """Add a readiness check served at ``/readyz``."""
         self.readyz.add(name, check)
 
     @property

@@ -391,23 +391,21 @@ def add_discovery_routes(app: web.Application, sim: SimServer) -> None:
     async def get_version(request: web.Request) -> web.Response:
         return _json(version_info())
 
+    def aggregated(request: web.Request, *, core: bool) -> web.Response | None:
+        """The aggregated discovery document when the client asked for one (kubectl does)."""
+        version = _aggregated_version(request)
+        if not version:
+            return None
+        doc = aggregated_discovery(registry(), core=core, version=version)
+        return _json(doc, content_type=AGGREGATED_V2 if version == "v2" else AGGREGATED_V2BETA1)
+
     async def get_api(request: web.Request) -> web.Response:
-        aggregated = _aggregated_version(request)
-        if aggregated:
-            doc = aggregated_discovery(registry(), core=True, version=aggregated)
-            return _json(
-                doc, content_type=AGGREGATED_V2 if aggregated == "v2" else AGGREGATED_V2BETA1
-            )
-        return _json(api_versions(request.host))
+        response = aggregated(request, core=True)
+        return response if response is not None else _json(api_versions(request.host))
 
     async def get_apis(request: web.Request) -> web.Response:
-        aggregated = _aggregated_version(request)
-        if aggregated:
-            doc = aggregated_discovery(registry(), core=False, version=aggregated)
-            return _json(
-                doc, content_type=AGGREGATED_V2 if aggregated == "v2" else AGGREGATED_V2BETA1
-            )
-        return _json(api_group_list(registry()))
+        response = aggregated(request, core=False)
+        return response if response is not None else _json(api_group_list(registry()))
 
     async def get_core_version(request: web.Request) -> web.Response:
         doc = api_resource_list(registry(), "", request.match_info["version"])

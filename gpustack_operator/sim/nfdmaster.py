@@ -16,15 +16,13 @@ task reconciles dirty nodes through ``sim.store`` (the write rules of the API, n
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from gpustack_operator.sim.errors import ApiError
+from gpustack_operator.sim.standin import NodeStandIn
 
 if TYPE_CHECKING:
     from gpustack_operator.sim.server import SimServer
@@ -137,8 +135,10 @@ def merge_node_labels(node: Mapping[str, Any], desired: Mapping[str, str]) -> di
     return {**node, "metadata": meta}
 
 
-class NfdMaster:
+class NfdMaster(NodeStandIn):
     """Merges NodeFeature labels onto Nodes in a running :class:`SimServer`."""
+
+    name = "sim-nfd-master"
 
     def __init__(
         self,
@@ -146,60 +146,28 @@ class NfdMaster:
         namespace: str = "gpustack-system",
         label_namespaces: Iterable[str] = DEFAULT_LABEL_NAMESPACES,
     ) -> None:
-        self.sim = sim
+        super().__init__(sim)
         self.namespace = namespace
         self.label_namespaces = _normalise_namespaces(label_namespaces)
-        self._dirty: set[str] = set()
-        self._wake = asyncio.Event()
         # node -> {NodeFeature name: object} and NodeFeature name -> node: an index kept from
         # store events, so a reconcile reads only its node's NodeFeatures at any cluster size.
         self._by_node: dict[str, dict[str, dict[str, Any]]] = {}
         self._node_of: dict[str, str] = {}
-        self._unsubscribe: Any = None
-        self._task: asyncio.Task[None] | None = None
 
-    # --- lifecycle ------------------------------------------------------------------------
-
-    async def start(self) -> None:
-        """Subscribe to the store and start reconciling; every Node is reconciled once."""
-        if self._task is not None:
-            return
-        self._unsubscribe = self.sim.store.subscribe(self._on_event)
+    def initial_nodes(self) -> list[str]:
+        """Every Node, after indexing the NodeFeatures already stored."""
         for feature in self._node_features():
             self._index(feature)
-        self._dirty.update(n["metadata"]["name"] for n in self.sim.store.list("v1", "Node"))
-        self._wake.set()
-        self._task = asyncio.create_task(self._run(), name="sim-nfd-master")
-
-    async def stop(self) -> None:
-        if self._unsubscribe is not None:
-            self._unsubscribe()
-            self._unsubscribe = None
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def __aenter__(self) -> NfdMaster:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
-
-    def idle(self) -> bool:
-        """True when no node waits to be reconciled (tests poll this with a deadline)."""
-        return not self._dirty
+        return [n["metadata"]["name"] for n in self.sim.store.list("v1", "Node")]
 
     # --- events ---------------------------------------------------------------------------
 
-    def _on_event(self, event_type: str, obj: dict[str, Any]) -> None:
-        """Store callback: runs inside the write, so it only marks nodes dirty."""
+    def on_event(self, event_type: str, obj: dict[str, Any]) -> None:
+        """Marks a new Node, and the Nodes a NodeFeature named before and after a change."""
         meta = obj.get("metadata") or {}
         if obj.get("kind") == "Node" and obj.get("apiVersion") == "v1":
             if event_type == "ADDED":
-                self._mark(meta.get("name"))
+                self.mark(meta.get("name"))
             return
         if obj.get("kind") != "NodeFeature" or not str(obj.get("apiVersion", "")).startswith(
             "nfd.k8s-sigs.io/"
@@ -214,8 +182,8 @@ class NfdMaster:
             if not self._by_node.get(previous):
                 self._by_node.pop(previous, None)
         current = None if event_type == "DELETED" else self._index(obj)
-        self._mark(previous)
-        self._mark(current)
+        self.mark(previous)
+        self.mark(current)
 
     def _index(self, feature: dict[str, Any]) -> str | None:
         """Remember *feature* under the node it names; returns that node (None if none)."""
@@ -228,26 +196,7 @@ class NfdMaster:
         self._by_node.setdefault(node, {})[name] = feature
         return str(node)
 
-    def _mark(self, node: str | None) -> None:
-        if node:
-            self._dirty.add(node)
-            self._wake.set()
-
     # --- reconcile ------------------------------------------------------------------------
-
-    async def _run(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            while self._dirty:
-                node = self._dirty.pop()
-                try:
-                    self.reconcile(node)
-                except ApiError as exc:
-                    log.warning("nfd stand-in could not update node", node=node, error=str(exc))
-                except Exception:
-                    log.exception("nfd stand-in failed", node=node)
-                await asyncio.sleep(0)  # let the server answer requests between nodes
 
     def _node_features(self) -> list[dict[str, Any]]:
         if self.sim.registry.by_kind(NODE_FEATURE_API_VERSION, "NodeFeature") is None:

@@ -65,17 +65,21 @@ def _index(container: list[Any], token: str, *, for_add: bool) -> int:
     return idx
 
 
+def _missing_path(path: str) -> ApiError:
+    return _unprocessable(f"doc is missing path: {path!r}")
+
+
 def _parent(doc: Any, parts: list[str], path: str) -> Any:
     cur = doc
     for token in parts[:-1]:
         if isinstance(cur, dict):
             if token not in cur:
-                raise _unprocessable(f"doc is missing path: {path!r}")
+                raise _missing_path(path)
             cur = cur[token]
         elif isinstance(cur, list):
             cur = cur[_index(cur, token, for_add=False)]
         else:
-            raise _unprocessable(f"doc is missing path: {path!r}")
+            raise _missing_path(path)
     return cur
 
 
@@ -87,11 +91,11 @@ def _get(doc: Any, path: str) -> Any:
     last = parts[-1]
     if isinstance(parent, dict):
         if last not in parent:
-            raise _unprocessable(f"doc is missing path: {path!r}")
+            raise _missing_path(path)
         return parent[last]
     if isinstance(parent, list):
         return parent[_index(parent, last, for_add=False)]
-    raise _unprocessable(f"doc is missing path: {path!r}")
+    raise _missing_path(path)
 
 
 def _add(doc: Any, path: str, value: Any) -> Any:
@@ -105,7 +109,7 @@ def _add(doc: Any, path: str, value: Any) -> Any:
     elif isinstance(parent, list):
         parent.insert(_index(parent, last, for_add=True), value)
     else:
-        raise _unprocessable(f"doc is missing path: {path!r}")
+        raise _missing_path(path)
     return doc
 
 
@@ -122,7 +126,7 @@ def _remove(doc: Any, path: str) -> Any:
     elif isinstance(parent, list):
         del parent[_index(parent, last, for_add=False)]
     else:
-        raise _unprocessable(f"doc is missing path: {path!r}")
+        raise _missing_path(path)
     return doc
 
 

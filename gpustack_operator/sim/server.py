@@ -54,6 +54,8 @@ from gpustack_operator.sim.watch import WatchQueue, WatchStream, error_line
 log = structlog.get_logger(__name__)
 
 DEFAULT_NAMESPACES = ("default", "kube-system", "gpustack-system")
+DEFAULT_WATCH_QUEUE_LIMIT = 10_000
+"""Events one watch may fall behind before the server ends it (kube-apiserver bounds it too)."""
 _BUILTIN_RESOURCES = {(k.group, k.plural) for k in BUILTIN_KINDS}
 # Built-in kinds whose DELETE returns the deleted object (like custom resources do).
 _DELETE_RETURNS_OBJECT = {("", "pods"), ("", "namespaces")}
@@ -153,7 +155,8 @@ class SimServer:
 
     ``watch_history`` bounds the retained watch events per resource (older RVs answer 410);
     ``bookmark_interval`` is the seconds between BOOKMARK events on idle watches that asked
-    for them; ``seed`` seeds the ``share`` of injected faults.
+    for them; ``watch_queue_limit`` bounds the events one watch may fall behind before it is
+    ended; ``seed`` seeds the ``share`` of injected faults.
     """
 
     def __init__(
@@ -164,6 +167,7 @@ class SimServer:
         *,
         seed: int | None = None,
         bookmark_interval: float = 1.0,
+        watch_queue_limit: int = DEFAULT_WATCH_QUEUE_LIMIT,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -173,6 +177,9 @@ class SimServer:
         self.counters = RequestCounters()
         self.controllers = BackgroundControllers(self.store)
         self.bookmark_interval = bookmark_interval
+        if watch_queue_limit < 1:
+            raise ValueError(f"watch_queue_limit must be at least 1, got {watch_queue_limit}")
+        self.watch_queue_limit = watch_queue_limit
         self._host, self._port = host, port
         self._runner: web.AppRunner | None = None
         self._watches: set[WatchQueue] = set()
@@ -187,11 +194,13 @@ class SimServer:
 
     @property
     def url(self) -> str:
+        """``http://host:port`` of the started server."""
         if self._runner is None:
             raise RuntimeError("the simulated API server is not started; call start() first")
         return f"http://{self._host}:{self._port}"
 
     async def start(self) -> SimServer:
+        """Listen (port 0 picks a free one) and start the background controllers; idempotent."""
         if self._runner is not None:
             return self
         self._closing = False
@@ -211,6 +220,7 @@ class SimServer:
         return self
 
     async def stop(self) -> None:
+        """End every open watch cleanly, stop the background controllers, close the listener."""
         if self._runner is None:
             return
         self._closing = True
@@ -809,7 +819,9 @@ class SimServer:
         if in_stream_error is None:
             try:
                 start_rv = None if initial_events else query.get("resourceVersion")
-                initial, unsubscribe = self.store.watch_start(info, start_rv, queue.put_nowait)
+                initial, unsubscribe = self.store.watch_start(
+                    info, start_rv, self._bounded_sink(queue)
+                )
                 snapshot_rv = self.store.resource_version
             except ApiError as err:
                 if err.code != 410:
@@ -849,6 +861,31 @@ class SimServer:
             unsubscribe()
             self._watches.discard(queue)
         return resp
+
+    def _bounded_sink(self, queue: WatchQueue) -> Callable[[Event], None]:
+        """Feeds *queue*; a watch ``watch_queue_limit`` events behind is ended instead.
+
+        kube-apiserver ends a watcher that cannot keep up in the same way: the client watches
+        again from its last resourceVersion (or lists again on 410), and the server's memory
+        stays bounded however slow a client reads.
+        """
+        ended = False
+
+        def deliver(event: Event) -> None:
+            nonlocal ended
+            if ended:
+                return
+            if queue.qsize() >= self.watch_queue_limit:
+                ended = True
+                log.warning(
+                    "simulated API server: ending a watch that fell too far behind",
+                    limit=self.watch_queue_limit,
+                )
+                queue.put_nowait(None)
+                return
+            queue.put_nowait(event)
+
+        return deliver
 
 
 def _accept_trailing_slashes(app: web.Application) -> None:

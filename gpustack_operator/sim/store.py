@@ -167,6 +167,75 @@ def key_of(obj: Mapping[str, Any]) -> Key:
     return (meta.get("namespace") or "", meta.get("name") or "")
 
 
+def _check_preconditions(
+    info: KindInfo, name: str, meta: Mapping[str, Any], old_meta: Mapping[str, Any]
+) -> None:
+    """A PUT naming another resourceVersion or uid than the stored object's is a 409."""
+    rv = meta.get("resourceVersion")
+    if rv and rv != old_meta["resourceVersion"]:
+        raise stale_conflict(info, name)
+    if meta.get("uid") and meta["uid"] != old_meta.get("uid"):
+        raise conflict(
+            info,
+            name,
+            f"Precondition failed: UID in precondition: {meta['uid']}, "
+            f"UID in object meta: {old_meta.get('uid')}",
+        )
+
+
+def _keep_server_fields(
+    info: KindInfo, new: dict[str, Any], old: Mapping[str, Any], subresource: str | None
+) -> dict[str, Any]:
+    """*new* with what this endpoint may not change taken from *old*.
+
+    ``/status`` changes only ``status``; the main endpoint keeps the old ``status`` of kinds
+    with a status subresource and the server-owned metadata (uid, creationTimestamp, ...).
+    """
+    if subresource == "status":
+        status = new.get("status")
+        kept = clone_obj(old)
+        kept["apiVersion"] = info.api_version
+        kept["kind"] = info.kind
+        if status is None:
+            kept.pop("status", None)
+        else:
+            kept["status"] = status
+        return kept
+    new["apiVersion"] = info.api_version
+    new["kind"] = info.kind
+    if info.has_status:
+        if "status" in old:
+            new["status"] = clone(old["status"])
+        else:
+            new.pop("status", None)
+    meta, old_meta = new["metadata"], old["metadata"]
+    for k in _IMMUTABLE_META:
+        if k in old_meta:
+            meta[k] = old_meta[k]
+        else:
+            meta.pop(k, None)
+    return new
+
+
+def _refuse_new_finalizers(
+    info: KindInfo, name: str, meta: Mapping[str, Any], old_meta: Mapping[str, Any]
+) -> None:
+    """An object being deleted may lose finalizers but never gain one (422, as the API)."""
+    added = set(meta.get("finalizers") or []) - set(old_meta.get("finalizers") or [])
+    if added:
+        raise invalid(
+            info,
+            name,
+            [
+                (
+                    "metadata.finalizers",
+                    "Forbidden: no new finalizers can be added if the object is being deleted, "
+                    "found new finalizers " + json.dumps(sorted(added)),
+                )
+            ],
+        )
+
+
 def _content(obj: Mapping[str, Any], info: KindInfo) -> dict[str, Any]:
     """What ``metadata.generation`` tracks: everything but metadata (and status if split)."""
     skip = {"metadata", "apiVersion", "kind"}
@@ -711,58 +780,16 @@ class Store:
         ns = (namespace or meta.get("namespace") or "default") if info.namespaced else ""
         old = self.get_stored(info, ns, name)
         old_meta = old["metadata"]
-        rv = meta.get("resourceVersion")
-        if rv and rv != old_meta["resourceVersion"]:
-            raise stale_conflict(info, name)
-        if meta.get("uid") and meta["uid"] != old_meta.get("uid"):
-            raise conflict(
-                info,
-                name,
-                f"Precondition failed: UID in precondition: {meta['uid']}, "
-                f"UID in object meta: {old_meta.get('uid')}",
-            )
-        new["apiVersion"] = info.api_version
-        new["kind"] = info.kind
-        if subresource == "status":
-            status = new.get("status")
-            new = clone(old)
-            new["apiVersion"] = info.api_version
-            if status is None:
-                new.pop("status", None)
-            else:
-                new["status"] = status
-            meta = new["metadata"]
-        else:
-            if info.has_status:
-                if "status" in old:
-                    new["status"] = clone(old["status"])
-                else:
-                    new.pop("status", None)
-            for k in _IMMUTABLE_META:
-                if k in old_meta:
-                    meta[k] = old_meta[k]
-                else:
-                    meta.pop(k, None)
+        _check_preconditions(info, name, meta, old_meta)
+        new = _keep_server_fields(info, new, old, subresource)
+        meta = new["metadata"]
         managed = old_meta.get("managedFields") if apply_manager is None else body_managed
         if managed:
             meta["managedFields"] = clone(managed)
         else:
             meta.pop("managedFields", None)
         if old_meta.get("deletionTimestamp"):
-            added = set(meta.get("finalizers") or []) - set(old_meta.get("finalizers") or [])
-            if added:
-                raise invalid(
-                    info,
-                    name,
-                    [
-                        (
-                            "metadata.finalizers",
-                            "Forbidden: no new finalizers can be added if the "
-                            "object is being deleted, found new finalizers "
-                            + json.dumps(sorted(added)),
-                        )
-                    ],
-                )
+            _refuse_new_finalizers(info, name, meta, old_meta)
         if info.kind == "Namespace" and not info.group and subresource != "status":
             new["spec"] = clone(old.get("spec") or {})  # spec.finalizers change via /finalize
         if info.kind == "CustomResourceDefinition" and info.group == "apiextensions.k8s.io":

@@ -128,26 +128,19 @@ def _validate(value: Any, schema: Schema, path: str, errors: list[str], root: bo
     if value is None:
         if not schema.get("nullable", False) and (schema.get("type") or schema.get("properties")):
             expected = schema.get("type", "object")
-            errors.append(
-                f'{where}: Invalid value: "null": {where} in body must be of type '
-                f'{expected}: "null"'
-            )
+            errors.append(_in_body(where, '"null"', f'must be of type {expected}: "null"'))
         return
 
     int_or_string = schema.get("x-kubernetes-int-or-string", False)
     expected = schema.get("type")
     if int_or_string:
         if _type_of(value) not in ("integer", "string"):
-            errors.append(
-                f'{where}: Invalid value: "{_type_of(value)}": {where} in body must be of type '
-                f'integer or string: "{_type_of(value)}"'
-            )
+            actual = f'"{_type_of(value)}"'
+            errors.append(_in_body(where, actual, f"must be of type integer or string: {actual}"))
             return
     elif expected and not _type_ok(value, expected):
-        errors.append(
-            f'{where}: Invalid value: "{_type_of(value)}": {where} in body must be of type '
-            f'{expected}: "{_type_of(value)}"'
-        )
+        actual = f'"{_type_of(value)}"'
+        errors.append(_in_body(where, actual, f"must be of type {expected}: {actual}"))
         return
 
     _validate_enum(value, schema, where, errors)
@@ -183,6 +176,11 @@ def _errors_of(value: Any, schema: Schema, path: str) -> list[str]:
     return found
 
 
+def _in_body(where: str, shown: str, rule: str) -> str:
+    """The API server's wording for a value that breaks a schema rule."""
+    return f"{where}: Invalid value: {shown}: {where} in body {rule}"
+
+
 def _validate_enum(value: Any, schema: Schema, where: str, errors: list[str]) -> None:
     enum = schema.get("enum")
     if enum is not None and value not in enum:
@@ -196,10 +194,7 @@ def _validate_string(value: str, schema: Schema, where: str, errors: list[str]) 
         errors.append(f"{where}: Too long: may not be more than {max_len} bytes")
     min_len = schema.get("minLength")
     if min_len is not None and len(value) < min_len:
-        errors.append(
-            f"{where}: Invalid value: {_show(value)}: {where} in body should be at least "
-            f"{min_len} chars long"
-        )
+        errors.append(_in_body(where, _show(value), f"should be at least {min_len} chars long"))
     pattern = schema.get("pattern")
     if pattern is not None:
         try:
@@ -207,15 +202,10 @@ def _validate_string(value: str, schema: Schema, where: str, errors: list[str]) 
         except re.error:
             matched = True  # a pattern Python cannot compile is not the object's fault
         if not matched:
-            errors.append(
-                f"{where}: Invalid value: {_show(value)}: {where} in body should match '{pattern}'"
-            )
+            errors.append(_in_body(where, _show(value), f"should match '{pattern}'"))
     fmt = schema.get("format")
     if fmt == "date-time" and not _is_date_time(value):
-        errors.append(
-            f"{where}: Invalid value: {_show(value)}: {where} in body must be of type "
-            f"date-time: {_show(value)}"
-        )
+        errors.append(_in_body(where, _show(value), f"must be of type date-time: {_show(value)}"))
 
 
 def _is_date_time(value: str) -> bool:
@@ -229,36 +219,22 @@ def _is_date_time(value: str) -> bool:
 
 
 def _validate_number(value: float, schema: Schema, where: str, errors: list[str]) -> None:
+    shown = _show(value)
     maximum = schema.get("maximum")
     if maximum is not None:
         if schema.get("exclusiveMaximum") and value >= maximum:
-            errors.append(
-                f"{where}: Invalid value: {_show(value)}: {where} in body should be less than "
-                f"{maximum}"
-            )
+            errors.append(_in_body(where, shown, f"should be less than {maximum}"))
         elif value > maximum:
-            errors.append(
-                f"{where}: Invalid value: {_show(value)}: {where} in body should be less than "
-                f"or equal to {maximum}"
-            )
+            errors.append(_in_body(where, shown, f"should be less than or equal to {maximum}"))
     minimum = schema.get("minimum")
     if minimum is not None:
         if schema.get("exclusiveMinimum") and value <= minimum:
-            errors.append(
-                f"{where}: Invalid value: {_show(value)}: {where} in body should be greater "
-                f"than {minimum}"
-            )
+            errors.append(_in_body(where, shown, f"should be greater than {minimum}"))
         elif value < minimum:
-            errors.append(
-                f"{where}: Invalid value: {_show(value)}: {where} in body should be greater "
-                f"than or equal to {minimum}"
-            )
+            errors.append(_in_body(where, shown, f"should be greater than or equal to {minimum}"))
     bounds = _INT_RANGES.get(schema.get("format", ""))
     if bounds and isinstance(value, int) and not bounds[0] <= value <= bounds[1]:
-        errors.append(
-            f"{where}: Invalid value: {_show(value)}: {where} in body must be of type "
-            f"{schema['format']}"
-        )
+        errors.append(_in_body(where, shown, f"must be of type {schema['format']}"))
 
 
 def _validate_array(value: list[Any], schema: Schema, path: str, errors: list[str]) -> None:
@@ -268,10 +244,7 @@ def _validate_array(value: list[Any], schema: Schema, path: str, errors: list[st
         errors.append(f"{where}: Too many: {len(value)}: must have at most {max_items} items")
     min_items = schema.get("minItems")
     if min_items is not None and len(value) < min_items:
-        errors.append(
-            f"{where}: Invalid value: {len(value)}: {where} in body should have at least "
-            f"{min_items} items"
-        )
+        errors.append(_in_body(where, str(len(value)), f"should have at least {min_items} items"))
     items = schema.get("items")
     if isinstance(items, Mapping):
         for index, item in enumerate(value):
@@ -308,8 +281,7 @@ def _validate_object(
     min_props = schema.get("minProperties")
     if min_props is not None and len(value) < min_props:
         errors.append(
-            f"{where}: Invalid value: {len(value)}: {where} in body should have at least "
-            f"{min_props} properties"
+            _in_body(where, str(len(value)), f"should have at least {min_props} properties")
         )
     properties: Mapping[str, Schema] = schema.get("properties") or {}
     additional = schema.get("additionalProperties")

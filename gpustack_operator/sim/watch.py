@@ -23,7 +23,7 @@ from gpustack_operator.sim.kinds import KindInfo
 from gpustack_operator.sim.selectors import Matcher
 from gpustack_operator.sim.store import ADDED, DELETED, MODIFIED, Event, key_of
 
-# None in the queue ends the stream (server shutdown).
+# None in the queue ends the stream (server shutdown, or a watch too far behind).
 WatchQueue = asyncio.Queue[Event | None]
 
 
@@ -130,12 +130,16 @@ class WatchStream:
             if first is None:
                 break
             batch = [first]
+            ended = False
             while not self.queue.empty():
                 nxt = self.queue.get_nowait()
-                if nxt is None:
+                if nxt is None:  # shutdown, or the watch fell too far behind
+                    ended = True
                     break
                 batch.append(nxt)
             await self._send(batch)
+            if ended:
+                break
         with contextlib.suppress(ConnectionError):
             await self.response.write_eof()
 

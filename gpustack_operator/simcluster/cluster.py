@@ -327,6 +327,7 @@ class SimCluster:
     # --- changing the input (a person's edits) --------------------------------------------
 
     def add_node(self, node: Mapping[str, Any]) -> None:
+        """Add *node* to the input and create it on the server."""
         self.nodes[name_of(node)] = copy.deepcopy(dict(node))
         self.sim.store.create(_seedable(node))
 
@@ -342,19 +343,23 @@ class SimCluster:
         _edit_map(meta, "labels", labels)
         _edit_map(meta, "annotations", annotations)
         stored = self.sim.store.get("v1", "Node", name)
-        assert stored is not None, f"node {name} is not on the server"
+        if stored is None:
+            raise KeyError(f"node {name} is in the input but not on the server: add_node() it")
         _edit_map(stored["metadata"], "labels", labels)
         _edit_map(stored["metadata"], "annotations", annotations)
         self.sim.store.update(stored)
 
     def delete_node(self, name: str) -> None:
+        """Remove the Node from the input and delete it on the server."""
         del self.nodes[name]
         self.sim.store.delete("v1", "Node", name)
 
     def add_namespace(self, name: str) -> None:
+        """Add a Namespace (it gets a LocalQueue) to the input and the server."""
         self.namespaces.append(name)
         self.sim.store.create(_namespace_object(name))
 
     def delete_namespace(self, name: str) -> None:
+        """Remove a Namespace from the input and delete it on the server."""
         self.namespaces = [n for n in self.namespaces if _namespace_name(n) != name]
         self.sim.store.delete("v1", "Namespace", name)

@@ -13,8 +13,6 @@ client, so injected faults and request counters leave it alone.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,6 +26,7 @@ from gpustack_operator.domain.simdevices import (
 )
 from gpustack_operator.sim.errors import ApiError
 from gpustack_operator.sim.server import SimServer
+from gpustack_operator.sim.standin import NodeStandIn
 
 log = structlog.get_logger(__name__)
 
@@ -48,8 +47,10 @@ def card_resources(
     }
 
 
-class SimKubelet:
+class SimKubelet(NodeStandIn):
     """Keeps simulated cards in Nodes' ``status.allocatable`` while it runs."""
+
+    name = "sim-kubelet"
 
     def __init__(
         self,
@@ -58,40 +59,18 @@ class SimKubelet:
         *,
         with_memory: bool = False,
     ) -> None:
-        self.sim = sim
+        super().__init__(sim)
         self.manufacturers = manufacturers
         self.with_memory = with_memory
         self._owned: dict[str, set[str]] = {}
         """node -> the allocatable resources this stand-in set (and so may change)."""
-        self._dirty: set[str] = set()
-        self._wake = asyncio.Event()
-        self._unsubscribe: Any = None
-        self._task: asyncio.Task[None] | None = None
 
-    async def start(self) -> None:
-        if self._task is not None:
-            return
-        self._unsubscribe = self.sim.store.subscribe(self._on_event)
-        for node in self.sim.store.list("v1", "Node"):
-            self._dirty.add(node["metadata"]["name"])
-        self._wake.set()
-        self._task = asyncio.create_task(self._run(), name="sim-kubelet")
+    def initial_nodes(self) -> list[str]:
+        """Every Node the store holds."""
+        return [node["metadata"]["name"] for node in self.sim.store.list("v1", "Node")]
 
-    async def stop(self) -> None:
-        if self._unsubscribe is not None:
-            self._unsubscribe()
-            self._unsubscribe = None
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    def idle(self) -> bool:
-        return not self._dirty
-
-    def _on_event(self, event_type: str, obj: dict[str, Any]) -> None:
-        """Store callback (runs inside the write): only marks the node."""
+    def on_event(self, event_type: str, obj: dict[str, Any]) -> None:
+        """Marks a changed Node; a deleted one is forgotten."""
         if obj.get("kind") != "Node" or obj.get("apiVersion") != "v1":
             return
         name = (obj.get("metadata") or {}).get("name")
@@ -99,18 +78,9 @@ class SimKubelet:
             return
         if event_type == "DELETED":
             self._owned.pop(name, None)
-            self._dirty.discard(name)
+            self.forget(name)
             return
-        self._dirty.add(name)
-        self._wake.set()
-
-    async def _run(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            while self._dirty:
-                self.reconcile(self._dirty.pop())
-            await asyncio.sleep(0)
+        self.mark(name)
 
     def reconcile(self, name: str) -> None:
         """Bring one Node's allocatable in line with its annotation (synchronous: no races)."""

@@ -22,7 +22,7 @@ NODE_FEATURE_DISCOVERY: Final = "node-feature-discovery"
 DEVICE_MANAGER: Final = "device-manager"
 APPLICATIONS: Final = (NODE_FEATURE_DISCOVERY, DEVICE_MANAGER)
 
-# NFD is pinned to the version the reference ships (SPEC §3.2); `--nfd-image` overrides it.
+# NFD is pinned to a tested version (SPEC §3.2); `--nfd-image` overrides it.
 NFD_VERSION: Final = "v0.18.3"
 DEFAULT_NFD_IMAGE: Final = f"registry.k8s.io/nfd/node-feature-discovery:{NFD_VERSION}"
 

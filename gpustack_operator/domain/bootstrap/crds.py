@@ -1,9 +1,10 @@
 """The NFD custom resource definitions, authored by this project (SPEC §3.2).
 
-NFD's chart ships its own CRDs; the reference skips them and installs CRDs itself, and so do
-we. The schemas are structural and cover exactly the fields NFD v0.18 reads and the operator
-writes (NodeFeature ``spec.labels``/``spec.features``, NodeFeatureRule rules with matchers,
-templates, vars, taints and extended resources, NodeFeatureGroup rules and status), so the
+NFD's chart ships its own CRDs; the worker installs its own instead, so that it controls
+their lifecycle. The schemas are structural and cover exactly the fields NFD v0.18 reads and
+the operator writes (NodeFeature ``spec.labels``/``spec.features``, NodeFeatureRule rules
+with matchers, templates, vars, taints and extended resources, NodeFeatureGroup rules and
+status), so the
 API server prunes nothing we send. ``tests/unit/bootstrap`` checks that every object the
 project renders validates both against these and against NFD's released CRDs.
 """

@@ -1,6 +1,6 @@
 """The device-manager DaemonSets the worker installs, one per manufacturer (SPEC §3.4).
 
-Deliberate differences from the reference, for least privilege (SPEC §0.9):
+Deliberate choices, for least privilege (SPEC §0.9):
 
 - the agent's ServiceAccount is bound to its own roles, not ``cluster-admin``: read Nodes
   (RBAC cannot restrict a DaemonSet's pods to "their own" Node), and write NodeFeatures and

@@ -1,6 +1,6 @@
 """Node Feature Discovery as the worker installs it (SPEC §3.2), and the CPU-info rule.
 
-The layout follows NFD's own chart at the pinned version with the reference's values:
+The layout follows NFD's own chart at the pinned version, with these values:
 a single nfd-master honouring only NodeFeature objects of the system namespace, an
 nfd-worker on every node (label sources cpu, pci and custom; PCI classes from
 ``GPUSTACK_PCI_CLASS_PREFIXES``; ``deviceLabelFields: [vendor]``, so the PCI label is
@@ -250,20 +250,21 @@ def _master(settings: BootstrapSettings) -> JSON:
         ],
         mounts=[{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}],
     )
+    volumes = [_config_volume(f"{MASTER}-conf", "nfd-master.conf")]
+    return _deployment(MASTER, container, ns, volumes=volumes)
+
+
+def _deployment(name: str, container: JSON, namespace: str, **pod_spec: object) -> JSON:
+    """A one-replica Deployment of *container* running as the service account *name*."""
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": metadata(MASTER, _labels(MASTER), ns),
+        "metadata": metadata(name, _labels(name), namespace),
         "spec": {
             "replicas": 1,
             "revisionHistoryLimit": 5,
-            "selector": {"matchLabels": _selector(MASTER)},
-            "template": _pod_template(
-                MASTER,
-                MASTER,
-                [container],
-                volumes=[_config_volume(f"{MASTER}-conf", "nfd-master.conf")],
-            ),
+            "selector": {"matchLabels": _selector(name)},
+            "template": _pod_template(name, name, [container], **pod_spec),
         },
     }
 
@@ -337,17 +338,7 @@ def _gc(settings: BootstrapSettings) -> JSON:
         resources=_resources("10m", "64Mi", "200m", "256Mi"),
         env=[_field_env("NODE_NAME", "spec.nodeName")],
     )
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": metadata(GC, _labels(GC), ns),
-        "spec": {
-            "replicas": 1,
-            "revisionHistoryLimit": 5,
-            "selector": {"matchLabels": _selector(GC)},
-            "template": _pod_template(GC, GC, [container]),
-        },
-    }
+    return _deployment(GC, container, ns)
 
 
 def render_nfd(settings: BootstrapSettings) -> list[JSON]:
