@@ -9,8 +9,16 @@ from pathlib import Path
 
 import pytest
 import structlog
+from hypothesis import HealthCheck, settings
 
 from gpustack_operator.sim.server import SimServer
+
+# Property tests judge the code, not the machine: a loaded 2-core CI box can make example
+# generation slow enough to trip Hypothesis' "too slow" health check, which is no defect.
+settings.register_profile(
+    "suite", settings.get_profile("default"), suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile("suite")
 
 
 def shared_crds_dir() -> Path | None:

@@ -239,7 +239,10 @@ def test_dockerfile_is_multi_stage_slim_and_non_root() -> None:
     assert builder[0].startswith("FROM python:3.12-slim AS builder")
     assert final[0] == "FROM python:3.12-slim"
     text = "\n".join(builder)
-    assert "uv==0.13.8" in text
+    # The image builds with the uv that `make install` bootstraps (one pinned version).
+    pinned = re.search(r"^UV_VERSION \?= (\S+)$", (REPO / "Makefile").read_text(), re.M)
+    assert pinned, "Makefile pins no UV_VERSION"
+    assert f"uv=={pinned.group(1)}" in text
     assert "uv sync --frozen --no-dev --extra amd --no-editable" in text
     final_text = "\n".join(final)
     for forbidden in ("pip install", "uv ", "apt-get", "gcc", "build-essential"):

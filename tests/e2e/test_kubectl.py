@@ -204,7 +204,7 @@ async def watch_rows(kubectl: Kubectl, e2e_sim: SimServer) -> list[list[str]]:
         assert process.stdout is not None
         seen, created = "", False
         rows: list[list[str]] = []
-        with anyio.fail_after(20):
+        with anyio.fail_after(60):
             async for chunk in process.stdout:
                 seen += chunk.decode()
                 # Only lines kubectl has finished writing: a chunk can end mid-row.

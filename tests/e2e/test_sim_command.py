@@ -71,7 +71,7 @@ async def test_sim_serve_works_with_kubectl_and_stops_on_sigterm(
         assert "nodefeatures.nfd.k8s-sigs.io" in resources.split()
 
         await kubectl.out("apply", "-f", "-", stdin=NODE_AND_FEATURE)
-        with anyio.fail_after(20):
+        with anyio.fail_after(60):
             while True:  # the NFD stand-in merges the NodeFeature's labels onto the Node
                 node = json.loads(await kubectl.out("get", "node", "node-a", "-o", "json"))
                 if node["metadata"].get("labels", {}).get("gpustack.ai/demo") == "true":

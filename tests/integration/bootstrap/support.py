@@ -28,7 +28,7 @@ IMAGE = "registry.example.com/gpustack/gpustack-operator:v9.9.9"
 async def eventually(
     condition: Callable[[], Any],
     what: str,
-    timeout: float = 20.0,  # noqa: ASYNC109 - a deadline, part of this helper's contract
+    timeout: float = 60.0,  # noqa: ASYNC109 - a deadline, part of this helper's contract
 ) -> None:
     """Return as soon as *condition()* (sync or async) holds; fail after *timeout*."""
     last: object = None

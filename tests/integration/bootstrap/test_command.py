@@ -63,7 +63,7 @@ async def test_worker_command_installs_nfd_and_device_managers(tmp_path: Path) -
                 names = sorted(d["metadata"]["name"] for d in listed.items)
                 assert names == [name, "node-feature-discovery-worker"]
             process.send_signal(signal.SIGTERM)
-            with anyio.fail_after(20):
+            with anyio.fail_after(60):
                 code = await process.wait()
             assert code == 0
         finally:

@@ -44,7 +44,7 @@ A10G = json.dumps([{"manufacturer": "nvidia", "name": "NVIDIA A10G", "memoryMiB"
 async def eventually(
     condition: Callable[[], Any],
     what: str,
-    timeout: float = 15.0,  # noqa: ASYNC109 - a deadline, part of this helper's contract
+    timeout: float = 60.0,  # noqa: ASYNC109 - a deadline, part of this helper's contract
 ) -> None:
     """Return as soon as *condition()* (sync or async) holds; fail after *timeout*."""
     with anyio.move_on_after(timeout):
@@ -281,7 +281,6 @@ async def test_serve_publishes_and_stops_cleanly_on_sigterm(
                     process.kill()
                     await process.wait()
         err = log_file.read_text()
-        (tmp_path.parent / "serve-debug.log").write_text(err)
         assert code == 0, err
         assert "no accelerator found" in err
         assert "signal received" in err

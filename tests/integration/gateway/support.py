@@ -98,7 +98,7 @@ async def start_sim(versions: Sequence[str] = ("v1beta1", "v1beta2")) -> SimServ
     return await sim.start()
 
 
-async def eventually(condition: Callable[[], bool], what: str, deadline: float = 15.0) -> None:
+async def eventually(condition: Callable[[], bool], what: str, deadline: float = 60.0) -> None:
     """Poll *condition* until true; fail naming *what* after *deadline* seconds."""
     end = time.monotonic() + deadline
     while not condition():
@@ -111,7 +111,7 @@ async def until(
     fetch: Callable[[], Awaitable[T]],
     condition: Callable[[T], bool],
     what: str,
-    deadline: float = 15.0,
+    deadline: float = 60.0,
 ) -> T:
     """Call *fetch* until *condition* holds for its result; return that result."""
     end = time.monotonic() + deadline
@@ -151,7 +151,7 @@ async def running_gateway(
     server = GatewayServer(gateway, list(clusters), options)
     async with anyio.create_task_group() as tg:
         tg.start_soon(server.run)
-        with anyio.fail_after(10):
+        with anyio.fail_after(60):
             await server.serving.wait()
             await gateway.started.wait()
         try:

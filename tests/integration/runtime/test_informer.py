@@ -31,7 +31,7 @@ from gpustack_operator.sim.server import SimServer
 pytestmark = pytest.mark.anyio
 
 
-async def eventually(condition: Callable[[], bool], what: str, deadline: float = 10.0) -> None:
+async def eventually(condition: Callable[[], bool], what: str, deadline: float = 60.0) -> None:
     """Return once *condition()* holds; fail after *deadline* seconds."""
     with anyio.move_on_after(deadline):
         while not condition():  # noqa: ASYNC110 - polling plain state with a deadline
@@ -143,7 +143,7 @@ async def test_paged_initial_list_then_events_with_old_and_new(
     informer, rec, _ = make(client, settings={"page_size": 3})
     assert not informer.has_synced
     async with running(informer):
-        assert await informer.wait_for_sync(10)
+        assert await informer.wait_for_sync(60)
         assert sorted(rec.of("add")) == [f"default/c{i}" for i in range(7)]
         assert sim.counters.get("list", "ConfigMap") == 3  # pages of 3, 3 and 1
         late = Recorder()
@@ -173,7 +173,7 @@ async def test_not_synced_while_list_fails_and_backoff_grows(
     sim.faults.add(verb="list", kind="ConfigMap", status=500, count=4)
     informer, rec, sleep = make(client)
     async with running(informer):
-        assert await informer.wait_for_sync(10)
+        assert await informer.wait_for_sync(60)
     assert sleep.delays == pytest.approx([0.01, 0.02, 0.04, 0.08])
     assert sleep.synced_then == [False] * 4
     assert rec.events == [("add", "default/a")], "nothing is deleted before the first LIST"
@@ -185,7 +185,7 @@ async def test_retry_after_is_honoured_on_list_and_watch(sim: SimServer, client:
     sim.faults.add(verb="watch", kind="ConfigMap", status=429, retry_after=5, count=1)
     informer, rec, sleep = make(client)
     async with running(informer):
-        assert await informer.wait_for_sync(10)
+        assert await informer.wait_for_sync(60)
         await eventually(lambda: sim.counters.get("watch", "ConfigMap") >= 2, "a second watch")
         sim.store.create(cm("after"))
         await eventually(lambda: rec.of("add") == ["default/after"], "the event after 429s")
@@ -197,7 +197,7 @@ async def test_jittered_default_backoff_stays_in_range(sim: SimServer, client: C
     sleep = SleepRecorder()
     informer = Informer(client, CONFIGMAPS, settings=ReflectorSettings(sleep=sleep))
     async with running(informer):
-        assert await informer.wait_for_sync(10)
+        assert await informer.wait_for_sync(60)
     for delay, base in zip(sleep.delays, (0.8, 1.6, 3.2), strict=True):
         assert base <= delay <= 2 * base
 
@@ -214,7 +214,7 @@ async def test_watch_cut_mid_stream_resumes_from_last_rv_without_relist(
     )
     informer, rec, sleep = make(client)
     async with running(informer):
-        assert await informer.wait_for_sync(10)
+        assert await informer.wait_for_sync(60)
         sim.store.create(cm("b"))
         sim.store.create(cm("c"))  # the second event: the stream is cut right after it
         await eventually(lambda: sim.counters.get("watch", "ConfigMap") == 2, "the re-watch")
@@ -237,7 +237,7 @@ async def test_history_exceeded_relists_and_reports_objects_deleted_in_the_gap(
     outage = sim.faults.add(verb="watch", kind="ConfigMap", status=500)
     informer, rec, _ = make(client)
     async with running(informer):
-        assert await informer.wait_for_sync(10)
+        assert await informer.wait_for_sync(60)
         sim.store.create(cm("trigger"))  # delivered, then the stream is cut
         await eventually(lambda: outage.fired >= 1, "the watch outage")
         sim.store.delete("v1", "ConfigMap", "doomed", "default")
@@ -272,7 +272,7 @@ async def test_relist_tries_last_rv_first_then_empty_rv(sim: SimServer, client: 
     )
     informer, rec, _ = make(client)
     async with running(informer):
-        assert await informer.wait_for_sync(10)
+        assert await informer.wait_for_sync(60)
         sim.faults.add(verb="watch", kind="ConfigMap", status=410, count=1)  # in-stream ERROR
         sim.faults.add(verb="list", kind="ConfigMap", status=410, count=1)
         sim.store.create(cm("x"))
@@ -308,7 +308,7 @@ async def test_watch_500s_back_off_growing_then_reset_after_progress(
     sim.faults.add(verb="watch", kind="ConfigMap", status=500, count=3)
     informer, rec, sleep = make(client)
     async with running(informer):
-        assert await informer.wait_for_sync(10)
+        assert await informer.wait_for_sync(60)
         await eventually(lambda: sim.counters.get("watch", "ConfigMap") == 3, "the third watch")
         sim.store.create(cm("a"))  # delivered on watch 3, which is then cut
         await eventually(lambda: sim.counters.get("watch", "ConfigMap") == 7, "the 7th watch")
@@ -323,7 +323,7 @@ async def test_silent_watch_is_restarted_after_inactivity_timeout(
 ) -> None:
     informer, rec, sleep = make(client, settings={"inactivity_timeout": 0.2})
     async with running(informer):
-        assert await informer.wait_for_sync(10)
+        assert await informer.wait_for_sync(60)
         await eventually(lambda: sim.counters.get("watch", "ConfigMap") >= 3, "watch restarts")
         sim.store.create(cm("a"))
         await eventually(lambda: rec.of("add") == ["default/a"], "events after stalls")
@@ -333,11 +333,12 @@ async def test_silent_watch_is_restarted_after_inactivity_timeout(
 
 async def test_watch_whose_headers_never_come_times_out(sim: SimServer, tmp_path: Path) -> None:
     kubeconfig = sim.write_kubeconfig(tmp_path / "kc")
-    async with await Client.connect(kubeconfig, timeout=0.3) as c:
-        sim.faults.add(verb="watch", kind="ConfigMap", status=None, delay=0.6, count=1)
+    # A timeout the list never reaches even on a loaded machine; a watch delay well beyond it.
+    async with await Client.connect(kubeconfig, timeout=1.0) as c:
+        sim.faults.add(verb="watch", kind="ConfigMap", status=None, delay=1.5, count=1)
         informer, rec, sleep = make(c)
         async with running(informer):
-            assert await informer.wait_for_sync(10)
+            assert await informer.wait_for_sync(60)
             await eventually(lambda: sim.counters.get("watch", "ConfigMap") >= 2, "a re-watch")
             sim.store.create(cm("a"))
             await eventually(lambda: rec.of("add") == ["default/a"], "events after the stall")
@@ -359,7 +360,7 @@ async def test_bookmarks_advance_the_resource_version_and_clean_ends_rewatch(
         c.watch = spy  # type: ignore[method-assign]
         informer, rec, _ = make(c, settings={"watch_timeout_range": (1, 2)})
         async with running(informer):
-            assert await informer.wait_for_sync(10)
+            assert await informer.wait_for_sync(60)
             listed_rv = informer.last_resource_version
             for i in range(3):  # other kinds move the global resourceVersion
                 sim.store.create(
@@ -415,7 +416,7 @@ async def test_label_field_and_namespace_scoping(sim: SimServer, client: Client)
     in_ns, namespaced, _ = make(client, namespace="kube-system")
     async with running(by_label, by_field, in_ns):
         for informer in (by_label, by_field, in_ns):
-            assert await informer.wait_for_sync(10)
+            assert await informer.wait_for_sync(60)
         assert sorted(labelled.of("add")) == ["default/a", "kube-system/c"]
         assert named.of("add") == ["default/b"]
         assert namespaced.of("add") == ["kube-system/c"]
@@ -446,7 +447,7 @@ async def test_default_transform_drops_managed_fields(sim: SimServer, client: Cl
     custom, _, _ = make(client, transform=lambda o: {**o, "data": {"seen": "yes"}})
     async with running(stripped, untouched, custom):
         for informer in (stripped, untouched, custom):
-            assert await informer.wait_for_sync(10)
+            assert await informer.wait_for_sync(60)
     cached = stripped.indexer.get("default/a")
     assert cached is not None and "managedFields" not in cached["metadata"]
     assert cached["metadata"].get("annotations", {}) == {}
@@ -461,7 +462,7 @@ async def test_failing_handler_does_not_stop_the_informer(sim: SimServer, client
     informer, rec, _ = make(client)
     informer.add_event_handler(HandlerFuncs(add=explode))
     async with running(informer):
-        assert await informer.wait_for_sync(10)
+        assert await informer.wait_for_sync(60)
         sim.store.create(cm("a"))
         sim.store.create(cm("b"))
         await eventually(lambda: rec.of("add") == ["default/a", "default/b"], "both events")
@@ -472,7 +473,7 @@ async def test_resync_replays_updates_for_cached_objects(sim: SimServer, client:
     sim.store.create(cm("b"))
     informer, rec, _ = make(client, resync_period=0.05)
     async with running(informer):
-        assert await informer.wait_for_sync(10)
+        assert await informer.wait_for_sync(60)
         await eventually(lambda: len(rec.of("update")) >= 4, "two periodic resyncs")
     old, new = rec.updates[0]
     assert old is new
@@ -484,7 +485,7 @@ async def test_indexes_are_kept_current(sim: SimServer, client: Client) -> None:
     sim.store.create(cm("a", app="x"))
     informer, _, _ = make(client, indexers={"app": lambda o: [o["metadata"]["labels"]["app"]]})
     async with running(informer):
-        assert await informer.wait_for_sync(10)
+        assert await informer.wait_for_sync(60)
         sim.store.create(cm("b", app="x"))
         await eventually(lambda: len(informer.indexer.by_index("app", "x")) == 2, "indexing b")
 
@@ -499,11 +500,11 @@ async def test_factory_shares_informers_and_starts_late_ones(
     assert factory.informer(CONFIGMAPS) is first
     assert factory.informer(CONFIGMAPS, namespace="default") is not first
     async with running(factory):
-        assert await factory.wait_for_sync(10)
+        assert await factory.wait_for_sync(60)
         late = factory.informer(NODES)
-        assert await late.wait_for_sync(10)
+        assert await late.wait_for_sync(60)
         assert late.indexer.keys() == ["n1"]
-        assert await factory.wait_for_sync(10)
+        assert await factory.wait_for_sync(60)
     assert len(factory.informers) == 3
     assert sim.counters.get("list", "ConfigMap") == 2
 
@@ -525,7 +526,7 @@ async def test_api_server_restart_is_survived_without_relist(
     sim.store.create(cm("a"))
     informer, rec, sleep = make(client)
     async with running(informer):
-        assert await informer.wait_for_sync(10)
+        assert await informer.wait_for_sync(60)
         await eventually(lambda: sim.counters.get("watch", "ConfigMap") == 1, "the watch")
         await sim.stop()  # watches end, new connections are refused
         await eventually(lambda: len(sleep.delays) >= 3, "three refused attempts")
@@ -546,7 +547,7 @@ async def test_cut_watch_recovers_on_uvloop(sim: SimServer, client: Client) -> N
     )
     informer, rec, _ = make(client)
     async with running(informer):
-        assert await informer.wait_for_sync(10)
+        assert await informer.wait_for_sync(60)
         sim.store.create(cm("a"))
         await eventually(lambda: sim.counters.get("watch", "ConfigMap") == 2, "the re-watch")
         sim.store.create(cm("b"))

@@ -98,7 +98,7 @@ async def test_one_leader_and_takeover_after_the_leader_dies(
             await handle_a.stop()
             assert handle_a.errors == []
             assert lease_spec(sim, lease)["holderIdentity"] == "a", "nothing was released"
-            await eventually(lambda: b.is_leader, timeout=15, what="takeover after expiry")
+            await eventually(lambda: b.is_leader, timeout=60, what="takeover after expiry")
             # The new leader starts with a warm cache: its queue already holds every key.
             await eventually(lambda: reconciled_by(seen, "b") == keys)
             spec = lease_spec(sim, lease)
@@ -133,7 +133,7 @@ async def test_release_on_clean_shutdown_makes_takeover_immediate(
             await handle_a.stop()
             released = lease_spec(sim, lease)
             assert released["holderIdentity"] in ("", None, "b")
-            await eventually(lambda: b.is_leader, timeout=15, what="takeover after release")
+            await eventually(lambda: b.is_leader, timeout=60, what="takeover after release")
             assert lease_spec(sim, lease)["holderIdentity"] == "b"
             await handle_b.stop()
             assert handle_b.errors == []

@@ -43,7 +43,7 @@ async def watch_lines(
     *,
     stop_after: int | None = None,
     on_ready: Callable[[], Awaitable[None]] | None = None,
-    limit: float = 10.0,
+    limit: float = 60.0,
 ) -> list[dict[str, Any]]:
     """Read a watch stream's events until it ends (or ``stop_after`` events arrived)."""
     events: list[dict[str, Any]] = []
@@ -63,7 +63,7 @@ async def watch_lines(
 
 
 async def eventually(
-    check: Callable[[], Any], *, within: float = 5.0, interval: float = 0.01
+    check: Callable[[], Any], *, within: float = 60.0, interval: float = 0.01
 ) -> Any:
     """Poll ``check`` until it returns a truthy value; fail after ``timeout`` seconds."""
     deadline = time.monotonic() + within

@@ -95,7 +95,7 @@ async def test_bookmarks_carry_the_current_rv():
         )
         params = {"watch": "1", "resourceVersion": rv, "allowWatchBookmarks": "true"}
         async with c.stream("GET", "/api/v1/nodes", params=params) as resp:
-            with anyio.fail_after(5):
+            with anyio.fail_after(30):
                 async for line in resp.aiter_lines():
                     event = json.loads(line)
                     break

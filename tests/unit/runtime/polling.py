@@ -10,7 +10,7 @@ import anyio
 async def eventually(
     condition: Callable[[], bool],
     *,
-    timeout: float = 10.0,  # noqa: ASYNC109 - a deadline, part of this helper's contract
+    timeout: float = 60.0,  # noqa: ASYNC109 - a deadline, part of this helper's contract
     what: str = "condition",
 ) -> None:
     """Return as soon as *condition()* holds; fail the test if it does not within *timeout*."""

@@ -112,7 +112,7 @@ async def nfd(nfd_sim: SimServer) -> AsyncIterator[NfdMaster]:
 
 async def eventually(check: Callable[[], bool]) -> None:
     """Poll *check* until it holds; fail after a generous deadline."""
-    with anyio.fail_after(10):
+    with anyio.fail_after(60):
         while True:
             if check():
                 return
