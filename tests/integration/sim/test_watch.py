@@ -233,3 +233,29 @@ async def test_watch_on_a_named_object_follows_only_that_object(sim, kube):
     sim.store.delete("v1", "Node", "b")
     events = await watch_lines(kube, "/api/v1/nodes/b", {"resourceVersion": rv}, stop_after=2)
     assert summary(events) == [("ADDED", "b"), ("DELETED", "b")]
+
+
+async def test_a_watch_that_falls_too_far_behind_is_ended():
+    """The server's memory stays bounded: past the limit a watch ends, as kube-apiserver does."""
+    async with (
+        SimServer(watch_queue_limit=5) as small,
+        httpx.AsyncClient(base_url=small.url) as c,
+    ):
+        params = {"watch": "1", "resourceVersion": str(small.store.resource_version)}
+        async with c.stream("GET", "/api/v1/nodes", params=params) as resp:
+            assert resp.status_code == 200
+            # The store writes synchronously: all 20 events reach the watch's queue before
+            # the stream writer gets a turn, as with a client that stopped reading.
+            for i in range(20):
+                small.store.create(node(f"n{i}"))
+            with anyio.fail_after(30):
+                lines = [line async for line in resp.aiter_lines() if line]
+        events = [json.loads(line) for line in lines]
+        assert summary(events) == [("ADDED", f"n{i}") for i in range(5)]
+        # the client can resume from the last event it saw, like after any ended watch
+        last_rv = events[-1]["object"]["metadata"]["resourceVersion"]
+        params = {"watch": "1", "resourceVersion": last_rv, "timeoutSeconds": "1"}
+        resumed = [
+            json.loads(x) for x in (await c.get("/api/v1/nodes", params=params)).text.split()
+        ]
+        assert summary(resumed) == [("ADDED", f"n{i}") for i in range(5, 20)]
