@@ -256,6 +256,6 @@ async def test_a_watch_that_falls_too_far_behind_is_ended():
         last_rv = events[-1]["object"]["metadata"]["resourceVersion"]
         params = {"watch": "1", "resourceVersion": last_rv, "timeoutSeconds": "1"}
         resumed = [
-            json.loads(x) for x in (await c.get("/api/v1/nodes", params=params)).text.split()
+            json.loads(x) for x in (await c.get("/api/v1/nodes", params=params)).text.splitlines()
         ]
         assert summary(resumed) == [("ADDED", f"n{i}") for i in range(5, 20)]
