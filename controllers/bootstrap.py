@@ -36,6 +36,7 @@ from typing import Any, Final
 
 import structlog
 
+from controllers.common import contains
 from gpustack_operator.apis import NODE_FEATURE_RULES
 from gpustack_operator.domain.bootstrap import (
     DEFAULT_NFD_IMAGE,
@@ -186,20 +187,6 @@ class SpecChanged(Predicate):
 
     def __repr__(self) -> str:
         return "SpecChanged()"
-
-
-def contains(have: object, want: object) -> bool:
-    """*want* is found in *have*: maps may hold more keys (API-server defaults), lists match
-    item by item, scalars are equal."""
-    if isinstance(want, Mapping):
-        if not isinstance(have, Mapping):
-            return False
-        return all(k in have and contains(have[k], v) for k, v in want.items())
-    if isinstance(want, list):
-        if not isinstance(have, list) or len(have) != len(want):
-            return False
-        return all(contains(h, w) for h, w in zip(have, want, strict=True))
-    return have == want
 
 
 def is_up_to_date(have: Mapping[str, Any] | None, want: Mapping[str, Any]) -> bool:

@@ -118,17 +118,17 @@ def is_managed_object(obj: object) -> bool:
     return labels_of(obj).get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE
 
 
-def _contains(have: object, want: object) -> bool:
+def contains(have: object, want: object) -> bool:
     """*want* is found in *have*: maps may hold more keys (server defaults), lists match
     item by item, scalars are equal."""
     if isinstance(want, Mapping):
         if not isinstance(have, Mapping):
             return False
-        return all(k in have and _contains(have[k], v) for k, v in want.items())
+        return all(k in have and contains(have[k], v) for k, v in want.items())
     if isinstance(want, list):
         if not isinstance(have, list) or len(have) != len(want):
             return False
-        return all(_contains(h, w) for h, w in zip(have, want, strict=True))
+        return all(contains(h, w) for h, w in zip(have, want, strict=True))
     return have == want
 
 
@@ -169,7 +169,7 @@ def is_up_to_date(have: Mapping[str, Any] | None, want: Mapping[str, Any]) -> bo
     if not _owners(want) <= _owners(have):
         return False
     want_spec, have_spec = want.get("spec") or {}, have.get("spec") or {}
-    if not isinstance(have_spec, Mapping) or not _contains(have_spec, want_spec):
+    if not isinstance(have_spec, Mapping) or not contains(have_spec, want_spec):
         return False
     return all(have_spec.get(k) == want_spec[k] for k in ("labels", "nodeLabels") if k in want_spec)
 
