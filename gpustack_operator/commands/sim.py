@@ -309,6 +309,7 @@ async def _serve_started(
 ) -> int:
     """Load the CRDs, run the NFD stand-in, write the kubeconfig, and wait for *stop*."""
     from gpustack_operator.sim.errors import ApiError
+    from gpustack_operator.sim.kueue import KueueStandIn
     from gpustack_operator.sim.nfdmaster import NfdMaster
 
     try:
@@ -321,7 +322,7 @@ async def _serve_started(
     except OSError as exc:
         sys.stderr.write(f"gpustack-operator sim: cannot write the kubeconfig: {exc}\n")
         return 1
-    async with NfdMaster(sim, namespace=SYSTEM_NAMESPACE):
+    async with NfdMaster(sim, namespace=SYSTEM_NAMESPACE), KueueStandIn(sim):
         sys.stdout.write(
             BANNER + f"  API server: {sim.url}\n"
             f"  kubeconfig: {path}\n"

@@ -15,6 +15,7 @@ and it is fast enough to run on every write of the test suite.
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -33,7 +34,7 @@ class CelError(Exception):
 
 
 def _is_sorted(items: list[Any]) -> bool:
-    return all(a <= b for a, b in zip(items, items[1:], strict=False))
+    return all(a <= b for a, b in itertools.pairwise(items))
 
 
 def _index_of(where: Any, what: Any) -> int:
