@@ -252,10 +252,10 @@ class KueueStandIn:
         assert wl_api is not None
         job = store.get(JOB_API, "Job", name, namespace)
         if job is None:
-            for wl in store.list(wl_api, "Workload", namespace=namespace):
-                owners = wl["metadata"].get("ownerReferences") or []
+            for owned in store.list(wl_api, "Workload", namespace=namespace):
+                owners = owned["metadata"].get("ownerReferences") or []
                 if any(o.get("kind") == "Job" and o.get("name") == name for o in owners):
-                    store.delete(wl_api, "Workload", wl["metadata"]["name"], namespace)
+                    store.delete(wl_api, "Workload", owned["metadata"]["name"], namespace)
             return
         queue = (job["metadata"].get("labels") or {}).get(QUEUE_NAME_LABEL)
         if not queue:
@@ -523,9 +523,9 @@ class KueueStandIn:
             lq_flavors = []
             # A LocalQueue's usage is that of its own Workloads.
             own = self._local_usage(ns, lq_name)
-            view = views.get(cq_name)
-            if view is not None:
-                for group in view.groups:
+            lq_view = views.get(cq_name)
+            if lq_view is not None:
+                for group in lq_view.groups:
                     for flavor, _quotas in group.flavors:
                         lq_flavors.append(
                             {

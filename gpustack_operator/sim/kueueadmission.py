@@ -103,9 +103,9 @@ def pod_requests(pod_spec: Mapping[str, Any]) -> dict[str, Fraction]:
         for name, amount in _container_requests(container).items():
             total[name] = max(total.get(name, Fraction(0)), amount)
     for name, value in (pod_spec.get("overhead") or {}).items():
-        amount = parse_quantity(value)
-        if amount is not None:
-            total[str(name)] = total.get(str(name), Fraction(0)) + amount
+        extra = parse_quantity(value)
+        if extra is not None:
+            total[str(name)] = total.get(str(name), Fraction(0)) + extra
     return total
 
 

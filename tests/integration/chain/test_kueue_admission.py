@@ -67,11 +67,9 @@ def quota_reserved(wl: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return None
 
 
-async def until(
-    http: httpx.AsyncClient, job_name: str, admitted: bool, timeout: float = 30
-) -> dict[str, Any]:
+async def until(http: httpx.AsyncClient, job_name: str, admitted: bool) -> dict[str, Any]:
     """The Job's Workload once it is admitted (or pending with a reason), polled."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + 30
     while True:
         wl = await workload_of(http, job_name)
         cond = quota_reserved(wl)
