@@ -216,23 +216,30 @@ class KueueStandIn:
         while True:
             await self._wake.wait()
             self._wake.clear()
+            ok = True
             while self._jobs:
                 namespace, name = self._jobs.pop()
-                self._guarded(self._sync_job, namespace, name)
+                ok = self._guarded(self._sync_job, namespace, name) and ok
                 await asyncio.sleep(0)
             if self._schedule:
                 self._schedule = False
-                self._guarded(self._admit_pending)
+                ok = self._guarded(self._admit_pending) and ok
+            if not ok:
+                await asyncio.sleep(0.1)  # a refused write is retried, but not in a busy loop
 
-    def _guarded(self, step: Any, *args: Any) -> None:
+    def _guarded(self, step: Any, *args: Any) -> bool:
+        """Run one step; False when it failed (a pass is then retried)."""
         try:
             step(*args)
-        except ApiError as exc:  # changed meanwhile: the event it caused brings us back
-            log.debug("kueue stand-in: write skipped", error=str(exc))
+        except ApiError as exc:  # changed meanwhile, or refused: try the pass again
+            log.warning("kueue stand-in: write refused", error=str(exc))
             self._schedule = True
             self._wake.set()
+            return False
         except Exception:  # a bug must not stop admission for every other Job
             log.exception("kueue stand-in failed")
+            return False
+        return True
 
     def _api(self, kind: str) -> str | None:
         for version in ("v1beta2", "v1beta1"):
@@ -559,6 +566,11 @@ class KueueStandIn:
     def _put_status(
         self, obj: dict[str, Any], flavors: list[dict[str, Any]], counts: Mapping[str, int]
     ) -> None:
+        idle = not any(counts.values()) and all(
+            r["total"] == "0" for f in flavors for r in f["resources"]
+        )
+        if idle and not obj.get("status"):
+            return  # unlike Kueue, a queue no Workload ever used keeps no status (fewer writes)
         status = copy.deepcopy(obj.get("status") or {})
         status["flavorsReservation"] = flavors
         status["flavorsUsage"] = copy.deepcopy(flavors)
