@@ -15,6 +15,7 @@ custom-resources/custom-resource-definitions/#validation-rules (docs/simulator.m
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -72,6 +73,7 @@ def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
+@functools.lru_cache(maxsize=4096)
 def _uses_old_self(rule: str) -> bool:
     try:
         return "oldSelf" in compile_expression(rule).variables()
