@@ -73,7 +73,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "not within --timeout), and prints the chain read back from the API. With --serve "
             "it then keeps running, with a kubeconfig for kubectl, until interrupted "
             "(SIGINT/SIGTERM); --serve alone serves an empty cluster "
-            f"(namespaces {', '.join(DEFAULT_NAMESPACES)}) with NFD-master and Kueue admission stand-ins."
+            f"(namespaces {', '.join(DEFAULT_NAMESPACES)}) with NFD-master and Kueue "
+            "admission stand-ins."
         ),
         epilog=env_epilog(["sim"], "--timeout", "120"),
     )
@@ -289,7 +290,8 @@ async def _converge_and_print(
 
 
 async def serve_empty(crds: list[dict[str, Any]], kubeconfig: Path, host: str, port: int) -> int:
-    """``--serve`` alone: an empty cluster (CRDs, NFD and Kueue stand-ins) until SIGINT/SIGTERM; exit code."""
+    """``--serve`` alone: an empty cluster (CRDs, NFD and Kueue stand-ins) until
+    SIGINT/SIGTERM; exit code."""
     from gpustack_operator.sim.server import SimServer
 
     sim = SimServer(namespaces=DEFAULT_NAMESPACES, host=host, port=port)

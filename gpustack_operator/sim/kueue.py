@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 import structlog
 
+from gpustack_operator.domain.quantities import parse_quantity
 from gpustack_operator.sim.errors import ApiError
 from gpustack_operator.sim.kueueadmission import (
     ClusterQueueView,
@@ -339,7 +340,8 @@ class KueueStandIn:
             n["metadata"]["name"]: n["metadata"].get("labels") or {}
             for n in store.list("v1", "Namespace")
         }
-        usage: dict[str, dict[tuple[str, str], Fraction]] = {}
+        usage: dict[str, dict[tuple[str, str], Fraction]] = {}  # ClusterQueue -> usage
+        local_usage: dict[str, dict[tuple[str, str], Fraction]] = {}  # "ns/queue" -> usage
         counts: dict[tuple[str, str], dict[str, int]] = {}  # (kind, key) -> counters
         pending: list[dict[str, Any]] = []
         for wl in self._list("Workload"):
@@ -350,27 +352,36 @@ class KueueStandIn:
             if admission is None:
                 pending.append(wl)
                 continue
-            self._charge(usage, admission)
+            self._charge(usage, local_usage, wl, admission)
             self._count(counts, wl, admission.get("clusterQueue"), local, "admittedWorkloads")
         pending.sort(key=lambda w: (w["metadata"]["creationTimestamp"], w["metadata"]["name"]))
         for wl in pending:
-            cq_name, admitted = self._admit_one(wl, views, local, flavors, namespaces, usage)
-            field = "admittedWorkloads" if admitted else "pendingWorkloads"
+            cq_name, admission = self._admit_one(wl, views, local, flavors, namespaces, usage)
+            if admission is not None:
+                self._charge(usage, local_usage, wl, admission)
+            field = "admittedWorkloads" if admission is not None else "pendingWorkloads"
             self._count(counts, wl, cq_name, local, field)
-        self._write_queue_status(queues, views, local, usage, counts)
+        self._write_queue_status(queues, views, local, usage, local_usage, counts)
 
     @staticmethod
     def _charge(
-        usage: dict[str, dict[tuple[str, str], Fraction]], admission: Mapping[str, Any]
+        usage: dict[str, dict[tuple[str, str], Fraction]],
+        local_usage: dict[str, dict[tuple[str, str], Fraction]],
+        wl: Mapping[str, Any],
+        admission: Mapping[str, Any],
     ) -> None:
-        from gpustack_operator.domain.quantities import parse_quantity
-
-        cq_usage = usage.setdefault(str(admission.get("clusterQueue")), {})
+        """Add an admitted Workload's usage to its ClusterQueue's and its LocalQueue's."""
+        queue = f"{wl['metadata']['namespace']}/{(wl.get('spec') or {}).get('queueName', '')}"
+        targets = (
+            usage.setdefault(str(admission.get("clusterQueue")), {}),
+            local_usage.setdefault(queue, {}),
+        )
         for assignment in admission.get("podSetAssignments") or []:
             for resource, flavor in (assignment.get("flavors") or {}).items():
                 amount = parse_quantity((assignment.get("resourceUsage") or {}).get(resource, 0))
-                key = (flavor, resource)
-                cq_usage[key] = cq_usage.get(key, Fraction(0)) + (amount or Fraction(0))
+                for target in targets:
+                    key = (flavor, resource)
+                    target[key] = target.get(key, Fraction(0)) + (amount or Fraction(0))
 
     @staticmethod
     def _count(
@@ -396,24 +407,25 @@ class KueueStandIn:
         flavors: Mapping[str, Any],
         namespaces: Mapping[str, Mapping[str, str]],
         usage: dict[str, dict[tuple[str, str], Fraction]],
-    ) -> tuple[str | None, bool]:
-        """Try to admit one pending Workload: (its ClusterQueue when known, admitted)."""
+    ) -> tuple[str | None, dict[str, Any] | None]:
+        """Try to admit one pending Workload: (its ClusterQueue when known, the admission
+        written, None while it waits)."""
         ns, queue = wl["metadata"]["namespace"], (wl.get("spec") or {}).get("queueName", "")
         lq = local.get((ns, queue))
         if lq is None:
             self._pending(wl, "Inadmissible", f"LocalQueue {queue} doesn't exist")
-            return None, False
+            return None, None
         cq_name = str((lq.get("spec") or {}).get("clusterQueue", ""))
         cq = views.get(cq_name)
         if cq is None:
             self._pending(wl, "Inadmissible", f"ClusterQueue {cq_name} doesn't exist")
-            return None, False
+            return None, None
         if cq.stopped:
             self._pending(wl, "Inadmissible", f"ClusterQueue {cq_name} is inactive")
-            return cq_name, False
+            return cq_name, None
         if not _selector_matches(cq.namespace_selector, namespaces.get(ns, {})):
             self._pending(wl, "Pending", "workload namespace doesn't match ClusterQueue selector")
-            return cq_name, False
+            return cq_name, None
         podsets = [
             PodSet(
                 str(p.get("name", "main")),
@@ -429,7 +441,7 @@ class KueueStandIn:
         result = assign(cq, members, usage, requests)
         if not result.fits:
             self._pending(wl, "Pending", result.message)
-            return cq_name, False
+            return cq_name, None
         admission = {
             "clusterQueue": cq_name,
             "podSetAssignments": [
@@ -455,10 +467,9 @@ class KueueStandIn:
         )
         _set_condition(status, "Admitted", "True", "Admitted", "The workload is admitted")
         self.sim.store.update_status({**wl, "status": status})
-        self._charge(usage, admission)
         self._start_job(wl, result.flavors, flavors)
         log.debug("kueue stand-in admitted", workload=wl["metadata"]["name"], cluster_queue=cq_name)
-        return cq_name, True
+        return cq_name, admission
 
     def _pending(self, wl: dict[str, Any], reason: str, message: str) -> None:
         status = copy.deepcopy(wl.get("status") or {})
@@ -503,6 +514,7 @@ class KueueStandIn:
         views: Mapping[str, ClusterQueueView],
         local: Mapping[tuple[str, str], dict[str, Any]],
         usage: Mapping[str, Mapping[tuple[str, str], Fraction]],
+        local_usage: Mapping[str, Mapping[tuple[str, str], Fraction]],
         counts: Mapping[tuple[str, str], Mapping[str, int]],
     ) -> None:
         for name, cq in queues.items():
@@ -528,8 +540,7 @@ class KueueStandIn:
         for (ns, lq_name), lq in local.items():
             cq_name = str((lq.get("spec") or {}).get("clusterQueue", ""))
             lq_flavors = []
-            # A LocalQueue's usage is that of its own Workloads.
-            own = self._local_usage(ns, lq_name)
+            own = local_usage.get(f"{ns}/{lq_name}", {})  # its own Workloads' usage
             lq_view = views.get(cq_name)
             if lq_view is not None:
                 for group in lq_view.groups:
@@ -549,19 +560,6 @@ class KueueStandIn:
                             }
                         )
             self._put_status(lq, lq_flavors, counts.get(("LocalQueue", f"{ns}/{lq_name}"), {}))
-
-    def _local_usage(self, namespace: str, queue: str) -> dict[tuple[str, str], Fraction]:
-        usage: dict[str, dict[tuple[str, str], Fraction]] = {}
-        api = self._api("Workload")
-        assert api is not None
-        for wl in self.sim.store.list(api, "Workload", namespace=namespace):
-            admission = (wl.get("status") or {}).get("admission")
-            if (wl.get("spec") or {}).get("queueName") != queue or admission is None:
-                continue
-            if (_condition(wl, "Finished") or {}).get("status") == "True":
-                continue
-            self._charge(usage, admission)
-        return next(iter(usage.values()), {})
 
     def _put_status(
         self, obj: dict[str, Any], flavors: list[dict[str, Any]], counts: Mapping[str, int]

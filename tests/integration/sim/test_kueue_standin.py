@@ -154,6 +154,12 @@ async def test_borrowing_transformations_mig_and_namespace_selector(sim: SimServ
         status = (await http.get(f"{KUEUE}/clusterqueues/whole")).json()["status"]
         usage = status["flavorsReservation"][0]["resources"][1]
         assert usage == {"name": CREDITS, "total": "5", "borrowed": "1"}
+        local = (await http.get(f"{KUEUE}/namespaces/default/localqueues/whole")).json()
+        assert local["status"]["admittedWorkloads"] == 1
+        assert local["status"]["flavorsReservation"][0]["resources"][1] == {
+            "name": CREDITS,
+            "total": "5",
+        }
         # ... so now 2 cards in the sliced queue must wait for the one lent.
         (
             await http.post(jobs, json=job("sliced-2", "sliced", "nvidia.com/gpu", 2))
