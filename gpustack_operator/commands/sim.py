@@ -73,7 +73,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "not within --timeout), and prints the chain read back from the API. With --serve "
             "it then keeps running, with a kubeconfig for kubectl, until interrupted "
             "(SIGINT/SIGTERM); --serve alone serves an empty cluster "
-            f"(namespaces {', '.join(DEFAULT_NAMESPACES)}) with an NFD-master stand-in."
+            f"(namespaces {', '.join(DEFAULT_NAMESPACES)}) with NFD-master and Kueue "
+            "admission stand-ins."
         ),
         epilog=env_epilog(["sim"], "--timeout", "120"),
     )
@@ -289,7 +290,8 @@ async def _converge_and_print(
 
 
 async def serve_empty(crds: list[dict[str, Any]], kubeconfig: Path, host: str, port: int) -> int:
-    """``--serve`` alone: an empty cluster (CRDs, NFD stand-in) until SIGINT/SIGTERM; exit code."""
+    """``--serve`` alone: an empty cluster (CRDs, NFD and Kueue stand-ins) until
+    SIGINT/SIGTERM; exit code."""
     from gpustack_operator.sim.server import SimServer
 
     sim = SimServer(namespaces=DEFAULT_NAMESPACES, host=host, port=port)
@@ -307,8 +309,9 @@ async def serve_empty(crds: list[dict[str, Any]], kubeconfig: Path, host: str, p
 async def _serve_started(
     sim: SimServer, crds: list[dict[str, Any]], kubeconfig: Path, stop: asyncio.Event
 ) -> int:
-    """Load the CRDs, run the NFD stand-in, write the kubeconfig, and wait for *stop*."""
+    """Load the CRDs, run the NFD and Kueue stand-ins, write the kubeconfig, and wait for *stop*."""
     from gpustack_operator.sim.errors import ApiError
+    from gpustack_operator.sim.kueue import KueueStandIn
     from gpustack_operator.sim.nfdmaster import NfdMaster
 
     try:
@@ -321,7 +324,7 @@ async def _serve_started(
     except OSError as exc:
         sys.stderr.write(f"gpustack-operator sim: cannot write the kubeconfig: {exc}\n")
         return 1
-    async with NfdMaster(sim, namespace=SYSTEM_NAMESPACE):
+    async with NfdMaster(sim, namespace=SYSTEM_NAMESPACE), KueueStandIn(sim):
         sys.stdout.write(
             BANNER + f"  API server: {sim.url}\n"
             f"  kubeconfig: {path}\n"

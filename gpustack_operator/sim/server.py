@@ -170,9 +170,11 @@ class SimServer:
         watch_queue_limit: int = DEFAULT_WATCH_QUEUE_LIMIT,
         host: str = "127.0.0.1",
         port: int = 0,
+        cel_rules: bool = True,
     ) -> None:
         self.registry = KindRegistry.with_builtins()
         self.store = Store(self.registry, watch_history)
+        self.store.cel_rules = cel_rules  # CRDs' x-kubernetes-validations (sim/celrules.py)
         self.faults = Faults(seed)
         self.counters = RequestCounters()
         self.controllers = BackgroundControllers(self.store)

@@ -44,6 +44,7 @@ from typing import Any
 import structlog
 
 from gpustack_operator.sim import apply as ssa
+from gpustack_operator.sim.celrules import rule_causes
 from gpustack_operator.sim.errors import (
     ApiError,
     already_exists,
@@ -334,6 +335,8 @@ class Store:
         # controller use it to wake up.
         self._commit_hooks: list[Callable[[Event, ResourceId], None]] = []
         self.schema = _Schema()
+        self.cel_rules = True
+        """Enforce CRDs' ``x-kubernetes-validations`` (CEL) rules (``sim/celrules.py``)."""
 
     # ------------------------------------------------------------------ bookkeeping
 
@@ -668,9 +671,13 @@ class Store:
                 },
             )
 
-    def _validate(self, info: KindInfo, obj: dict[str, Any]) -> None:
+    def _validate(
+        self, info: KindInfo, obj: dict[str, Any], old: dict[str, Any] | None = None
+    ) -> None:
         meta = obj["metadata"]
         causes = metadata_errors(info, meta) or self.schema.causes(info, obj)
+        if not causes and self.cel_rules and info.schema is not None:
+            causes = rule_causes(info, obj, old)
         if causes:
             raise invalid(info, str(meta.get("name") or ""), causes)
 
@@ -800,7 +807,7 @@ class Store:
             self._crd_status(new)
         new = self.schema.normalize(info, new)
         meta = new["metadata"]
-        self._validate(info, new)
+        self._validate(info, new, old)
         if tracks_generation(info) and _content(new, info) != _content(old, info):
             meta["generation"] = int(old_meta.get("generation") or 1) + 1
         if manager and apply_manager is None:

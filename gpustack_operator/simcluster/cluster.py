@@ -37,6 +37,7 @@ from gpustack_operator.domain.nodeview import name_of
 from gpustack_operator.domain.queues import DEFAULT_EXCLUDED_NAMESPACES
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.manager import Manager, ManagerOptions
+from gpustack_operator.sim.kueue import KueueStandIn
 from gpustack_operator.sim.nfdmaster import NfdMaster
 from gpustack_operator.sim.server import SimServer
 from gpustack_operator.simcluster.agents import AgentFleet
@@ -115,6 +116,7 @@ class SimCluster:
         agent_monitor_period: float = 30.0,
         agents_per_manager: int | None = None,
         kubeconfig: Path | None = None,
+        kueue_config: Mapping[str, Any] | None = None,
         seed: int | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
@@ -134,6 +136,9 @@ class SimCluster:
         self.sim = SimServer(namespaces=self._base_namespaces(), seed=seed, host=host, port=port)
         self.nfd = NfdMaster(self.sim, namespace=system_namespace)
         self.kubelet = SimKubelet(self.sim, self.manufacturers, with_memory=with_memory)
+        self.kueue_admission = KueueStandIn(self.sim, kueue_config)
+        """Kueue's admission for Jobs (``sim/kueue.py``); *kueue_config* is a Kueue
+        Configuration (its resource transformations), None for Kueue's default."""
         self._run_worker = run_worker
         self._run_agents = run_agents
         self.worker_config = worker_config or WorkerConfig(
@@ -200,6 +205,7 @@ class SimCluster:
             path = self._kubeconfig_path
         self.kubeconfig = self.sim.write_kubeconfig(path, context="sim")
         await stack.enter_async_context(self.nfd)
+        await stack.enter_async_context(self.kueue_admission)
         await self.kubelet.start()
         stack.push_async_callback(self.kubelet.stop)
         self.fleet = AgentFleet(
@@ -271,7 +277,8 @@ class SimCluster:
         )
         fleet_idle = self.fleet is None or self.fleet.idle()
         worker_up = self.worker is None or self.worker.queue_controllers != []
-        return self.nfd.idle() and self.kubelet.idle() and fleet_idle and worker_up and queues_empty
+        stand_ins = self.nfd.idle() and self.kubelet.idle() and self.kueue_admission.idle()
+        return stand_ins and fleet_idle and worker_up and queues_empty
 
     def problems(self) -> list[str]:
         """Components that stopped (the cluster cannot converge without them)."""
