@@ -333,6 +333,8 @@ class Store:
         # Called after every commit with (event, resource id); the GC and namespace
         # controller use it to wake up.
         self._commit_hooks: list[Callable[[Event, ResourceId], None]] = []
+        self.admission: list[Callable[[KindInfo, dict[str, Any], dict[str, Any] | None], None]] = []
+        """Called with (kind, new object, old object or None) before a write; may raise."""
         self.schema = _Schema()
 
     # ------------------------------------------------------------------ bookkeeping
@@ -740,6 +742,8 @@ class Store:
         obj = self.schema.normalize(info, obj)
         meta = obj["metadata"]
         self._validate(info, obj)
+        for admit in self.admission:
+            admit(info, obj, None)
         key = key_of(obj)
         if key in self.resource(info).objects:
             raise already_exists(info, name)
@@ -801,6 +805,8 @@ class Store:
         new = self.schema.normalize(info, new)
         meta = new["metadata"]
         self._validate(info, new)
+        for admit in self.admission:
+            admit(info, new, old)
         if tracks_generation(info) and _content(new, info) != _content(old, info):
             meta["generation"] = int(old_meta.get("generation") or 1) + 1
         if manager and apply_manager is None:

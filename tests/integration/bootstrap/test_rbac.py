@@ -1,6 +1,8 @@
 """RBAC is proved, not guessed: run the worker (with the bootstrap) and the device-manager
-agents against the simulated cluster, record every (verb, group, resource) each sends, and
-check the rendered roles grant each of them and nothing more (bar a documented list)."""
+agents against the simulated cluster with authorization on, each with its own token and only
+the rendered RBAC; any request outside it is a 403 and fails the test. Every
+(verb, group, resource) each sends is recorded, and the rendered roles must grant each of them
+and nothing more (bar a documented list). docs/security.md, "RBAC"."""
 
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ from gpustack_operator.runtime.resources import (
     SERVICE_ACCOUNTS,
     Resource,
 )
+from gpustack_operator.sim.authn import TokenAuthenticator
 from gpustack_operator.simcluster.cluster import SimCluster
 from gpustack_operator.simcluster.crds import stand_in_crds
 from tests.integration.bootstrap.rbac import (
@@ -97,16 +100,37 @@ def kueue_stand_ins() -> list[dict[str, Any]]:
     return [c for c in stand_in_crds() if c["spec"]["group"] == "kueue.x-k8s.io"]
 
 
+RBAC_KINDS = ("ServiceAccount", "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
+
+
+def token_file(tmp_path: Path) -> Path:
+    """Tokens in kube-apiserver's --token-auth-file format: one per component."""
+    path = tmp_path / "tokens.csv"
+    path.write_text(
+        f"worker,system:serviceaccount:{NS}:{WORKER_ACCOUNT},worker-uid\n"
+        f"agent,system:serviceaccount:{NS}:{AGENT_ACCOUNT},agent-uid\n"
+        'admin,cluster-admin,admin-uid,"system:masters"\n'
+    )
+    return path
+
+
 async def recorded_run(tmp_path: Path) -> tuple[RequestLog, SimCluster]:
-    """Worker + bootstrap + agents to convergence, then drift and a node removal."""
+    """Worker + bootstrap + agents to convergence, then drift and a node removal, each under
+    its own token and the RBAC the deploy/ manifests and the bootstrap install."""
     cluster = SimCluster(
         example_nodes(),
         namespaces=["default", "team-a"],
         crds=kueue_stand_ins() + render_nfd_crds(),
         run_worker=False,
-        kubeconfig=tmp_path / "agents.kubeconfig",  # no token: requests count as "anonymous"
+        run_agents=False,  # started once their RBAC exists, as their DaemonSet would be
+        kubeconfig=tmp_path / "agents.kubeconfig",
         agent_monitor_period=2.0,
+        authenticator=TokenAuthenticator.from_file(token_file(tmp_path)),
+        token="agent",
     )
+    for obj in render_kustomization(kubectl(), REPO / "deploy" / "base"):
+        if obj["kind"] in RBAC_KINDS:
+            cluster.sim.store.create(obj)  # installed by an administrator: not checked
     log = RequestLog()
     log.install(cluster.sim)
     cluster.sim.store.create(
@@ -170,6 +194,9 @@ async def recorded_run(tmp_path: Path) -> tuple[RequestLog, SimCluster]:
             cluster.worker, cluster.worker_manager = worker, manager
             async with anyio.create_task_group() as tg:
                 tg.start_soon(manager.run)
+                await eventually(lambda: agent_rbac_installed(admin), "the device manager's RBAC")
+                assert cluster.fleet is not None
+                tg.start_soon(cluster.fleet.run)
                 await cluster.converge(60.0)
                 await drift(admin)
                 # Nodes with profiles of their own: their flavors, queues and cohorts go.
@@ -181,6 +208,11 @@ async def recorded_run(tmp_path: Path) -> tuple[RequestLog, SimCluster]:
             await client.close()
             await admin.close()
     return log, cluster
+
+
+async def agent_rbac_installed(admin: Client) -> bool:
+    bindings = [(CLUSTER_ROLE_BINDINGS, AGENT_ACCOUNT, None), (ROLE_BINDINGS, AGENT_ACCOUNT, NS)]
+    return await all_present(admin, bindings)
 
 
 async def drift(admin: Client) -> None:
@@ -214,6 +246,8 @@ async def all_present(client: Client, objects: list[tuple[Resource, str, str | N
 async def test_rbac_grants_exactly_what_is_used(tmp_path: Path) -> None:
     log, cluster = await recorded_run(tmp_path)
     registry = cluster.sim.registry
+    denied = list(cluster.sim.authorizer.denials)
+    assert not denied, "requests outside the rendered RBAC:\n" + "\n".join(denied)
 
     def namespaced(group: str, plural: str) -> bool:
         infos = registry.versions_of(group, plural)
@@ -224,7 +258,7 @@ async def test_rbac_grants_exactly_what_is_used(tmp_path: Path) -> None:
     bootstrap_rbac = render_device_manager_rbac(BootstrapSettings(namespace=NS))
     subjects = {
         "worker": (log.of("worker"), grants_of(deploy, WORKER_ACCOUNT, NS)),
-        "agent": (log.of("anonymous"), grants_of(bootstrap_rbac, AGENT_ACCOUNT, NS)),
+        "agent": (log.of("agent"), grants_of(bootstrap_rbac, AGENT_ACCOUNT, NS)),
     }
     for subject, (requests, grants) in subjects.items():
         assert requests, f"no request of the {subject} was recorded"
