@@ -67,7 +67,8 @@ def _labels(instance: str | None = None) -> dict[str, str]:
 
 
 def render_device_manager_rbac(settings: BootstrapSettings) -> list[JSON]:
-    """ServiceAccount and the agent's roles: exactly the requests ``serve`` makes."""
+    """ServiceAccount and the agent's roles: exactly the requests ``serve`` makes. Shipped
+    statically in deploy/base: the worker checks they exist, never writes them."""
     ns = settings.namespace
     meta = _labels()
     node_rules = [rule([""], ["nodes"], ["list", "watch"])]
@@ -229,7 +230,8 @@ def _selector_base() -> dict[str, str]:
 def render_device_manager(
     settings: BootstrapSettings, manufacturers: Iterable[str], image: str
 ) -> list[JSON]:
-    """RBAC plus one DaemonSet ``gpustack-operator-device-manager-<mfr>`` per manufacturer.
+    """One DaemonSet ``gpustack-operator-device-manager-<mfr>`` per manufacturer (its RBAC is
+    a prerequisite: :func:`render_device_manager_rbac`).
 
     *manufacturers* are names from ``settings.manufacturers`` (an unknown name raises
     ``KeyError``); *image* is the worker's own image or ``--device-manager-image``.
@@ -237,7 +239,4 @@ def render_device_manager(
     are created only when missing.
     """
     chosen = [settings.manufacturers[name] for name in sorted(set(manufacturers))]
-    return [
-        *render_device_manager_rbac(settings),
-        *(_daemonset(settings, m, image) for m in chosen),
-    ]
+    return [_daemonset(settings, m, image) for m in chosen]

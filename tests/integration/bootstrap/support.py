@@ -12,7 +12,12 @@ from typing import Any
 import anyio
 import yaml
 
-from controllers.bootstrap import Bootstrap, BootstrapConfig, install_nfd_crds, setup_bootstrap
+from controllers.bootstrap import Bootstrap, BootstrapConfig, check_nfd_crds, setup_bootstrap
+from gpustack_operator.domain.bootstrap import (
+    BootstrapSettings,
+    device_manager_prerequisites,
+    nfd_prerequisites,
+)
 from gpustack_operator.runtime import metrics
 from gpustack_operator.runtime.backoff import BackoffPolicy
 from gpustack_operator.runtime.client import Client, NotFound
@@ -136,11 +141,30 @@ def config(**overrides: Any) -> BootstrapConfig:
     return BootstrapConfig.from_environment(env, namespace=NS, **overrides)
 
 
+def install_prerequisites(sim: SimServer, *, nfd: bool = True) -> None:
+    """What ``kubectl apply -k deploy/overlays/...`` installs besides the worker: NFD's CRDs
+    and RBAC (the component) and the device manager's RBAC (docs/security.md)."""
+    settings = BootstrapSettings(namespace=NS)
+    objects = device_manager_prerequisites(settings)
+    if nfd:
+        objects = [*nfd_prerequisites(settings), *objects]
+    crds = [o for o in objects if o["kind"] == "CustomResourceDefinition"]
+    sim.load_crds(crds)
+    for obj in objects:
+        if obj["kind"] != "CustomResourceDefinition":
+            sim.store.create(obj)
+
+
 @asynccontextmanager
-async def started_sim(crd_docs: Iterable[dict[str, Any]] = ()) -> AsyncIterator[SimServer]:
+async def started_sim(
+    crd_docs: Iterable[dict[str, Any]] = (), *, prerequisites: bool = True
+) -> AsyncIterator[SimServer]:
+    """A simulated cluster; with *prerequisites*, deploy/'s NFD and device-manager RBAC."""
     sim = SimServer(namespaces=("default", "kube-system", NS))
     await sim.start()
     sim.load_crds(list(crd_docs))
+    if prerequisites:
+        install_prerequisites(sim)
     try:
         yield sim
     finally:
@@ -156,7 +180,7 @@ async def bootstrap_running(
     """The worker's start-up as the command runs it: CRDs first, then the manager."""
     client = await Client.connect(kubeconfig)
     try:
-        await install_nfd_crds(client, cfg)
+        await check_nfd_crds(client, cfg)
         manager = Manager(client, options())
         bootstrap = setup_bootstrap(manager, cfg)
         if extra is not None:

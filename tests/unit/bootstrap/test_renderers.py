@@ -16,6 +16,7 @@ from gpustack_operator.domain.bootstrap import (
     parse_disabled_applications,
     render_cpu_info_rule,
     render_device_manager,
+    render_device_manager_rbac,
     render_nfd,
     render_runtime_classes,
 )
@@ -159,7 +160,7 @@ def test_agent_command_line_is_accepted_by_the_real_parser() -> None:
 
 
 def test_agent_rbac_is_least_privilege() -> None:
-    objects = render_device_manager(BootstrapSettings(namespace="gs"), ["nvidia"], IMAGE)
+    objects = render_device_manager_rbac(BootstrapSettings(namespace="gs"))
     cluster_role = by_name(objects, "ClusterRole")["gpustack-operator-device-manager"]
     assert cluster_role["rules"] == [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]}
