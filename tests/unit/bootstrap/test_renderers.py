@@ -139,11 +139,14 @@ def test_device_manager_daemonsets() -> None:
     assert container["startupProbe"]["httpGet"]["path"] == "/readyz"
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert container["resources"]["requests"] == {"cpu": "100m", "memory": "128Mi"}
-    assert container["securityContext"]["privileged"] is True
+    assert container["securityContext"]["privileged"] is False
+    assert "/dev" not in {m["mountPath"] for m in container["volumeMounts"]}
     thead = daemonsets["gpustack-operator-device-manager-thead"]["spec"]["template"]["spec"]
+    assert thead["containers"][0]["securityContext"]["privileged"] is True
     assert "runtimeClassName" not in thead
     mounts = {m["mountPath"]: m.get("readOnly") for m in thead["containers"][0]["volumeMounts"]}
     assert mounts["/usr/local/PPU_SDK"] is True and mounts["/sys"] is True
+    assert mounts["/dev"] is True
     with pytest.raises(KeyError):
         render_device_manager(settings, ["nvidiaa"], IMAGE)
 
