@@ -10,10 +10,10 @@ Deliberate choices, for least privilege (SPEC §0.9):
 - vendors with a container runtime of their own (NVIDIA, MThreads) get their device nodes and
   management library from it through their RuntimeClass: no ``/dev`` mount, not privileged,
   every capability dropped, no privilege escalation, uid 0 only to own root-owned device
-  nodes whose mode the node chooses. The other vendors' agents stay privileged (the only way into the
-  device cgroup without a device plugin) with the host's ``/dev`` mounted read-only: device
-  nodes still open read-write on a read-only mount (docs/security.md, "The device manager's
-  DaemonSets");
+  nodes whose mode the node chooses. The other vendors' agents stay privileged (the only way
+  into the device cgroup without a device plugin) with the host's ``/dev`` mounted
+  read-only: device nodes still open read-write on a read-only mount (docs/security.md,
+  "The device manager's DaemonSets");
 - every container keeps a read-only root filesystem and ``RuntimeDefault`` seccomp;
 - no Service: the pods carry ``prometheus.io/scrape`` annotations for metrics discovery.
 """
