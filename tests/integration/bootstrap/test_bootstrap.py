@@ -21,12 +21,13 @@ from gpustack_operator.runtime.resources import (
     EVENTS,
     PODS,
     RUNTIME_CLASSES,
-    SERVICE_ACCOUNTS,
 )
 from tests.conftest import shared_crds_dir
 from tests.integration.bootstrap.support import (
+    ADMIN_TOKEN,
     IMAGE,
     NS,
+    WORKER_TOKEN,
     bootstrap_running,
     config,
     eventually,
@@ -73,7 +74,7 @@ async def installed(client: Client) -> bool:
 
 async def test_installs_nfd_rule_and_device_managers(tmp_path: Path) -> None:
     async with started_sim() as sim:
-        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
+        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig", token=WORKER_TOKEN)
         cfg = config(
             env={
                 "GPUSTACK_PCI_CLASS_PREFIXES": "03,12",
@@ -134,7 +135,7 @@ async def test_installs_nfd_rule_and_device_managers(tmp_path: Path) -> None:
 
 async def test_steady_state_makes_no_writes(tmp_path: Path) -> None:
     async with started_sim() as sim:
-        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
+        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig", token=WORKER_TOKEN)
         async with bootstrap_running(kubeconfig, config()) as bootstrap:
             await eventually(lambda: installed(bootstrap.client), "every bootstrap object")
             await eventually(lambda: idle(bootstrap), "the bootstrap queue to drain")
@@ -148,7 +149,7 @@ async def test_steady_state_makes_no_writes(tmp_path: Path) -> None:
 
 async def test_deleted_and_drifted_objects_are_restored(tmp_path: Path) -> None:
     async with started_sim() as sim:
-        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
+        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig", token=WORKER_TOKEN)
         async with bootstrap_running(kubeconfig, config()) as bootstrap:
             client = bootstrap.client
             await eventually(lambda: installed(client), "every bootstrap object")
@@ -196,7 +197,9 @@ async def test_deleted_and_drifted_objects_are_restored(tmp_path: Path) -> None:
 
             await eventually(config_restored, "the master configuration to be restored")
 
-            await client.delete(NODE_FEATURE_RULES, "gpustack-cpu-info")
+            admin_config = sim.write_kubeconfig(tmp_path / "admin", token=ADMIN_TOKEN)
+            async with await Client.connect(admin_config) as admin:
+                await admin.delete(NODE_FEATURE_RULES, "gpustack-cpu-info")
             await eventually(
                 lambda: get_or_none(client, NODE_FEATURE_RULES, "gpustack-cpu-info"),
                 "the NodeFeatureRule to be re-created",
@@ -208,7 +211,7 @@ async def test_missing_prerequisites_hold_back_what_needs_them(tmp_path: Path) -
     nothing that needs them while they are missing, and goes on once they appear
     (docs/security.md, "No escalation path")."""
     async with started_sim(prerequisites=False) as sim:
-        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
+        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig", token=WORKER_TOKEN)
         before = reconciles("requeue_after")
         async with bootstrap_running(kubeconfig, config()) as bootstrap:
             client = bootstrap.client
@@ -228,7 +231,7 @@ async def test_missing_prerequisites_hold_back_what_needs_them(tmp_path: Path) -
 
 async def test_disabled_applications_are_not_installed(tmp_path: Path) -> None:
     async with started_sim() as sim:
-        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
+        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig", token=WORKER_TOKEN)
         cfg = config(disabled=["device-manager"])
         async with bootstrap_running(kubeconfig, cfg) as bootstrap:
             client = bootstrap.client
@@ -242,11 +245,10 @@ async def test_disabled_applications_are_not_installed(tmp_path: Path) -> None:
             assert [d["metadata"]["name"] for d in listed.items] == [
                 "node-feature-discovery-worker"
             ]
-            assert await get_or_none(client, SERVICE_ACCOUNTS, NVIDIA_DS, NS) is None
             assert await get_or_none(client, RUNTIME_CLASSES, "nvidia") is None
 
     async with started_sim(prerequisites=False) as sim:
-        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig2")
+        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig2", token=WORKER_TOKEN)
         async with bootstrap_running(kubeconfig, config(disabled=["*"])) as bootstrap:
             client = bootstrap.client
             before = reconciles()
@@ -278,7 +280,7 @@ async def test_pre_existing_nfd_is_used_and_left_alone(tmp_path: Path) -> None:
             "data": {"nfd-worker.conf": "core: {}\n"},
         }
         sim.store.create(foreign_cm)
-        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
+        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig", token=WORKER_TOKEN)
         async with bootstrap_running(kubeconfig, config()) as bootstrap:
             client = bootstrap.client
             await eventually(
@@ -332,7 +334,7 @@ async def test_foreign_object_of_a_desired_name_is_left_alone(tmp_path: Path) ->
             },
         }
         sim.store.create(stale)
-        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
+        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig", token=WORKER_TOKEN)
         async with bootstrap_running(kubeconfig, config()) as bootstrap:
             client = bootstrap.client
             await eventually(lambda: installed(client), "every bootstrap object")
@@ -344,8 +346,11 @@ async def test_foreign_object_of_a_desired_name_is_left_alone(tmp_path: Path) ->
             cm = await client.get(CONFIGMAPS, "node-feature-discovery-master-conf", NS)
             assert cm["data"] == {"nfd-master.conf": "{}"}
 
+            admin_config = sim.write_kubeconfig(tmp_path / "admin", token=ADMIN_TOKEN)
+
             async def warned() -> bool:
-                events = await client.list(EVENTS, NS)
+                async with await Client.connect(admin_config) as admin:
+                    events = await admin.list(EVENTS, NS)
                 return any(
                     e.get("reason") == "NotManaged"
                     and e["involvedObject"]["name"] == "node-feature-discovery-master-conf"
@@ -368,7 +373,7 @@ async def test_image_is_read_from_the_worker_pod(tmp_path: Path) -> None:
             },
         }
         sim.store.create(pod)
-        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
+        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig", token=WORKER_TOKEN)
         cfg = config(
             device_manager_image=None,
             env={"KUBERNETES_POD_NAME": "gpustack-operator-worker-abc"},
