@@ -12,7 +12,7 @@ import pytest
 from gpustack_operator.sim.authn import TokenAuthenticator
 from gpustack_operator.sim.server import SimServer
 from tests.conftest import shared_crds_dir
-from tests.integration.bootstrap.support import ADMIN_TOKEN, NS, WORKER_TOKEN, worker_rbac
+from tests.integration.bootstrap.support import NS, WORKER_TOKEN, worker_rbac
 
 
 @pytest.fixture
@@ -20,7 +20,6 @@ async def sim(anyio_backend: str) -> AsyncIterator[SimServer]:
     """A simulated API server with the Kueue and NFD CRDs, authorization on, the worker's
     RBAC installed."""
     auth = TokenAuthenticator()
-    auth.add(ADMIN_TOKEN, "cluster-admin", groups=["system:masters"])
     auth.add(WORKER_TOKEN, f"system:serviceaccount:{NS}:gpustack-operator-worker")
     crds = shared_crds_dir()
     server = SimServer(crd_paths=[crds] if crds else (), authenticator=auth)
