@@ -11,7 +11,7 @@ import argparse
 
 import structlog
 
-from controllers.bootstrap import BootstrapConfig, install_nfd_crds, setup_bootstrap
+from controllers.bootstrap import BootstrapConfig, check_nfd_crds, setup_bootstrap
 from gpustack_operator.domain.bootstrap import APPLICATIONS, DEFAULT_NFD_IMAGE
 from gpustack_operator.runtime.client import ApiError, Client
 from gpustack_operator.runtime.manager import Manager
@@ -55,17 +55,17 @@ def bootstrap_config(args: argparse.Namespace) -> BootstrapConfig:
 
 
 async def start_bootstrap(client: Client, manager: Manager, config: BootstrapConfig) -> None:
-    """Install NFD's CRDs now (the worker's informers need them to sync), then register the
-    bootstrap controller, which runs while *manager* leads.
+    """Check NFD's CRDs are installed (the worker's informers need them to sync; they ship
+    with deploy/), then register the bootstrap controller, which runs while *manager* leads.
 
-    A failed CRD install is logged, not fatal: the bootstrap controller retries it, and the
+    A failed check is logged, not fatal: the bootstrap controller checks again, and the
     manager's cache-sync timeout names the kinds that stay missing.
     """
     try:
-        await install_nfd_crds(client, config)
+        await check_nfd_crds(client, config)
     except ApiError as exc:
         log.error(
-            "cannot install the NFD CRDs before start-up; the bootstrap controller retries",
+            "cannot read the NFD CRDs before start-up; the bootstrap controller retries",
             error=str(exc),
             hint="check the worker's RBAC for customresourcedefinitions (deploy/base)",
         )

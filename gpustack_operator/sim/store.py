@@ -334,6 +334,8 @@ class Store:
         # Called after every commit with (event, resource id); the GC and namespace
         # controller use it to wake up.
         self._commit_hooks: list[Callable[[Event, ResourceId], None]] = []
+        self.admission: list[Callable[[KindInfo, dict[str, Any], dict[str, Any] | None], None]] = []
+        """Called with (kind, new object, old object or None) before a write; may raise."""
         self.schema = _Schema()
         self.cel_rules = True
         """Enforce CRDs' ``x-kubernetes-validations`` (CEL) rules (``sim/celrules.py``)."""
@@ -747,6 +749,8 @@ class Store:
         obj = self.schema.normalize(info, obj)
         meta = obj["metadata"]
         self._validate(info, obj)
+        for admit in self.admission:
+            admit(info, obj, None)
         key = key_of(obj)
         if key in self.resource(info).objects:
             raise already_exists(info, name)
@@ -808,6 +812,8 @@ class Store:
         new = self.schema.normalize(info, new)
         meta = new["metadata"]
         self._validate(info, new, old)
+        for admit in self.admission:
+            admit(info, new, old)
         if tracks_generation(info) and _content(new, info) != _content(old, info):
             meta["generation"] = int(old_meta.get("generation") or 1) + 1
         if manager and apply_manager is None:

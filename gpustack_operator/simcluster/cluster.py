@@ -37,6 +37,7 @@ from gpustack_operator.domain.nodeview import name_of
 from gpustack_operator.domain.queues import DEFAULT_EXCLUDED_NAMESPACES
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.manager import Manager, ManagerOptions
+from gpustack_operator.sim.authn import TokenAuthenticator
 from gpustack_operator.sim.kueue import KueueStandIn
 from gpustack_operator.sim.nfdmaster import NfdMaster
 from gpustack_operator.sim.server import SimServer
@@ -120,7 +121,11 @@ class SimCluster:
         seed: int | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
+        authenticator: TokenAuthenticator | None = None,
+        token: str | None = None,
     ) -> None:
+        """*authenticator* turns on the server's authentication and RBAC authorization;
+        *token* is then the bearer token of the kubeconfig the agents and worker use."""
         self.nodes: dict[str, dict[str, Any]] = {}
         for node in nodes:
             self.nodes[name_of(node)] = copy.deepcopy(dict(node))
@@ -133,7 +138,14 @@ class SimCluster:
         self.server_defaults = any(not is_stand_in(crd) for crd in self.crds)
         """Real CRDs default fields: convergence then tolerates extra ``spec`` fields."""
         self.kueue = kueue_resources()
-        self.sim = SimServer(namespaces=self._base_namespaces(), seed=seed, host=host, port=port)
+        self.sim = SimServer(
+            namespaces=self._base_namespaces(),
+            seed=seed,
+            host=host,
+            port=port,
+            authenticator=authenticator,
+        )
+        self._token = token
         self.nfd = NfdMaster(self.sim, namespace=system_namespace)
         self.kubelet = SimKubelet(self.sim, self.manufacturers, with_memory=with_memory)
         self.kueue_admission = KueueStandIn(self.sim, kueue_config)
@@ -203,7 +215,7 @@ class SimCluster:
             path = Path(tmp) / "kubeconfig.yaml"
         else:
             path = self._kubeconfig_path
-        self.kubeconfig = self.sim.write_kubeconfig(path, context="sim")
+        self.kubeconfig = self.sim.write_kubeconfig(path, context="sim", token=self._token)
         await stack.enter_async_context(self.nfd)
         await stack.enter_async_context(self.kueue_admission)
         await self.kubelet.start()

@@ -16,6 +16,7 @@ from gpustack_operator.domain.bootstrap import (
     parse_disabled_applications,
     render_cpu_info_rule,
     render_device_manager,
+    render_device_manager_rbac,
     render_nfd,
     render_runtime_classes,
 )
@@ -138,11 +139,14 @@ def test_device_manager_daemonsets() -> None:
     assert container["startupProbe"]["httpGet"]["path"] == "/readyz"
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert container["resources"]["requests"] == {"cpu": "100m", "memory": "128Mi"}
-    assert container["securityContext"]["privileged"] is True
+    assert container["securityContext"]["privileged"] is False
+    assert "/dev" not in {m["mountPath"] for m in container["volumeMounts"]}
     thead = daemonsets["gpustack-operator-device-manager-thead"]["spec"]["template"]["spec"]
+    assert thead["containers"][0]["securityContext"]["privileged"] is True
     assert "runtimeClassName" not in thead
     mounts = {m["mountPath"]: m.get("readOnly") for m in thead["containers"][0]["volumeMounts"]}
     assert mounts["/usr/local/PPU_SDK"] is True and mounts["/sys"] is True
+    assert mounts["/dev"] is True
     with pytest.raises(KeyError):
         render_device_manager(settings, ["nvidiaa"], IMAGE)
 
@@ -159,7 +163,7 @@ def test_agent_command_line_is_accepted_by_the_real_parser() -> None:
 
 
 def test_agent_rbac_is_least_privilege() -> None:
-    objects = render_device_manager(BootstrapSettings(namespace="gs"), ["nvidia"], IMAGE)
+    objects = render_device_manager_rbac(BootstrapSettings(namespace="gs"))
     cluster_role = by_name(objects, "ClusterRole")["gpustack-operator-device-manager"]
     assert cluster_role["rules"] == [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]}
