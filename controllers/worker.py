@@ -42,7 +42,11 @@ from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.labels import MANAGED_BY_VALUE
 from gpustack_operator.domain.manufacturers import Manufacturer, load_manufacturers
 from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
-from gpustack_operator.domain.queues import DEFAULT_EXCLUDED_NAMESPACES
+from gpustack_operator.domain.queues import (
+    DEFAULT_EXCLUDED_NAMESPACES,
+    DEFAULT_QUOTA_RESOURCES,
+    QuotaResources,
+)
 from gpustack_operator.runtime.client import ApiError, Client
 from gpustack_operator.runtime.controller import (
     CacheSyncTimeoutError,
@@ -77,6 +81,8 @@ class WorkerConfig:
     kueue_version: str = KueueVersion.V1BETA2.value
     """``v1beta2``, ``v1beta1`` or ``auto`` (the newest served). A pinned version still
     waits until the cluster serves it."""
+    quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES
+    """What device ClusterQueues cover (docs/devices.md, "Quota resources")."""
     field_manager: str = MANAGED_BY_VALUE
     max_concurrent_reconciles: int = 2
     kueue_discovery_interval: float = 10.0
@@ -249,6 +255,7 @@ class Worker:
             batch_max_delay=config.batch_max_delay,
             settling=self.settling,
             settling_max_delay=config.settling_max_delay,
+            quota_resources=config.quota_resources,
         )
         build_local_queue_controller(
             ControllerBuilder(host, LOCAL_QUEUE),

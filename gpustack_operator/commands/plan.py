@@ -19,6 +19,7 @@ import yaml
 
 from gpustack_operator.commands.argtypes import comma_list
 from gpustack_operator.commands.helptext import env_epilog
+from gpustack_operator.commands.quota_flags import add_quota_resources_flag
 from gpustack_operator.domain.desired import plan_state
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.manufacturers import load_manufacturers
@@ -27,7 +28,7 @@ from gpustack_operator.domain.nodeview import (
     has_status,
     name_of,
 )
-from gpustack_operator.domain.queues import DEFAULT_EXCLUDED_NAMESPACES
+from gpustack_operator.domain.queues import DEFAULT_EXCLUDED_NAMESPACES, QuotaResources
 from gpustack_operator.domain.settings import load_group_id_with_memory
 from gpustack_operator.domain.validation import is_valid_dns_subdomain
 from gpustack_operator.render import FORMATS, render
@@ -93,6 +94,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=KueueVersion.V1BETA2.value,
         help="Kueue API version to render (default: %(default)s)",
     )
+    add_quota_resources_flag(parser)
     parser.set_defaults(handler=run)
 
 
@@ -229,6 +231,7 @@ def run(args: argparse.Namespace) -> int:
             excluded_namespaces=comma_list(args.excluded_namespaces),
             kueue_version=KueueVersion(args.kueue_api_version),
             with_memory=load_group_id_with_memory(),
+            quota_resources=QuotaResources(args.quota_resources),
         )
     except (PlanInputError, ValueError) as exc:
         source = f"{args.nodes}: " if args.nodes is not None and isinstance(exc, ValueError) else ""

@@ -30,8 +30,10 @@ from gpustack_operator.commands.argtypes import comma_list
 from gpustack_operator.commands.helptext import env_epilog
 from gpustack_operator.commands.plan import DEFAULT_NAMESPACES as PLAN_DEFAULT_NAMESPACES
 from gpustack_operator.commands.plan import PlanInputError, read_nodes_file
+from gpustack_operator.commands.quota_flags import add_quota_resources_flag
 from gpustack_operator.domain.desired import plan_state
 from gpustack_operator.domain.manufacturers import load_manufacturers
+from gpustack_operator.domain.queues import QuotaResources
 from gpustack_operator.domain.settings import load_group_id_with_memory
 from gpustack_operator.render import FORMATS, render
 
@@ -133,6 +135,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--port", type=int, default=0, help="port to listen on (default: 0, a free port)"
     )
+    add_quota_resources_flag(parser)
     parser.set_defaults(handler=run)
 
 
@@ -202,7 +205,14 @@ def build_cluster(args: argparse.Namespace, crds: list[dict[str, Any]]) -> SimCl
     manufacturers = load_manufacturers()
     with_memory = load_group_id_with_memory()
     # The same checks plan makes (invalid sim.gpustack.ai/devices annotations, names, ...).
-    plan_state(nodes, namespaces, manufacturers=manufacturers, with_memory=with_memory)
+    quota_resources = QuotaResources(args.quota_resources)
+    plan_state(
+        nodes,
+        namespaces,
+        manufacturers=manufacturers,
+        with_memory=with_memory,
+        quota_resources=quota_resources,
+    )
     given = {crd["metadata"]["name"] for crd in crds if isinstance(crd.get("metadata"), dict)}
     stand_ins = [c for c in stand_in_crds() if c["metadata"]["name"] not in given]
     return SimCluster(
@@ -211,6 +221,7 @@ def build_cluster(args: argparse.Namespace, crds: list[dict[str, Any]]) -> SimCl
         crds=[*crds, *stand_ins],
         manufacturers=manufacturers,
         with_memory=with_memory,
+        quota_resources=quota_resources,
         host=args.bind_address,
         port=args.port,
     )

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from gpustack_operator.domain.devicesources.merge import effective_device_labels
 from gpustack_operator.domain.keys import cpu_node_key
 from gpustack_operator.domain.labels import (
     ACCELERATABLE_PREFIX,
@@ -181,12 +182,17 @@ def capacity_labels(
 ) -> dict[str, str]:
     """``ConstructNodeCapacityLabels``: every label the worker publishes for *node*, sorted.
 
+    Device labels derived from vendor labels (docs/devices.md, "Precedence") are published
+    too and count as the node's own for the accelerated views.
+
     *ram_gi_per_cpu* > 0 sets the general view's RAM to that many GiB per CPU unless the node
     carries its own ``.ram`` label (the worker uses 2, :data:`WORKER_RAM_GI_PER_CPU`).
     """
-    labels = labels_of(node)
+    labels, derived = effective_device_labels(
+        labels_of(node), status_field(node, "allocatable"), manufacturers
+    )
     capacity = status_field(node, "capacity")
-    result = {MANAGED_LABEL: managed_value(labels)}
+    result = {MANAGED_LABEL: managed_value(labels), **derived.labels}
     result.update(
         general_labels(labels, annotations_of(node), capacity, ram_gi_per_cpu=ram_gi_per_cpu)
     )

@@ -26,6 +26,8 @@ from gpustack_operator.domain.nodefeature import (
 from gpustack_operator.domain.nodeview import annotations_of, name_of, uid_of
 from gpustack_operator.domain.queues import (
     DEFAULT_EXCLUDED_NAMESPACES,
+    DEFAULT_QUOTA_RESOURCES,
+    QuotaResources,
     desired_cluster_queues,
     desired_cohorts,
     desired_local_queues,
@@ -87,6 +89,7 @@ def desired_state(
     kueue_version: KueueVersion = KueueVersion.V1BETA2,
     cohort_uids: Mapping[str, str] | None = None,
     extra_node_features: Iterable[dict[str, Any]] = (),
+    quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES,
 ) -> DesiredState:
     """The chain for *nodes* as the cluster holds them (device labels already present).
 
@@ -105,7 +108,12 @@ def desired_state(
     flavors = desired_resource_flavors(merged, manufacturers, kueue_version)
     cohorts = desired_cohorts(merged, manufacturers, kueue_version)
     queues = desired_cluster_queues(
-        flavors, merged, manufacturers, cohort_uids=cohort_uids, version=kueue_version
+        flavors,
+        merged,
+        manufacturers,
+        cohort_uids=cohort_uids,
+        version=kueue_version,
+        quota_resources=quota_resources,
     )
     locals_ = desired_local_queues(
         list(queues),
@@ -175,6 +183,7 @@ def plan_state(
     excluded_namespaces: Sequence[str] = DEFAULT_EXCLUDED_NAMESPACES,
     kueue_version: KueueVersion = KueueVersion.V1BETA2,
     with_memory: bool = False,
+    quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES,
 ) -> DesiredState:
     """What ``plan`` prints: simulated devices first, then :func:`desired_state`."""
     with_devices, dm_features = apply_sim_devices(
@@ -188,4 +197,5 @@ def plan_state(
         excluded_namespaces=excluded_namespaces,
         kueue_version=kueue_version,
         extra_node_features=dm_features,
+        quota_resources=quota_resources,
     )

@@ -34,7 +34,11 @@ from gpustack_operator.domain.desired import DesiredState, plan_state
 from gpustack_operator.domain.manufacturers import Manufacturer, load_manufacturers
 from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
 from gpustack_operator.domain.nodeview import name_of
-from gpustack_operator.domain.queues import DEFAULT_EXCLUDED_NAMESPACES
+from gpustack_operator.domain.queues import (
+    DEFAULT_EXCLUDED_NAMESPACES,
+    DEFAULT_QUOTA_RESOURCES,
+    QuotaResources,
+)
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.manager import Manager, ManagerOptions
 from gpustack_operator.sim.nfdmaster import NfdMaster
@@ -108,6 +112,7 @@ class SimCluster:
         excluded_namespaces: Sequence[str] = DEFAULT_EXCLUDED_NAMESPACES,
         manufacturers: Mapping[str, Manufacturer] | None = None,
         with_memory: bool = False,
+        quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES,
         run_worker: bool = True,
         run_agents: bool = True,
         worker_config: WorkerConfig | None = None,
@@ -127,6 +132,7 @@ class SimCluster:
         self.excluded_namespaces = tuple(excluded_namespaces)
         self.manufacturers = manufacturers if manufacturers is not None else load_manufacturers()
         self.with_memory = with_memory
+        self.quota_resources = quota_resources
         self.crds = list(crds) if crds is not None else stand_in_crds()
         self.server_defaults = any(not is_stand_in(crd) for crd in self.crds)
         """Real CRDs default fields: convergence then tolerates extra ``spec`` fields."""
@@ -140,6 +146,7 @@ class SimCluster:
             system_namespace=system_namespace,
             manufacturers=self.manufacturers,
             excluded_namespaces=self.excluded_namespaces,
+            quota_resources=quota_resources,
         )
         self._worker_resync = worker_resync_period
         self._agent_monitor_period = agent_monitor_period
@@ -249,6 +256,7 @@ class SimCluster:
             system_namespace=self.system_namespace,
             excluded_namespaces=self.excluded_namespaces,
             with_memory=self.with_memory,
+            quota_resources=self.worker_config.quota_resources,
         )
 
     def actual(self) -> DesiredState:
