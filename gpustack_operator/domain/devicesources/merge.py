@@ -52,6 +52,10 @@ VENDOR_SOURCES: Final[tuple[tuple[str, str, LabelSource], ...]] = (
     (gfd.MANUFACTURER, gfd.SOURCE, gfd.gfd_pools),
     (amd.MANUFACTURER, amd.SOURCE, amd.amd_pools),
 )
+# Node labels and allocatable resources the vendor sources read: a change to any of them can
+# change the derived pools (the worker's Node predicate watches them).
+VENDOR_LABEL_PREFIXES: Final = ("nvidia.com/", "amd.com/", "beta.amd.com/")
+VENDOR_RESOURCE_PREFIXES: Final = ("nvidia.com/", "amd.com/")
 _WORKER_SUFFIXES: Final = (".cpu", ".ram", ".storage", ".z-flavor", ".z-queue", ".z-cohort")
 _RESOURCE_SEPARATOR: Final = "_"
 
