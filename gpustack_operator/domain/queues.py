@@ -213,6 +213,24 @@ def pool_resource(node: object | None, akey: str, manufacturer: Manufacturer) ->
     return manufacturer.resource_name
 
 
+def queue_pool_resource(nodes: Iterable[object], akey: str, manufacturer: Manufacturer) -> str:
+    """The one device resource a queue of *akey* covers (docs/devices.md, "Quota resources").
+
+    Kueue lets a ClusterQueue's flavors share one list of covered resources, so when the
+    nodes of one model advertise it under different names (``nvidia.com/gpu`` here,
+    ``renameByDefault``'s ``nvidia.com/gpu.shared`` there) the name with the most allocatable
+    devices wins (ties: the smaller name); nodes using another name add no quota. The choice
+    depends on the nodes alone, never on their order.
+    """
+    totals: dict[str, int] = {}
+    for node in nodes:
+        resource = pool_resource(node, akey, manufacturer)
+        totals[resource] = totals.get(resource, 0) + _credits([node], resource)
+    if not totals:
+        return manufacturer.resource_name
+    return min(totals, key=lambda r: (-totals[r], r))
+
+
 def quota_resource(pool: str, manufacturer: Manufacturer, quota_resources: QuotaResources) -> str:
     """The resource a device ClusterQueue covers: the pool's own (``device``) or the
     manufacturer's credits (``credits``)."""
@@ -347,8 +365,8 @@ def desired_cluster_queue(
         mfr = manufacturers.get(profile.manufacturer)
         if mfr is None:
             return None
-        first = next((n for f in matching for n in index.get(name_of(f), [])), None)
-        credits_source = pool_resource(first, profile.akey, mfr)
+        members = [n for f in matching for n in index.get(name_of(f), [])]
+        credits_source = queue_pool_resource(members, profile.akey, mfr)
         resources = (*HOST_RESOURCES, quota_resource(credits_source, mfr, quota_resources))
     borrowing_limit = "0" if profile.sliced else None
     cohort = _annotation(matching[0], COHORT_ANNOTATION)
