@@ -14,9 +14,11 @@ of a real cluster, where nfd-worker, GPU Feature Discovery or the AMD labeller p
 those labels through nfd-master) keeps the labels it names: they stand for the NodeFeatures
 of those publishers, which the simulated cluster does not run (docs/simulator.md, "Real
 dumps"). ``nfd.node.kubernetes.io/extended-resources`` is left as it is, with the resources
-it names, since no simulated publisher changes them. It runs as an asyncio task in the sim's loop: a store
-subscription marks nodes dirty on NodeFeature add/update/delete and Node creation, and the
-task reconciles dirty nodes through ``sim.store`` (the write rules of the API, no HTTP).
+it names, since no simulated publisher changes them.
+
+It runs as an asyncio task in the sim's loop: a store subscription marks nodes dirty on
+NodeFeature add/update/delete and Node creation, and the task reconciles dirty nodes
+through ``sim.store`` (the write rules of the API, no HTTP).
 """
 
 from __future__ import annotations
