@@ -11,6 +11,7 @@ from gpustack_operator.domain.devicesources.merge import (
     DerivedDevices,
     agent_manufacturers,
     derive_devices,
+    node_device_diagnostics,
 )
 from gpustack_operator.domain.devicesources.model import DevicePool, Diagnostic
 
@@ -20,4 +21,5 @@ __all__ = [
     "Diagnostic",
     "agent_manufacturers",
     "derive_devices",
+    "node_device_diagnostics",
 ]

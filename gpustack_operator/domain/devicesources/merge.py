@@ -42,6 +42,7 @@ from gpustack_operator.domain.labels import (
 )
 from gpustack_operator.domain.manufacturers import Manufacturer
 from gpustack_operator.domain.names import format_binary_si, sanitize_label_value
+from gpustack_operator.domain.nodeview import labels_of, status_field
 from gpustack_operator.domain.validation import is_valid_label_key
 
 LabelSource = Callable[
@@ -186,3 +187,12 @@ def effective_device_labels(
     effective = {k: v for k, v in labels.items() if not is_derivable_label(k, agent)}
     effective.update(derived.labels)
     return effective, derived
+
+
+def node_device_diagnostics(
+    node: object, manufacturers: Mapping[str, Manufacturer]
+) -> tuple[Diagnostic, ...]:
+    """Why devices the GPU stacks describe on *node* (a Node as a dict) got no pool."""
+    return derive_devices(
+        labels_of(node), status_field(node, "allocatable"), manufacturers
+    ).diagnostics

@@ -14,7 +14,7 @@ import pytest
 from gpustack_operator.commands.plan import read_nodes_file
 from gpustack_operator.domain.capacity import worker_capacity_labels
 from gpustack_operator.domain.desired import plan_state
-from gpustack_operator.domain.devicesources import derive_devices
+from gpustack_operator.domain.devicesources import derive_devices, node_device_diagnostics
 from gpustack_operator.domain.devicesources.amd import amd_pools
 from gpustack_operator.domain.devicesources.gfd import gfd_pools
 from gpustack_operator.domain.devicesources.merge import decode_resource, encode_resource
@@ -116,6 +116,9 @@ def test_gfd_problems_are_reported() -> None:
     assert [p.reason for p in problems] == [NO_ALLOCATABLE]
     _, problems = gfd_pools({"nvidia.com/gpu.product": "Tesla-T4"}, {"nvidia.com/gpu": "1"})
     assert [p.reason for p in problems] == [COUNT_MISSING]
+    node = make_node("g", labels=GFD_A100)
+    (why,) = node_device_diagnostics(node, MFRS)
+    assert why.reason == NO_ALLOCATABLE and str(why).startswith("nvidia-gfd: NVIDIA-A100")
 
 
 def test_amd_labeller_plain_and_beta_forms() -> None:
