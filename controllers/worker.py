@@ -57,7 +57,7 @@ from gpustack_operator.runtime.controller import (
 from gpustack_operator.runtime.events import EventRecorder
 from gpustack_operator.runtime.informer import InformerFactory
 from gpustack_operator.runtime.manager import Manager, ManagerOptions
-from gpustack_operator.runtime.resources import NODES, Resource
+from gpustack_operator.runtime.resources import NODES, RESOURCE_SLICES, Resource
 
 log = structlog.get_logger(__name__)
 
@@ -83,6 +83,9 @@ class WorkerConfig:
     waits until the cluster serves it."""
     quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES
     """What device ClusterQueues cover (docs/devices.md, "Quota resources")."""
+    dra: bool = False
+    """Read DRA ResourceSlices (set when the cluster serves ``resource.k8s.io/v1``; see
+    :func:`serves_dra`)."""
     field_manager: str = MANAGED_BY_VALUE
     max_concurrent_reconciles: int = 2
     kueue_discovery_interval: float = 10.0
@@ -286,6 +289,18 @@ class Worker:
                 tg.start_soon(controller.run, name=f"controller {controller.name}")
 
 
+async def serves_dra(client: Client) -> bool:
+    """Whether the cluster serves DRA ``resource.k8s.io/v1`` (ResourceSlices); a failed
+    discovery counts as no, with a warning."""
+    try:
+        return "v1" in await client.served_versions(RESOURCE_SLICES.group)
+    except ApiError as exc:
+        log.warning(
+            "cannot discover resource.k8s.io; DRA ResourceSlices are not read", error=str(exc)
+        )
+        return False
+
+
 def setup_worker(manager: Manager, config: WorkerConfig) -> Worker:
     """Register the worker's five reconcilers and Kueue discovery on *manager*.
 
@@ -302,6 +317,7 @@ def setup_worker(manager: Manager, config: WorkerConfig) -> Worker:
         system_namespace=config.system_namespace,
         facts=worker.facts,
         max_concurrent_reconciles=config.max_concurrent_reconciles,
+        dra=config.dra,
     )
     manager.add_readyz_check("kueue", worker.kueue_ready)
     manager.add_runnable(worker.discover_kueue, name="kueue discovery", needs_leader=False)

@@ -29,7 +29,7 @@ import yaml
 from gpustack_operator.commands.argtypes import comma_list
 from gpustack_operator.commands.helptext import env_epilog
 from gpustack_operator.commands.plan import DEFAULT_NAMESPACES as PLAN_DEFAULT_NAMESPACES
-from gpustack_operator.commands.plan import PlanInputError, read_nodes_file
+from gpustack_operator.commands.plan import PlanInputError, read_cluster_file
 from gpustack_operator.commands.quota_flags import add_quota_resources_flag
 from gpustack_operator.domain.desired import plan_state
 from gpustack_operator.domain.manufacturers import load_manufacturers
@@ -197,7 +197,7 @@ def build_cluster(args: argparse.Namespace, crds: list[dict[str, Any]]) -> SimCl
     from gpustack_operator.simcluster.cluster import SimCluster
     from gpustack_operator.simcluster.crds import stand_in_crds
 
-    nodes, found = read_nodes_file(args.cluster)
+    nodes, found, slices = read_cluster_file(args.cluster)
     if args.namespaces is not None:
         namespaces: list[str | Mapping[str, Any]] = list(comma_list(args.namespaces))
     else:
@@ -212,6 +212,7 @@ def build_cluster(args: argparse.Namespace, crds: list[dict[str, Any]]) -> SimCl
         manufacturers=manufacturers,
         with_memory=with_memory,
         quota_resources=quota_resources,
+        resource_slices=slices,
     )
     given = {crd["metadata"]["name"] for crd in crds if isinstance(crd.get("metadata"), dict)}
     stand_ins = [c for c in stand_in_crds() if c["metadata"]["name"] not in given]
@@ -222,6 +223,7 @@ def build_cluster(args: argparse.Namespace, crds: list[dict[str, Any]]) -> SimCl
         manufacturers=manufacturers,
         with_memory=with_memory,
         quota_resources=quota_resources,
+        resource_slices=slices,
         host=args.bind_address,
         port=args.port,
     )

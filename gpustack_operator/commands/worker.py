@@ -16,7 +16,13 @@ import sys
 import structlog
 
 from controllers.bootstrap import BootstrapConfig
-from controllers.worker import KUEUE_AUTO, WorkerConfig, new_worker_manager, setup_worker
+from controllers.worker import (
+    KUEUE_AUTO,
+    WorkerConfig,
+    new_worker_manager,
+    serves_dra,
+    setup_worker,
+)
 from gpustack_operator.commands.argtypes import comma_list, duration, positive_int, positive_number
 from gpustack_operator.commands.bootstrap_flags import (
     add_bootstrap_flags,
@@ -245,6 +251,7 @@ async def serve(
         return 1
     try:
         manager = new_worker_manager(client, options)
+        config.dra = await serves_dra(client)
         setup_worker(manager, config)
         if bootstrap is not None:  # Stage 1 (SPEC §3): NFD and the device managers
             await start_bootstrap(client, manager, bootstrap)

@@ -48,6 +48,8 @@ from gpustack_operator.domain.labels import (
     RESOURCE_TYPE_NODES,
     SUFFIX_COMCAP,
     SUFFIX_CORES,
+    SUFFIX_COUNT,
+    SUFFIX_DRA,
     SUFFIX_FAMILY,
     SUFFIX_MEMORY,
     SUFFIX_PRODUCT,
@@ -69,6 +71,7 @@ from gpustack_operator.domain.profiles import NodeProfile, local_queue_name, par
 from gpustack_operator.domain.quantities import (
     format_binary_quantity,
     format_decimal_quantity,
+    parse_count,
     parse_quantity,
 )
 from gpustack_operator.domain.validation import is_valid_dns_label
@@ -206,11 +209,25 @@ def pool_resource(node: object | None, akey: str, manufacturer: Manufacturer) ->
     """The extended resource a node's device pool *akey* is advertised as (docs/devices.md,
     "Quota resources"): its ``.resource`` label, else the manufacturer's resource."""
     if node is not None:
-        value = labels_of(node).get(accelerated_key(akey, SUFFIX_RESOURCE), "")
-        decoded = decode_resource(value)
+        decoded = pool_resource_label(labels_of(node), akey)
         if decoded:
             return decoded
     return manufacturer.resource_name
+
+
+def pool_amount(node: object, akey: str, resource: str) -> int:
+    """Devices of pool *akey* a node adds to a quota in *resource*: its allocatable count,
+    or for a DRA pool (``.dra`` label; no allocatable count) its ``.count``."""
+    labels = labels_of(node)
+    if labels.get(accelerated_key(akey, SUFFIX_DRA)) == "true":
+        if pool_resource_label(labels, akey) != resource:
+            return 0
+        return parse_count(labels.get(accelerated_key(akey, SUFFIX_COUNT))) or 0
+    return _credits([node], resource)
+
+
+def pool_resource_label(labels: Mapping[str, str], akey: str) -> str:
+    return decode_resource(labels.get(accelerated_key(akey, SUFFIX_RESOURCE), ""))
 
 
 def queue_pool_resource(nodes: Iterable[object], akey: str, manufacturer: Manufacturer) -> str:
@@ -225,7 +242,7 @@ def queue_pool_resource(nodes: Iterable[object], akey: str, manufacturer: Manufa
     totals: dict[str, int] = {}
     for node in nodes:
         resource = pool_resource(node, akey, manufacturer)
-        totals[resource] = totals.get(resource, 0) + _credits([node], resource)
+        totals[resource] = totals.get(resource, 0) + pool_amount(node, akey, resource)
     if not totals:
         return manufacturer.resource_name
     return min(totals, key=lambda r: (-totals[r], r))
@@ -243,6 +260,7 @@ def _flavor_quotas(
     resources: tuple[str, ...],
     credits_source: str | None,
     borrowing_limit: str | None,
+    akey: str = "",
 ) -> FlavorQuotas | None:
     count = len(nodes)
     amounts: list[int] = []
@@ -253,7 +271,7 @@ def _flavor_quotas(
                 return None
             amounts.append(int(scaled) if scaled.denominator == 1 else int(scaled) + 1)
         if credits_source is not None:
-            amounts.append(_credits(nodes, credits_source))
+            amounts.append(sum(pool_amount(n, akey, credits_source) for n in nodes))
     else:
         amounts = [0] * len(resources)
     if credits_source is not None and amounts[-1] == 0:
@@ -375,7 +393,12 @@ def desired_cluster_queue(
         for f in matching
         if (
             q := _flavor_quotas(
-                f, index.get(name_of(f), []), resources, credits_source, borrowing_limit
+                f,
+                index.get(name_of(f), []),
+                resources,
+                credits_source,
+                borrowing_limit,
+                profile.akey,
             )
         )
         is not None

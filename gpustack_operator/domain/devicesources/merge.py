@@ -13,12 +13,12 @@ own, earlier output): the result depends on the vendor labels and allocatable al
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from gpustack_operator.domain.devices import device_group_id
-from gpustack_operator.domain.devicesources import amd, gfd
+from gpustack_operator.domain.devicesources import amd, dra, gfd
 from gpustack_operator.domain.devicesources.model import (
     DESCRIBED_BY_AGENT,
     DUPLICATE_KEY,
@@ -31,6 +31,7 @@ from gpustack_operator.domain.labels import (
     SUFFIX_COMCAP,
     SUFFIX_CORES,
     SUFFIX_COUNT,
+    SUFFIX_DRA,
     SUFFIX_DRIVER_VERSION,
     SUFFIX_FAMILY,
     SUFFIX_MEMORY,
@@ -42,7 +43,7 @@ from gpustack_operator.domain.labels import (
 )
 from gpustack_operator.domain.manufacturers import Manufacturer
 from gpustack_operator.domain.names import format_binary_si, sanitize_label_value
-from gpustack_operator.domain.nodeview import labels_of, status_field
+from gpustack_operator.domain.nodeview import labels_of, name_of, status_field
 from gpustack_operator.domain.validation import is_valid_label_key
 
 LabelSource = Callable[
@@ -138,6 +139,8 @@ def _pool_labels(
         labels[akey + SUFFIX_SLICED] = str(pool.sliced)
     if pool.resource != manufacturer.resource_name:
         labels[akey + SUFFIX_RESOURCE] = encode_resource(pool.resource)
+    if pool.dra:
+        labels[akey + SUFFIX_DRA] = "true"
     return None
 
 
@@ -145,15 +148,29 @@ def derive_devices(
     labels: Mapping[str, str],
     allocatable: Mapping[str, object],
     manufacturers: Mapping[str, Manufacturer],
+    *,
+    node_name: str = "",
+    slices: Iterable[Mapping[str, Any]] = (),
 ) -> DerivedDevices:
-    """The device pools vendor labels give a node our agent does not describe, as labels.
+    """The device pools vendor labels, then DRA, give a node our agent does not describe.
 
-    Pure: *labels* are the Node's labels, *allocatable* its ``status.allocatable``.
+    Pure: *labels* are the Node's labels, *allocatable* its ``status.allocatable``, *slices*
+    ResourceSlice objects (those of other nodes are ignored).
     """
     agent = agent_manufacturers(labels, manufacturers)
     pools: list[DevicePool] = []
     problems: list[Diagnostic] = []
     derived: dict[str, str] = {}
+    described = set(agent)
+
+    def add(found: Iterable[DevicePool], manufacturer: Manufacturer) -> None:
+        for pool in found:
+            problem = _pool_labels(pool, manufacturer, derived)
+            if problem is None:
+                pools.append(pool)
+            else:
+                problems.append(problem)
+
     for mfr, source, read in VENDOR_SOURCES:
         found, why = read(labels, allocatable)
         if mfr in agent:
@@ -161,18 +178,28 @@ def derive_devices(
                 detail = f"{mfr} devices are described by the gpustack device manager"
                 problems.append(Diagnostic(source, DESCRIBED_BY_AGENT, detail))
             continue
+        if found or why:
+            described.add(mfr)
         manufacturer = manufacturers.get(mfr)
         if manufacturer is None:
             if found:
                 problems.append(Diagnostic(source, UNKNOWN_VENDOR, f"{mfr} is not configured"))
             continue
         problems.extend(why)
-        for pool in found:
-            problem = _pool_labels(pool, manufacturer, derived)
-            if problem is None:
-                pools.append(pool)
+        add(found, manufacturer)
+    if node_name:
+        found, why = dra.dra_pools(node_name, slices)
+        problems.extend(why)
+        for mfr in sorted({p.manufacturer for p in found}):
+            mine = [p for p in found if p.manufacturer == mfr]
+            manufacturer = manufacturers.get(mfr)
+            if mfr in described:
+                detail = f"{mfr} devices are already described by labels (docs/devices.md)"
+                problems.append(Diagnostic(dra.SOURCE, DESCRIBED_BY_AGENT, detail))
+            elif manufacturer is None:
+                problems.append(Diagnostic(dra.SOURCE, UNKNOWN_VENDOR, f"{mfr} is not configured"))
             else:
-                problems.append(problem)
+                add(mine, manufacturer)
     return DerivedDevices(tuple(pools), dict(sorted(derived.items())), tuple(problems))
 
 
@@ -180,19 +207,28 @@ def effective_device_labels(
     labels: Mapping[str, str],
     allocatable: Mapping[str, object],
     manufacturers: Mapping[str, Manufacturer],
+    *,
+    node_name: str = "",
+    slices: Iterable[Mapping[str, Any]] = (),
 ) -> tuple[dict[str, str], DerivedDevices]:
     """The node's labels with its derived device labels in place of earlier derived ones."""
     agent = agent_manufacturers(labels, manufacturers)
-    derived = derive_devices(labels, allocatable, manufacturers)
+    derived = derive_devices(labels, allocatable, manufacturers, node_name=node_name, slices=slices)
     effective = {k: v for k, v in labels.items() if not is_derivable_label(k, agent)}
     effective.update(derived.labels)
     return effective, derived
 
 
 def node_device_diagnostics(
-    node: object, manufacturers: Mapping[str, Manufacturer]
+    node: object,
+    manufacturers: Mapping[str, Manufacturer],
+    slices: Iterable[Mapping[str, Any]] = (),
 ) -> tuple[Diagnostic, ...]:
-    """Why devices the GPU stacks describe on *node* (a Node as a dict) got no pool."""
+    """Why devices the GPU stacks (or DRA *slices*) describe on *node* got no pool."""
     return derive_devices(
-        labels_of(node), status_field(node, "allocatable"), manufacturers
+        labels_of(node),
+        status_field(node, "allocatable"),
+        manufacturers,
+        node_name=name_of(node),
+        slices=slices,
     ).diagnostics

@@ -27,6 +27,8 @@ class DevicePool:
     driver_version: str = ""
     runtime_version: str = ""
     sliced: int = 0
+    dra: bool = False
+    """Published through DRA: no allocatable count, the quota is ``count``."""
 
 
 @dataclass(frozen=True)

@@ -160,11 +160,13 @@ def test_sim_converges_on_a_dump_of_real_gpu_stacks() -> None:
                     assert int(res["nominalQuota"]) > 0, queue["metadata"]["name"]
                     covered[res["name"]] = covered.get(res["name"], 0) + int(res["nominalQuota"])
     # Each card once: 8+8 A100 (one node also run by our agent), 56 MIG 1g.5gb (single),
-    # 16 T4 and 8 L4 replicas; the mixed MIG profiles and AMD under their own resources.
+    # 16 T4 and 8 L4 replicas; the mixed MIG profiles, AMD and the DRA-only node's H100s
+    # (counted from its ResourceSlice) under their own resources.
     assert covered == {
         "nvidia.com/gpu": 96,
         "nvidia.com/gpu.shared": 16,
         "nvidia.com/mig-1g.10gb": 28,
         "nvidia.com/mig-3g.40gb": 8,
         "amd.com/gpu": 8,
+        "gpu.nvidia.com/gpu": 4,
     }

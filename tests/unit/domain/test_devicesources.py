@@ -4,6 +4,7 @@ same code ``plan`` runs."""
 
 from __future__ import annotations
 
+import copy
 import re
 from collections import Counter
 from pathlib import Path
@@ -11,11 +12,12 @@ from typing import Any
 
 import pytest
 
-from gpustack_operator.commands.plan import read_nodes_file
+from gpustack_operator.commands.plan import read_cluster_file, read_nodes_file
 from gpustack_operator.domain.capacity import worker_capacity_labels
 from gpustack_operator.domain.desired import plan_state
 from gpustack_operator.domain.devicesources import derive_devices, node_device_diagnostics
 from gpustack_operator.domain.devicesources.amd import amd_pools
+from gpustack_operator.domain.devicesources.dra import dra_pools
 from gpustack_operator.domain.devicesources.gfd import gfd_pools
 from gpustack_operator.domain.devicesources.merge import decode_resource, encode_resource
 from gpustack_operator.domain.devicesources.model import (
@@ -194,9 +196,20 @@ def queue_name(queue: dict[str, Any]) -> str:
     return str(queue["metadata"]["name"])
 
 
-def _allocatable(node: Any, resource: str) -> int:
+def _devices(node: Any, resource: str, slices: list[Any]) -> int:
+    """Devices of *resource* on *node*: its allocatable count, plus DRA devices published in
+    ResourceSlices of the node (resource ``<driver>/<type>``)."""
     quantity = parse_quantity(status_field(node, "allocatable").get(resource))
-    return int(quantity) if quantity is not None and quantity > 0 else 0
+    count = int(quantity) if quantity is not None and quantity > 0 else 0
+    for item in slices:
+        spec = item["spec"]
+        if spec["nodeName"] == name_of(node):
+            count += sum(
+                1
+                for d in spec["devices"]
+                if f"{spec['driver']}/{d['attributes']['type']['string']}" == resource
+            )
+    return count
 
 
 @pytest.mark.parametrize("mode", list(QuotaResources))
@@ -205,9 +218,12 @@ def test_example_device_quota_is_the_allocatable_of_the_pools_resource(
     dump: str, mode: QuotaResources
 ) -> None:
     """docs/devices.md, "Quota resources": per flavor, the device quota is the allocatable
-    of the pool's resource on its nodes, never zero; each card is counted once overall."""
-    nodes, namespaces = read_nodes_file(EXAMPLES / dump)
-    state = plan_state(nodes, namespaces, manufacturers=MFRS, quota_resources=mode)
+    of the pool's resource on its nodes (DRA: the devices of its slices), never zero; each
+    card is counted once overall."""
+    nodes, namespaces, slices = read_cluster_file(EXAMPLES / dump)
+    state = plan_state(
+        nodes, namespaces, manufacturers=MFRS, quota_resources=mode, resource_slices=slices
+    )
     by_flavor = flavor_nodes(state.nodes, MFRS)
     covered: Counter[str] = Counter()
     device_queues = 0
@@ -230,12 +246,12 @@ def test_example_device_quota_is_the_allocatable_of_the_pools_resource(
                     label = labels_of(members[0]).get(A + match.group(1) + ".resource", "")
                     mfr = resource.rsplit("/", 1)[1]
                     pool = decode_resource(label) or MFRS[mfr].resource_name
-                expected = sum(_allocatable(n, pool) for n in members)
+                expected = sum(_devices(n, pool, slices) for n in members)
                 assert int(quota) == expected > 0, (dump, queue["metadata"]["name"])
                 covered[pool] += int(quota)
     assert device_queues > 0
     for resource, total in covered.items():
-        assert total == sum(_allocatable(n, resource) for n in state.nodes), (dump, resource)
+        assert total == sum(_devices(n, resource, slices) for n in state.nodes), (dump, resource)
 
 
 def test_example_markers_mig_profiles_and_counting_once() -> None:
@@ -264,3 +280,27 @@ def test_example_markers_mig_profiles_and_counting_once() -> None:
         "dgx-a100-1",
         "dgx-a100-agent",
     ]
+
+
+def test_dra_devices_become_pools_only_where_no_label_source_describes_them() -> None:
+    """docs/devices.md, "DRA" and "Precedence": slices of the node, grouped by product and
+    memory; GFD labels for the same manufacturer win."""
+    _, _, slices = read_cluster_file(EXAMPLES / "dra-h100.yaml")
+    foreign = copy.deepcopy(dict(slices[0]))
+    foreign["spec"]["nodeName"] = "other"
+    unknown = copy.deepcopy(dict(slices[0]))
+    unknown["spec"]["driver"] = "fpga.example.com"
+    pools, problems = dra_pools("h100-dra-1", [*slices, foreign, unknown])
+    assert [
+        (p.product, p.count, p.memory_mib, p.resource, p.compute_capability) for p in pools
+    ] == [("NVIDIA H100 80GB HBM3", 4, 80 * 1024, "gpu.nvidia.com/gpu", "9.0")]
+    assert [p.reason for p in problems] == ["unknown-vendor"]
+    derived = derive_devices({}, {}, MFRS, node_name="h100-dra-1", slices=slices)
+    q = A + "nvidia-h100-80gb-hbm3"
+    assert derived.labels[q + ".dra"] == "true"
+    assert derived.labels[q + ".resource"] == "gpu.nvidia.com_gpu"
+    with_gfd = derive_devices(
+        GFD_A100, {"nvidia.com/gpu": "8"}, MFRS, node_name="h100-dra-1", slices=slices
+    )
+    assert [p.source for p in with_gfd.pools] == ["nvidia-gfd"]
+    assert [d.reason for d in with_gfd.diagnostics] == [DESCRIBED_BY_AGENT]
