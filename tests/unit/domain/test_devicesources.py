@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from gpustack_operator.cli import main
 from gpustack_operator.commands.plan import read_cluster_file, read_nodes_file
 from gpustack_operator.domain.capacity import worker_capacity_labels
 from gpustack_operator.domain.desired import plan_state
@@ -304,3 +305,17 @@ def test_dra_devices_become_pools_only_where_no_label_source_describes_them() ->
     )
     assert [p.source for p in with_gfd.pools] == ["nvidia-gfd"]
     assert [d.reason for d in with_gfd.diagnostics] == [DESCRIBED_BY_AGENT]
+
+
+def test_plan_table_names_each_pools_resource(capsys: pytest.CaptureFixture[str]) -> None:
+    """The table shows a pool's resource when it is not the manufacturer's, and the quota
+    line names the covered resource."""
+    assert main(["plan", "--nodes", str(EXAMPLES / "gfd-mig-mixed.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "nvidia-a100-sxm4-80gb-mig-1g-10gb x28 (nvidia.com/mig-1g.10gb)" in out
+    assert "ephemeral-storage=3576Gi nvidia.com/mig-1g.10gb=28" in out
+    assert (
+        main(["plan", "--nodes", str(EXAMPLES / "gfd-a100.yaml"), "--quota-resources", "credits"])
+        == 0
+    )
+    assert "ephemeral-storage=7152Gi credits=16" in capsys.readouterr().out
