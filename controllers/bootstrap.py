@@ -142,6 +142,7 @@ class BootstrapConfig:
         nfd_image: str = DEFAULT_NFD_IMAGE,
         device_manager_image: str | None = None,
         manufacturers: Iterable[str] | None = None,
+        coexistence: bool = True,
     ) -> BootstrapConfig:
         """Read ``GPUSTACK_*`` overrides, the PCI classes and the Downward-API variables.
 
@@ -165,6 +166,7 @@ class BootstrapConfig:
             pci_class_prefixes=load_pci_class_prefixes(source),
             manufacturers=load_manufacturers(source),
             propagated_env={k: v for k, v in source.items() if k.startswith(ENV_PREFIX)},
+            coexistence=coexistence,
         )
         return cls(
             namespace=ns,

@@ -41,6 +41,14 @@ def add_bootstrap_flags(parser: argparse._ActionsContainer) -> None:
         help="image of the device-manager DaemonSets (default: the worker's own, read from "
         "its Pod named by $KUBERNETES_POD_NAME)",
     )
+    parser.add_argument(
+        "--coexistence",
+        choices=("auto", "off"),
+        default="auto",
+        help="auto: no device-manager agent on nodes whose devices GPU Feature Discovery or "
+        "the AMD node labeller already describe (their labels are used instead); off: an "
+        "agent on every node with the vendor's PCI device (default: auto)",
+    )
 
 
 def bootstrap_config(args: argparse.Namespace) -> BootstrapConfig:
@@ -51,6 +59,7 @@ def bootstrap_config(args: argparse.Namespace) -> BootstrapConfig:
         nfd_image=args.nfd_image,
         device_manager_image=args.device_manager_image,
         manufacturers=args.manufacturer,
+        coexistence=args.coexistence == "auto",
     )
 
 

@@ -29,9 +29,11 @@ import yaml
 from gpustack_operator.commands.argtypes import comma_list
 from gpustack_operator.commands.helptext import env_epilog
 from gpustack_operator.commands.plan import DEFAULT_NAMESPACES as PLAN_DEFAULT_NAMESPACES
-from gpustack_operator.commands.plan import PlanInputError, read_nodes_file
+from gpustack_operator.commands.plan import PlanInputError, read_cluster_file
+from gpustack_operator.commands.quota_flags import add_quota_resources_flag
 from gpustack_operator.domain.desired import plan_state
 from gpustack_operator.domain.manufacturers import load_manufacturers
+from gpustack_operator.domain.queues import QuotaResources
 from gpustack_operator.domain.settings import load_group_id_with_memory
 from gpustack_operator.render import FORMATS, render
 
@@ -134,6 +136,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--port", type=int, default=0, help="port to listen on (default: 0, a free port)"
     )
+    add_quota_resources_flag(parser)
     parser.set_defaults(handler=run)
 
 
@@ -195,7 +198,7 @@ def build_cluster(args: argparse.Namespace, crds: list[dict[str, Any]]) -> SimCl
     from gpustack_operator.simcluster.cluster import SimCluster
     from gpustack_operator.simcluster.crds import stand_in_crds
 
-    nodes, found = read_nodes_file(args.cluster)
+    nodes, found, slices = read_cluster_file(args.cluster)
     if args.namespaces is not None:
         namespaces: list[str | Mapping[str, Any]] = list(comma_list(args.namespaces))
     else:
@@ -203,7 +206,15 @@ def build_cluster(args: argparse.Namespace, crds: list[dict[str, Any]]) -> SimCl
     manufacturers = load_manufacturers()
     with_memory = load_group_id_with_memory()
     # The same checks plan makes (invalid sim.gpustack.ai/devices annotations, names, ...).
-    plan_state(nodes, namespaces, manufacturers=manufacturers, with_memory=with_memory)
+    quota_resources = QuotaResources(args.quota_resources)
+    plan_state(
+        nodes,
+        namespaces,
+        manufacturers=manufacturers,
+        with_memory=with_memory,
+        quota_resources=quota_resources,
+        resource_slices=slices,
+    )
     given = {crd["metadata"]["name"] for crd in crds if isinstance(crd.get("metadata"), dict)}
     stand_ins = [c for c in stand_in_crds() if c["metadata"]["name"] not in given]
     return SimCluster(
@@ -212,6 +223,8 @@ def build_cluster(args: argparse.Namespace, crds: list[dict[str, Any]]) -> SimCl
         crds=[*crds, *stand_ins],
         manufacturers=manufacturers,
         with_memory=with_memory,
+        quota_resources=quota_resources,
+        resource_slices=slices,
         host=args.bind_address,
         port=args.port,
     )

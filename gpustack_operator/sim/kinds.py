@@ -90,6 +90,7 @@ BUILTIN_KINDS: tuple[KindInfo, ...] = (
     _grp("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies", True, "netpol"),
     _grp("events.k8s.io", "v1", "Event", "events", True, "ev"),
     _grp("node.k8s.io", "v1", "RuntimeClass", "runtimeclasses", False),
+    _grp("resource.k8s.io", "v1", "ResourceSlice", "resourceslices", False),
     _grp(
         "apiextensions.k8s.io",
         "v1",

@@ -27,14 +27,24 @@ import anyio
 import structlog
 from anyio.abc import TaskGroup
 
-from controllers.worker import Worker, WorkerConfig, new_worker_manager, setup_worker
+from controllers.worker import (
+    Worker,
+    WorkerConfig,
+    new_worker_manager,
+    serves_dra,
+    setup_worker,
+)
 from gpustack_operator.apis import kueue_resources
 from gpustack_operator.devicemanager.detection import DetectionConfig
 from gpustack_operator.domain.desired import DesiredState, plan_state
 from gpustack_operator.domain.manufacturers import Manufacturer, load_manufacturers
 from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
 from gpustack_operator.domain.nodeview import name_of
-from gpustack_operator.domain.queues import DEFAULT_EXCLUDED_NAMESPACES
+from gpustack_operator.domain.queues import (
+    DEFAULT_EXCLUDED_NAMESPACES,
+    DEFAULT_QUOTA_RESOURCES,
+    QuotaResources,
+)
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.manager import Manager, ManagerOptions
 from gpustack_operator.sim.authn import TokenAuthenticator
@@ -110,6 +120,8 @@ class SimCluster:
         excluded_namespaces: Sequence[str] = DEFAULT_EXCLUDED_NAMESPACES,
         manufacturers: Mapping[str, Manufacturer] | None = None,
         with_memory: bool = False,
+        quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES,
+        resource_slices: Sequence[Mapping[str, Any]] = (),
         run_worker: bool = True,
         run_agents: bool = True,
         worker_config: WorkerConfig | None = None,
@@ -134,6 +146,9 @@ class SimCluster:
         self.excluded_namespaces = tuple(excluded_namespaces)
         self.manufacturers = manufacturers if manufacturers is not None else load_manufacturers()
         self.with_memory = with_memory
+        self.quota_resources = quota_resources
+        self.resource_slices = [copy.deepcopy(dict(s)) for s in resource_slices]
+        """DRA ResourceSlices created with the Nodes (docs/devices.md, "DRA")."""
         self.crds = list(crds) if crds is not None else stand_in_crds()
         self.server_defaults = any(not is_stand_in(crd) for crd in self.crds)
         """Real CRDs default fields: convergence then tolerates extra ``spec`` fields."""
@@ -157,6 +172,7 @@ class SimCluster:
             system_namespace=system_namespace,
             manufacturers=self.manufacturers,
             excluded_namespaces=self.excluded_namespaces,
+            quota_resources=quota_resources,
         )
         self._worker_resync = worker_resync_period
         self._agent_monitor_period = agent_monitor_period
@@ -209,6 +225,8 @@ class SimCluster:
                 self.sim.store.create(obj)
         for node in self.nodes.values():
             self.sim.store.create(_seedable(node))
+        for obj in self.resource_slices:
+            self.sim.store.create(_seedable(obj))
         await stack.enter_async_context(self.sim)
         if self._kubeconfig_path is None:
             tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="gpustack-sim-"))
@@ -245,6 +263,7 @@ class SimCluster:
                     resync_period=self._worker_resync,
                 ),
             )
+            self.worker_config.dra = await serves_dra(client)
             self.worker = setup_worker(manager, self.worker_config)
             self.worker_manager = manager
             tg.start_soon(self._run_manager, manager)
@@ -267,6 +286,8 @@ class SimCluster:
             system_namespace=self.system_namespace,
             excluded_namespaces=self.excluded_namespaces,
             with_memory=self.with_memory,
+            quota_resources=self.worker_config.quota_resources,
+            resource_slices=self.resource_slices,
         )
 
     def actual(self) -> DesiredState:

@@ -62,6 +62,28 @@ _RUNTIME_ENV: Final[Mapping[str, tuple[tuple[str, str], ...]]] = {
     "mthreads": (("MTHREADS_VISIBLE_DEVICES", "all"), ("MTHREADS_DRIVER_CAPABILITIES", "utility")),
 }
 PCI_LABEL_TEMPLATE: Final = "feature.node.kubernetes.io/pci-{vendor}.present"
+# docs/devices.md, "Coexistence": Node labels that show another stack already describes a
+# vendor's devices; with coexistence on, the vendor's agent is not scheduled where any is set.
+DESCRIBED_BY_OTHERS: Final[Mapping[str, tuple[str, ...]]] = {
+    "nvidia": ("nvidia.com/gpu.product", "nvidia.com/mig.strategy"),
+    "amd": ("amd.com/gpu.product-name",),
+}
+
+
+def coexistence_affinity(manufacturer: str) -> JSON | None:
+    """Node affinity keeping the agent of *manufacturer* off nodes another source describes
+    (GPU Feature Discovery, the AMD node labeller); ``None`` for vendors without one."""
+    keys = DESCRIBED_BY_OTHERS.get(manufacturer)
+    if not keys:
+        return None
+    expressions = [{"key": key, "operator": "DoesNotExist"} for key in keys]
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": expressions}]
+            }
+        }
+    }
 
 
 def daemonset_name(manufacturer: str) -> str:
@@ -204,6 +226,9 @@ def _daemonset(settings: BootstrapSettings, manufacturer: Manufacturer, image: s
         "containers": [container],
         "volumes": volumes,
     }
+    affinity = coexistence_affinity(manufacturer.name) if settings.coexistence else None
+    if affinity is not None:
+        pod_spec["affinity"] = affinity
     runtime_class = runtime_class_name(manufacturer)
     if runtime_class:
         pod_spec["runtimeClassName"] = runtime_class

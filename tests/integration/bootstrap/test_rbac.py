@@ -15,7 +15,7 @@ import anyio
 import pytest
 import yaml
 
-from controllers.worker import WorkerConfig, new_worker_manager, setup_worker
+from controllers.worker import WorkerConfig, new_worker_manager, serves_dra, setup_worker
 from gpustack_operator.apis import NODE_FEATURE_RULES
 from gpustack_operator.commands.bootstrap_flags import start_bootstrap
 from gpustack_operator.domain.bootstrap import (
@@ -168,6 +168,7 @@ async def recorded_run(tmp_path: Path) -> tuple[RequestLog, SimCluster]:
                     system_namespace=NS,
                     manufacturers=cluster.manufacturers,
                     excluded_namespaces=cluster.excluded_namespaces,
+                    dra=await serves_dra(client),  # as the worker command does
                 ),
             )
             bootstrap_config = config(

@@ -248,3 +248,51 @@ def test_spec_changed_ignores_status_and_bookkeeping() -> None:
     assert predicate.update(old, {**old, "spec": {"a": 2}})
     assert predicate.update(old, {**old, "data": {"x": "y"}})
     assert predicate.update(old, {**old, "metadata": {"name": "x", "labels": {"l": "v"}}})
+
+
+def _schedulable(pod: dict[str, Any], labels: dict[str, str]) -> bool:
+    """Whether a Node with *labels* passes the pod's nodeSelector and required affinity
+    (Kubernetes: every selector entry matches; one term's expressions all hold)."""
+    if any(labels.get(k) != v for k, v in pod.get("nodeSelector", {}).items()):
+        return False
+    terms = (
+        pod.get("affinity", {})
+        .get("nodeAffinity", {})
+        .get("requiredDuringSchedulingIgnoredDuringExecution", {})
+        .get("nodeSelectorTerms")
+    )
+    if not terms:
+        return True
+    return any(
+        all(
+            (e["key"] not in labels) if e["operator"] == "DoesNotExist" else False
+            for e in term["matchExpressions"]
+        )
+        for term in terms
+    )
+
+
+@pytest.mark.parametrize("coexistence", [True, False])
+def test_device_manager_stays_off_nodes_vendor_stacks_describe(coexistence: bool) -> None:
+    """docs/devices.md, "Coexistence": by default no agent on a node GFD or the AMD labeller
+    already labels; with coexistence off, one on every node with the vendor's PCI device."""
+    settings = BootstrapSettings(coexistence=coexistence)
+    daemonsets = by_name(
+        render_device_manager(settings, ["nvidia", "amd", "thead"], IMAGE), "DaemonSet"
+    )
+
+    def pod(mfr: str) -> dict[str, Any]:
+        spec: dict[str, Any] = daemonsets[f"gpustack-operator-device-manager-{mfr}"]["spec"]
+        return spec["template"]["spec"]
+
+    nvidia_pci = {"feature.node.kubernetes.io/pci-10de.present": "true"}
+    amd_pci = {"feature.node.kubernetes.io/pci-1002.present": "true"}
+    gfd = {**nvidia_pci, "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}
+    mig_mixed = {**nvidia_pci, "nvidia.com/mig.strategy": "mixed"}
+    labeller = {**amd_pci, "amd.com/gpu.product-name": "AMD_Instinct_MI300X_OAM"}
+    assert _schedulable(pod("nvidia"), nvidia_pci)
+    assert _schedulable(pod("amd"), amd_pci)
+    assert _schedulable(pod("nvidia"), gfd) is not coexistence
+    assert _schedulable(pod("nvidia"), mig_mixed) is not coexistence
+    assert _schedulable(pod("amd"), labeller) is not coexistence
+    assert "affinity" not in pod("thead")
