@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from controllers.caches import BY_COHORT, KueueCaches
-from controllers.common import (
+from gpustack_operator.controllers.caches import BY_COHORT, KueueCaches
+from gpustack_operator.controllers.common import (
     METADATA_OR_SPEC_CHANGED,
     NodeChanged,
     Writer,
@@ -21,6 +21,7 @@ from controllers.common import (
     is_up_to_date,
     watch_batched,
 )
+
 from gpustack_operator.domain.nodeview import is_deleting
 from gpustack_operator.domain.queues import (
     cluster_queue_cohort,

@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 import structlog
+from gpustack_operator.controllers.nodefacts import NodeFacts
 
-from controllers.nodefacts import NodeFacts
 from gpustack_operator.domain.labels import (
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from controllers.caches import BY_FLAVOR, KueueCaches
-from controllers.common import (
+from gpustack_operator.controllers.caches import BY_FLAVOR, KueueCaches
+from gpustack_operator.controllers.common import (
     METADATA_OR_SPEC_CHANGED,
     NodeChanged,
     Writer,
@@ -23,6 +23,7 @@ from controllers.common import (
     is_up_to_date,
     watch_batched,
 )
+
 from gpustack_operator.domain.flavors import desired_resource_flavor
 from gpustack_operator.domain.nodeview import is_deleting
 from gpustack_operator.runtime.controller import ControllerBuilder, Request

@@ -20,14 +20,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-from controllers.caches import BY_NAMESPACE, KueueCaches
-from controllers.common import (
+from gpustack_operator.controllers.caches import BY_NAMESPACE, KueueCaches
+from gpustack_operator.controllers.common import (
     METADATA_OR_SPEC_CHANGED,
     Writer,
     is_managed_object,
     is_up_to_date,
     watch_batched,
 )
+
 from gpustack_operator.domain.labels import RESOURCE_TYPE_INSTANCETYPES, RESOURCE_TYPE_LABEL
 from gpustack_operator.domain.nodeview import is_deleting, labels_of, metadata, name_of
 from gpustack_operator.domain.queues import desired_local_queues

@@ -9,8 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from gpustack_operator.controllers.worker import (
+    Worker,
+    WorkerConfig,
+    new_worker_manager,
+    setup_worker,
+)
 
-from controllers.worker import Worker, WorkerConfig, new_worker_manager, setup_worker
 from gpustack_operator.domain.desired import DesiredState, desired_state
 from gpustack_operator.domain.manufacturers import load_manufacturers
 from gpustack_operator.runtime.client import Client
