@@ -134,6 +134,8 @@ class EventSource(Protocol):
 
     def add_event_handler(self, handler: Any) -> None: ...
 
+    def remove_event_handler(self, handler: Any) -> None: ...
+
     async def wait_for_sync(self, timeout: float | None = None) -> bool: ...  # noqa: ASYNC109
 
 
@@ -267,6 +269,8 @@ class Controller:
         self.recorder = recorder
         self.queue = WorkQueue(name, rate_limiter=rate_limiter)
         self._sources: list[EventSource] = []
+        self._handlers: list[tuple[EventSource, Any]] = []
+        self._watching = False
         self._primary: EventSource | None = None
         self._started = False
         self._log = log.bind(controller=name)
@@ -292,13 +296,42 @@ class Controller:
     ) -> None:
         """Enqueue ``mapper(obj)`` for every event of *source* that passes all *predicates*.
 
-        The *primary* source (the ``for_`` kind) is where failure Events are recorded.
+        The *primary* source (the ``for_`` kind) is where failure Events are recorded. The
+        handler is attached when the controller starts (:meth:`start_watches`), so a
+        controller that never runs (a standby's leader-only one) never fills its queue.
         """
-        source.add_event_handler(_WatchHandler(self, mapper, and_(*predicates)))
+        self.watch_with(source, _WatchHandler(self, mapper, and_(*predicates)), primary=primary)
+
+    def watch_with(self, source: EventSource, handler: Any, *, primary: bool = False) -> None:
+        """Attach *handler* (any informer event handler) to *source* when the controller
+        starts; *source* is then one the controller waits for before its workers start."""
+        self._handlers.append((source, handler))
+        if self._watching:
+            source.add_event_handler(handler)
         if source not in self._sources:
             self._sources.append(source)
         if primary:
             self._primary = source
+
+    def start_watches(self) -> None:
+        """Attach every watch's handler to its source (idempotent); :meth:`run` calls it.
+
+        A source that has synced replays its cache as adds, so the queue starts with every
+        cached key, as controller-runtime's ``startWatches`` does.
+        """
+        if self._watching:
+            return
+        self._watching = True
+        for source, handler in self._handlers:
+            source.add_event_handler(handler)
+
+    def stop_watches(self) -> None:
+        """Detach the handlers again (the controller stopped; its queue takes no more keys)."""
+        if not self._watching:
+            return
+        self._watching = False
+        for source, handler in self._handlers:
+            source.remove_event_handler(handler)
 
     @property
     def started(self) -> bool:
@@ -312,6 +345,13 @@ class Controller:
         ``drain_timeout`` seconds to finish, and stragglers are then cancelled.
         Raises :class:`CacheSyncTimeoutError` when the sources do not sync in time.
         """
+        self.start_watches()
+        try:
+            await self._run()
+        finally:
+            self.stop_watches()
+
+    async def _run(self) -> None:
         with anyio.move_on_after(self.cache_sync_timeout) as sync_scope:
             for source in self._sources:
                 await source.wait_for_sync(self.cache_sync_timeout)

@@ -177,6 +177,10 @@ class Informer:
             for obj in self.indexer.list():
                 self._call(handler, "on_add", obj)
 
+    def remove_event_handler(self, handler: EventHandler) -> None:
+        """Stop delivering events to *handler* (a stopped controller's); unknown ones are ignored."""
+        self._handlers = [h for h in self._handlers if h is not handler]
+
     def add_index(self, name: str, fn: IndexFunc) -> None:
         """Add a named index to the cache (existing objects are indexed at once)."""
         self.indexer.add_index(name, fn)

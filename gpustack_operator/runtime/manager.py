@@ -12,6 +12,10 @@ Start-up, in order:
 5. campaign for the Lease when leader election is configured;
 6. once leading (at once without election), start the controllers and leader-only runnables.
 
+A controller added while the manager runs (one whose kinds were discovered later) starts at
+once when this manager leads, else when it is elected. Controllers attach their event
+handlers only when they start, so a standby's leader-only queues stay empty.
+
 :meth:`Manager.run` is driven by cancellation: cancel it and it shuts down in order — stop
 taking work and let in-flight reconciles finish within ``graceful_shutdown_timeout``, then
 release the Lease (so a standby takes over at once), then stop informers and servers.
@@ -143,6 +147,7 @@ class Manager:
         self._errors: list[BaseException] = []
         self._stop = anyio.Event()
         self._ran = False
+        self._task_group: TaskGroup | None = None
         self._log = log.bind(component=opts.component)
 
     # --- building ------------------------------------------------------------------------------
@@ -184,9 +189,15 @@ class Manager:
         )
 
     def add_controller(self, controller: Controller) -> None:
-        """Run *controller* while this manager leads; names must be unique (metrics, logs)."""
-        if self._ran:
-            raise RuntimeError("add controllers before Manager.run()")
+        """Run *controller* while this manager leads; names must be unique (metrics, logs).
+
+        Added while the manager runs, it starts at once if this manager leads (else with the
+        others once elected).
+        """
+        if self.stopping.is_set():
+            raise RuntimeError(
+                f"cannot add controller {controller.name!r}: the manager is shutting down"
+            )
         if any(c.name == controller.name for c in self.controllers):
             raise ValueError(
                 f"a controller named {controller.name!r} is already registered: names label "
@@ -195,6 +206,9 @@ class Manager:
         if controller.drain_timeout > self.options.graceful_shutdown_timeout:
             controller.drain_timeout = self.options.graceful_shutdown_timeout
         self.controllers.append(controller)
+        if self._task_group is not None and self.elected.is_set():
+            self._log.info("starting controller", controller=controller.name)
+            self._spawn(self._task_group, "leader", f"controller {controller.name}", controller.run)
 
     @property
     def recorder(self) -> EventRecorder:
@@ -240,6 +254,7 @@ class Manager:
             raise RuntimeError("a Manager runs once; create a new one")
         self._ran = True
         async with anyio.create_task_group() as tg:
+            self._task_group = tg
             try:
                 await self._start(tg)
                 await self._stop.wait()
@@ -248,6 +263,7 @@ class Manager:
             finally:
                 with anyio.CancelScope(shield=True):
                     await self._shutdown()
+                self._task_group = None
         if self._errors:
             raise self._errors[0]
 

@@ -46,6 +46,9 @@ class FakeSource:
         for obj in self.indexer.objects.values():
             handler.on_add(obj)
 
+    def remove_event_handler(self, handler: Any) -> None:
+        self.handlers = [h for h in self.handlers if h is not handler]
+
     async def wait_for_sync(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109
         with anyio.move_on_after(timeout):
             await self._synced.wait()
