@@ -39,7 +39,7 @@ from gpustack_operator.domain.nodeview import annotations_of, is_deleting, name_
 from gpustack_operator.domain.quantities import parse_quantity
 from gpustack_operator.domain.queues import cluster_queue_cohort, desired_cluster_queue
 from gpustack_operator.runtime.client import NotFound
-from gpustack_operator.runtime.controller import ControllerBuilder, Request, Result
+from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request, Result
 
 NAME: Final = "clusterqueue"
 _USAGE_FIELDS: Final = ("flavorsReservation", "flavorsUsage")
@@ -162,7 +162,7 @@ def build_cluster_queue_controller(
     batch_max_delay: float,
     settling: FleetSettling | None = None,
     settling_max_delay: float | None = None,
-) -> None:
+) -> Controller:
     facts = caches.facts
 
     def by_node(node: dict[str, Any]) -> list[str]:
@@ -212,3 +212,4 @@ def build_cluster_queue_controller(
         batch_window,
         debouncer=debouncer,
     )
+    return controller

@@ -27,7 +27,7 @@ from gpustack_operator.domain.queues import (
     cohort_may_be_deleted,
     desired_cohort,
 )
-from gpustack_operator.runtime.controller import ControllerBuilder, Request, Result
+from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request, Result
 
 NAME: Final = "cohort"
 
@@ -76,7 +76,7 @@ def build_cohort_controller(
     workers: int,
     deleting_requeue: float,
     batch_window: float,
-) -> None:
+) -> Controller:
     facts = caches.facts
 
     def by_node(node: dict[str, Any]) -> list[str]:
@@ -95,3 +95,4 @@ def build_cohort_controller(
     watch_batched(
         controller, caches.cluster_queues, by_queue, METADATA_OR_SPEC_CHANGED, batch_window
     )
+    return controller

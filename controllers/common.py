@@ -373,6 +373,9 @@ class BatchedEnqueue:
         if self._predicate.delete(obj):
             self._enqueue(obj, window=0.0 if self._deletes_at_once else None)
 
+    def on_resync(self, obj: JSON) -> None:
+        self._enqueue(obj)
+
 
 def watch_batched(
     controller: Controller,
@@ -384,10 +387,11 @@ def watch_batched(
     deletes_at_once: bool = False,
     debouncer: Debouncer | None = None,
 ) -> None:
-    """Register a :class:`BatchedEnqueue` of *controller* on *informer* (*deletes_at_once*:
+    """Watch *informer* with a :class:`BatchedEnqueue` of *controller* (*deletes_at_once*:
     delete events skip the window; *debouncer*: events also extend the key's burst, for a
     reconciler wrapped in :class:`Debounced`)."""
-    informer.add_event_handler(
+    controller.watch_with(
+        informer,
         BatchedEnqueue(
             controller,
             map_fn,
@@ -395,5 +399,5 @@ def watch_batched(
             window,
             deletes_at_once=deletes_at_once,
             debouncer=debouncer,
-        )
+        ),
     )

@@ -25,7 +25,7 @@ from controllers.common import (
 )
 from gpustack_operator.domain.flavors import desired_resource_flavor
 from gpustack_operator.domain.nodeview import is_deleting
-from gpustack_operator.runtime.controller import ControllerBuilder, Request
+from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request
 
 NAME: Final = "resourceflavor"
 
@@ -67,7 +67,7 @@ def build_flavor_controller(
     *,
     workers: int,
     batch_window: float,
-) -> None:
+) -> Controller:
     facts = caches.facts
 
     def by_node(node: dict[str, Any]) -> list[str]:
@@ -79,3 +79,4 @@ def build_flavor_controller(
         .complete(FlavorReconciler(caches, writer))
     )
     watch_batched(controller, caches.nodes, by_node, NodeChanged(facts), batch_window)
+    return controller

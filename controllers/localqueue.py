@@ -31,7 +31,7 @@ from controllers.common import (
 from gpustack_operator.domain.labels import RESOURCE_TYPE_INSTANCETYPES, RESOURCE_TYPE_LABEL
 from gpustack_operator.domain.nodeview import is_deleting, labels_of, metadata, name_of
 from gpustack_operator.domain.queues import desired_local_queues
-from gpustack_operator.runtime.controller import ControllerBuilder, Request
+from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request
 from gpustack_operator.runtime.predicates import Predicate
 from gpustack_operator.runtime.resources import NAMESPACES
 
@@ -136,7 +136,7 @@ def build_local_queue_controller(
     system_namespace: str,
     excluded_namespaces: Sequence[str],
     batch_window: float,
-) -> None:
+) -> Controller:
     def every_namespace(_: dict[str, Any]) -> list[str]:
         return caches.namespaces.indexer.keys()
 
@@ -166,3 +166,4 @@ def build_local_queue_controller(
         batch_window,
         deletes_at_once=True,
     )
+    return controller

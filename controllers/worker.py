@@ -9,8 +9,8 @@ own work queue and workers) on the manager's shared informers:
   discovery loop (on every replica, leader or not) asks which ``kueue.x-k8s.io`` versions the
   cluster serves, prefers v1beta2 over v1beta1, keeps ``/readyz`` failing with one clear log
   line while neither is served, and retries. Once a version is known, the Kueue informers
-  start (on standbys too, so a new leader starts warm; earlier they could never sync) and,
-  on the leader, the four queue controllers.
+  start (on standbys too, so a new leader starts warm; earlier they could never sync) and
+  the four queue controllers join the manager, which runs them while it leads.
 
 Build the manager with :func:`new_worker_manager` to get the worker's informer transform
 (Nodes trimmed to what the reconcilers read); any manager works, at a memory cost.
@@ -45,15 +45,11 @@ from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
 from gpustack_operator.domain.queues import DEFAULT_EXCLUDED_NAMESPACES
 from gpustack_operator.runtime.client import ApiError, Client
 from gpustack_operator.runtime.controller import (
-    CacheSyncTimeoutError,
     Controller,
-    ControllerBuilder,
-    EventSource,
 )
-from gpustack_operator.runtime.events import EventRecorder
 from gpustack_operator.runtime.informer import InformerFactory
 from gpustack_operator.runtime.manager import Manager, ManagerOptions
-from gpustack_operator.runtime.resources import NODES, Resource
+from gpustack_operator.runtime.resources import NODES
 
 log = structlog.get_logger(__name__)
 
@@ -121,43 +117,6 @@ def choose_kueue_version(served: list[str], wanted: str) -> KueueVersion | None:
     return next((v for v in candidates if v.value in served), None)
 
 
-class _LateHost:
-    """A ControllerHost for controllers built after the manager started (Kueue's).
-
-    The manager refuses new controllers once running; these are run by the worker's own
-    runnable instead, on the manager's shared informers.
-    """
-
-    def __init__(self, manager: Manager) -> None:
-        self.manager = manager
-        self.controllers: list[Controller] = []
-
-    def source_for(
-        self,
-        resource: Resource,
-        *,
-        namespace: str | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-    ) -> EventSource:
-        return self.manager.source_for(
-            resource,
-            namespace=namespace,
-            label_selector=label_selector,
-            field_selector=field_selector,
-        )
-
-    def add_controller(self, controller: Controller) -> None:
-        controller.drain_timeout = min(
-            controller.drain_timeout, self.manager.options.graceful_shutdown_timeout
-        )
-        self.controllers.append(controller)
-
-    @property
-    def recorder(self) -> EventRecorder:
-        return self.manager.recorder
-
-
 class Worker:
     """The worker's state on one manager (returned by :func:`setup_worker`)."""
 
@@ -170,7 +129,7 @@ class Worker:
         self.kueue_found = anyio.Event()
         self.caches: KueueCaches | None = None
         self.queue_controllers: list[Controller] = []
-        """The four Kueue controllers, once started (on the leader)."""
+        """The four Kueue controllers, once Kueue is discovered (they run on the leader)."""
         self.facts = node_facts(manager.informer(NODES), config.manufacturers)
         """Per-Node derived data shared by all five controllers and the Node indexes."""
         self.settling = FleetSettling(self.facts)
@@ -198,8 +157,10 @@ class Worker:
                 if version is not None:
                     self.kueue = kueue_resources(version)
                     log.info("Kueue found", version=version.value, served=served)
-                    # Caches warm up on standbys too, so a new leader starts with them full.
+                    # Caches warm up on standbys too, so a new leader starts with them full;
+                    # the controllers are the manager's: they run while it leads.
                     self.caches = KueueCaches.create(self.manager, self.kueue, self.facts)
+                    self.queue_controllers = self._add_queue_controllers(self.caches)
                     self.kueue_found.set()
                     return
                 if not reported:
@@ -214,77 +175,58 @@ class Worker:
                     reported = True
             await anyio.sleep(self.config.kueue_discovery_interval)
 
-    async def run_queue_controllers(self) -> None:
-        """Leader only: once Kueue is known, build and run the four queue controllers."""
-        await self.kueue_found.wait()
-        caches = self.caches
-        assert caches is not None
+    def _add_queue_controllers(self, caches: KueueCaches) -> list[Controller]:
+        """Add the four queue controllers to the manager (started at once when it leads)."""
         config = self.config
-        host = _LateHost(self.manager)
+        manager = self.manager
         workers = config.max_concurrent_reconciles
         window = config.batch_window
-        build_flavor_controller(
-            ControllerBuilder(host, FLAVOR),
-            caches,
-            self.writer,
-            workers=workers,
-            batch_window=window,
-        )
-        build_cohort_controller(
-            ControllerBuilder(host, COHORT),
-            caches,
-            self.writer,
-            workers=workers,
-            deleting_requeue=config.cohort_deleting_requeue,
-            batch_window=window,
-        )
-        build_cluster_queue_controller(
-            ControllerBuilder(host, CLUSTER_QUEUE),
-            caches,
-            self.writer,
-            workers=workers,
-            reserved_requeue=config.reserved_requeue,
-            waiting_requeue=config.waiting_requeue,
-            batch_window=window,
-            batch_max_delay=config.batch_max_delay,
-            settling=self.settling,
-            settling_max_delay=config.settling_max_delay,
-        )
-        build_local_queue_controller(
-            ControllerBuilder(host, LOCAL_QUEUE),
-            caches,
-            self.writer,
-            workers=workers,
-            system_namespace=config.system_namespace,
-            excluded_namespaces=config.excluded_namespaces,
-            batch_window=window,
-        )
-        # Batched watches are not sources the controllers wait for: every cache a reconciler
-        # reads must be full before the first reconcile (an empty flavor cache would make
-        # every ClusterQueue look orphaned).
-        timeout = self.manager.options.cache_sync_timeout
-        for informer in caches.informers():
-            if not await informer.wait_for_sync(timeout):
-                raise CacheSyncTimeoutError(
-                    f"the cache of {informer.resource} did not sync within {timeout:g}s; check "
-                    "the API server and the RBAC rules (list/watch) for this kind"
-                )
-        self.queue_controllers = host.controllers
-        # Listed with the manager's own so that its shutdown treats them alike (no drain
-        # after a lost Lease) and tools that inspect manager.controllers see all five.
-        self.manager.controllers.extend(host.controllers)
-        log.info("starting Kueue controllers", controllers=[c.name for c in host.controllers])
-        async with anyio.create_task_group() as tg:
-            for controller in host.controllers:
-                tg.start_soon(controller.run, name=f"controller {controller.name}")
+        return [
+            build_flavor_controller(
+                manager.controller(FLAVOR),
+                caches,
+                self.writer,
+                workers=workers,
+                batch_window=window,
+            ),
+            build_cohort_controller(
+                manager.controller(COHORT),
+                caches,
+                self.writer,
+                workers=workers,
+                deleting_requeue=config.cohort_deleting_requeue,
+                batch_window=window,
+            ),
+            build_cluster_queue_controller(
+                manager.controller(CLUSTER_QUEUE),
+                caches,
+                self.writer,
+                workers=workers,
+                reserved_requeue=config.reserved_requeue,
+                waiting_requeue=config.waiting_requeue,
+                batch_window=window,
+                batch_max_delay=config.batch_max_delay,
+                settling=self.settling,
+                settling_max_delay=config.settling_max_delay,
+            ),
+            build_local_queue_controller(
+                manager.controller(LOCAL_QUEUE),
+                caches,
+                self.writer,
+                workers=workers,
+                system_namespace=config.system_namespace,
+                excluded_namespaces=config.excluded_namespaces,
+                batch_window=window,
+            ),
+        ]
 
 
 def setup_worker(manager: Manager, config: WorkerConfig) -> Worker:
     """Register the worker's five reconcilers and Kueue discovery on *manager*.
 
-    Call before ``manager.run()``. The capacity controller is a regular controller of the
-    manager; the four Kueue controllers start on the leader once Kueue is discovered. Adds the
-    readiness check ``kueue``.
+    Call before ``manager.run()``. The capacity controller is added at once; the four Kueue
+    controllers are added once Kueue is discovered (on every replica; they run on the
+    leader). Adds the readiness check ``kueue``.
     """
     worker = Worker(manager, config)
     add_node_indexes(manager.informer(NODES), worker.facts)
@@ -298,7 +240,6 @@ def setup_worker(manager: Manager, config: WorkerConfig) -> Worker:
     )
     manager.add_readyz_check("kueue", worker.kueue_ready)
     manager.add_runnable(worker.discover_kueue, name="kueue discovery", needs_leader=False)
-    manager.add_runnable(worker.run_queue_controllers, name="kueue controllers")
     return worker
 
 

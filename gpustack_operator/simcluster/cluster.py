@@ -270,7 +270,10 @@ class SimCluster:
             len(c.queue) == 0 and not c.queue.processing() for m in managers for c in m.controllers
         )
         fleet_idle = self.fleet is None or self.fleet.idle()
-        worker_up = self.worker is None or self.worker.queue_controllers != []
+        worker_up = self.worker is None or (
+            self.worker.queue_controllers != []
+            and all(c.started for c in self.worker.queue_controllers)
+        )
         return self.nfd.idle() and self.kubelet.idle() and fleet_idle and worker_up and queues_empty
 
     def problems(self) -> list[str]:
