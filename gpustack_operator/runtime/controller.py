@@ -234,6 +234,10 @@ class _WatchHandler:
         if self._predicate.delete(obj):
             self._enqueue(obj)
 
+    def on_resync(self, obj: Obj) -> None:
+        # The periodic safety net: predicates filter changes, and a resync is none.
+        self._enqueue(obj)
+
 
 # --- the controller ------------------------------------------------------------------------
 

@@ -48,6 +48,7 @@ __all__ = [
     "Informer",
     "InformerFactory",
     "ReflectorSettings",
+    "ResyncHandler",
     "Transform",
     "object_key",
     "strip_managed_fields",
@@ -71,6 +72,15 @@ class EventHandler(Protocol):
 
     def on_delete(self, obj: JSON) -> None:
         """*obj* left the cache; after a re-LIST it is the last state this cache knew."""
+
+
+class ResyncHandler(Protocol):
+    """A handler that tells periodic resyncs apart from updates (controllers' watches do:
+    a resync is a safety net and must reach the reconciler whatever the update filters say).
+    Handlers without ``on_resync`` get ``on_update(obj, obj)``."""
+
+    def on_resync(self, obj: JSON) -> None:
+        """*obj* is still in the cache, unchanged: a periodic resync."""
 
 
 @dataclass
@@ -178,7 +188,7 @@ class Informer:
                 self._call(handler, "on_add", obj)
 
     def remove_event_handler(self, handler: EventHandler) -> None:
-        """Stop delivering events to *handler* (a stopped controller's); unknown ones are ignored."""
+        """Stop delivering events to *handler* (a stopped controller's); others are kept."""
         self._handlers = [h for h in self._handlers if h is not handler]
 
     def add_index(self, name: str, fn: IndexFunc) -> None:
@@ -195,10 +205,14 @@ class Informer:
         return self._synced
 
     def resync(self) -> None:
-        """Deliver ``on_update(obj, obj)`` for every cached object (periodic re-reconcile)."""
+        """Deliver every cached object again (periodic re-reconcile): ``on_resync(obj)`` to
+        handlers that have it, ``on_update(obj, obj)`` to the others."""
         for obj in self.indexer.list():
             for handler in list(self._handlers):
-                self._call(handler, "on_update", obj, obj)
+                if hasattr(handler, "on_resync"):
+                    self._call(handler, "on_resync", obj)
+                else:
+                    self._call(handler, "on_update", obj, obj)
 
     async def run(self) -> None:
         """List and watch until cancelled. Errors are logged and retried with backoff."""

@@ -448,7 +448,9 @@ async def test_a_controller_added_after_start_runs(sim: SimServer, sim_kubeconfi
             name = unique("late")
             late = manager.controller(name).for_(CONFIGMAPS).complete(reconcile)
             assert manager.controllers[-1] is late
-            await eventually(lambda: "default/late" in reconciled, what="the late controller to run")
+            await eventually(
+                lambda: "default/late" in reconciled, what="the late controller to run"
+            )
             assert late.started
             with pytest.raises(ValueError, match="already registered"):
                 manager.controller(name).for_(CONFIGMAPS).complete(reconcile)

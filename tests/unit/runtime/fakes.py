@@ -64,6 +64,11 @@ class FakeSource:
         for handler in self.handlers:
             handler.on_update(old, new)
 
+    def resync(self) -> None:
+        for obj in list(self.indexer.objects.values()):
+            for handler in self.handlers:
+                handler.on_resync(obj)
+
     def delete(self, obj: dict[str, Any]) -> None:
         self.indexer.objects.pop(key_of(obj), None)
         for handler in self.handlers:

@@ -493,6 +493,22 @@ async def test_predicates_filter_before_enqueue() -> None:
     controller.queue.shut_down()
 
 
+async def test_a_resync_bypasses_the_update_predicates() -> None:
+    source = FakeSource(NODES)
+    controller = Controller(unique("resync"), lambda req: _none())
+    controller.watch(source, enqueue_object(), [GENERATION_CHANGED])
+    controller.start_watches()
+    source.add(obj("a", generation=1))
+    source.add(obj("b", generation=1))
+    await controller.queue.get(), await controller.queue.get()
+    controller.queue.done("a"), controller.queue.done("b")
+    source.update(obj("a", generation=1), obj("a", generation=1, rv="2"))
+    assert len(controller.queue) == 0
+    source.resync()
+    assert sorted([await controller.queue.get(), await controller.queue.get()]) == ["a", "b"]
+    controller.queue.shut_down()
+
+
 async def test_failing_map_fn_drops_the_event_without_raising() -> None:
     source = FakeSource(CONFIGMAPS)
 
