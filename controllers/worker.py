@@ -25,7 +25,7 @@ from typing import Final
 import anyio
 import structlog
 
-from controllers.caches import KueueCaches, add_node_indexes, node_facts
+from controllers.caches import KueueCaches, add_node_indexes, fleet_settling, node_facts
 from controllers.capacity import setup_capacity
 from controllers.clusterqueue import NAME as CLUSTER_QUEUE
 from controllers.clusterqueue import build_cluster_queue_controller
@@ -36,7 +36,6 @@ from controllers.flavor import NAME as FLAVOR
 from controllers.flavor import build_flavor_controller
 from controllers.localqueue import NAME as LOCAL_QUEUE
 from controllers.localqueue import build_local_queue_controller
-from controllers.nodefacts import FleetSettling
 from gpustack_operator.apis import KUEUE_GROUP, KueueResources, kueue_resources
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.labels import MANAGED_BY_VALUE
@@ -84,8 +83,9 @@ class WorkerConfig:
     cohort_deleting_requeue: float = 15.0
     """Seconds before re-checking a Cohort that is being deleted while nodes need it."""
     batch_window: float = 1.0
-    """Seconds a queue reconciler collects Node, flavor and ClusterQueue events for one key
-    before reconciling it once (a dedup window: a fleet joining rewrites each queue once,
+    """The coalescing window of the queue reconcilers' Node, flavor and ClusterQueue watches
+    (``runtime.coalesce``): the first event after a quiet window is reconciled at once, later
+    ones once the events pause this long (a fleet joining rewrites each queue a few times,
     not once per node). Changes to the reconciled objects themselves are not delayed."""
     batch_max_delay: float = 10.0
     """ClusterQueues only: while Node or flavor events for a queue keep coming (closer than
@@ -95,9 +95,9 @@ class WorkerConfig:
     settling_max_delay: float = 60.0
     """ClusterQueues only, while Nodes are on their way to the capacity labels the worker
     publishes for them (start-up on an unprofiled cluster, a fleet joining; see
-    ``FleetSettling``): pauses in the events do not count, a queue is reconciled when that
-    ends or this many seconds after its first event. (Values below ``batch_max_delay``,
-    and that below ``batch_window``, are raised to it.)"""
+    ``controllers.caches.fleet_settling``): pauses in the events do not count, a queue is
+    reconciled when that ends or this many seconds after its first event. (Values below
+    ``batch_max_delay``, and that below ``batch_window``, are raised to it.)"""
 
     def __post_init__(self) -> None:
         if self.kueue_version != KUEUE_AUTO:
@@ -132,8 +132,8 @@ class Worker:
         """The four Kueue controllers, once Kueue is discovered (they run on the leader)."""
         self.facts = node_facts(manager.informer(NODES), config.manufacturers)
         """Per-Node derived data shared by all five controllers and the Node indexes."""
-        self.settling = FleetSettling(self.facts)
-        """Which Nodes still await their capacity labels (the ClusterQueue debounce)."""
+        self.settling = fleet_settling(manager.informer(NODES))
+        """Whether Nodes still await their capacity labels (the ClusterQueues' hold)."""
 
     @property
     def excluded_namespaces(self) -> tuple[str, ...]:
@@ -230,7 +230,6 @@ def setup_worker(manager: Manager, config: WorkerConfig) -> Worker:
     """
     worker = Worker(manager, config)
     add_node_indexes(manager.informer(NODES), worker.facts)
-    manager.informer(NODES).add_event_handler(worker.settling)
     setup_capacity(
         manager,
         worker.writer,

@@ -1,5 +1,5 @@
 """A fleet joining at once: each ClusterQueue is written with its final quotas, not once per
-node (the debounce waits while nodes still await their capacity labels)."""
+node (the coalescing window waits while nodes still await their capacity labels)."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ async def test_a_joining_fleet_writes_each_queue_a_few_times(
         queues = kueue_objects(sim, "ClusterQueue")
         assert len(queues) == 2
         # One host queue (its quota unchanged by the cards) and one accelerated queue that
-        # went from nothing to 24 nodes: without the debounce it was written about once per
+        # went from nothing to 24 nodes: without coalescing it was written about once per
         # batch window while the nodes were labelled one by one.
         assert sim.counters.writes("ClusterQueue") <= 3
         assert sim.counters.writes("NodeFeature") == NODES
