@@ -222,7 +222,8 @@ REST_CLIENT_LATENCY = Histogram(
 
 EVENTS_DROPPED = Counter(
     "gpustack_events_dropped_total",
-    "Kubernetes Events dropped because the recorder's queue was full or the write failed.",
+    "Kubernetes Events dropped: the recorder's queue was full, the write failed, or the "
+    "object got too many events (rate_limited).",
     ["reason"],
     registry=REGISTRY,
 )
