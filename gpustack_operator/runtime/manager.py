@@ -88,6 +88,9 @@ class ManagerOptions:
     """Periodic ``on_update(obj, obj)`` of every cached object; None disables."""
     reflector: ReflectorSettings | None = None
     event_queue_size: int = 1000
+    informer_failure_threshold: float | None = 60.0
+    """``/readyz`` fails (check ``informers-healthy``) while an informer has been unable to
+    list or watch for longer than this many seconds; None disables the check."""
 
 
 class RunnableFailed(RuntimeError):
@@ -129,6 +132,8 @@ class Manager:
         self.readyz = HealthChecks()
         self.healthz.add("ping", lambda: True)
         self.readyz.add("informers-synced", self._caches_synced)
+        if opts.informer_failure_threshold is not None:
+            self.readyz.add("informers-healthy", self._informers_healthy)
         self.health_server: HttpServer | None = None
         self.metrics_server: HttpServer | None = None
         self.elector: LeaderElector | None = None
@@ -238,6 +243,20 @@ class Manager:
         if self.elector is None:
             return self.elected.is_set()
         return self.elector.is_leader
+
+    def _informers_healthy(self) -> bool:
+        threshold = self.options.informer_failure_threshold
+        if threshold is None:
+            return True
+        failing = [i for i in self.informers.informers if i.failing_for() > threshold]
+        for informer in failing:
+            self._log.warning(
+                "informer cannot list or watch; not ready",
+                informer=informer.scope,
+                failing_seconds=round(informer.failing_for(), 1),
+                fix="check the API server's reachability and the RBAC rules (list/watch)",
+            )
+        return not failing
 
     def _caches_synced(self) -> bool:
         return self.synced.is_set() and all(i.has_synced for i in self.informers.informers)

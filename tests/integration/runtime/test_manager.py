@@ -454,3 +454,38 @@ async def test_a_controller_added_after_start_runs(sim: SimServer, sim_kubeconfi
             assert late.started
             with pytest.raises(ValueError, match="already registered"):
                 manager.controller(name).for_(CONFIGMAPS).complete(reconcile)
+
+
+async def test_a_failing_informer_turns_readyz_false_within_the_threshold(
+    sim: SimServer, sim_kubeconfig: Path
+) -> None:
+    fault = sim.faults.add("watch", "ConfigMap", 500)  # LISTs work: the cache syncs
+    async with connected(sim_kubeconfig) as client:
+        manager = Manager(client, options(informer_failure_threshold=0.3))
+
+        async def reconcile(req: Request) -> None:
+            return None
+
+        manager.controller(unique("failing")).for_(CONFIGMAPS).complete(reconcile)
+        async with running(manager):
+            await manager.synced.wait()
+            assert manager.health_server is not None
+            url = manager.health_server.url
+            informer = manager.informers.informers[0]
+            await eventually(lambda: fault.fired >= 1, what="a failing WATCH")
+
+            async def not_ready() -> bool:
+                response = await http_get(f"{url}/readyz")
+                return response.status_code == 500 and "informers-healthy" in response.text
+
+            with anyio.fail_after(30):
+                while not await not_ready():
+                    await anyio.sleep(0.05)
+            assert informer.failing_for() > 0.3
+            assert sample("gpustack_informer_failing_seconds", informer="configmaps") > 0.3
+            sim.faults.remove(fault)
+            await client.create(CONFIGMAPS, configmap("wakes-the-watch"))
+            with anyio.fail_after(30):
+                while (await http_get(f"{url}/readyz")).status_code != 200:
+                    await anyio.sleep(0.05)
+            assert informer.failing_for() == 0
