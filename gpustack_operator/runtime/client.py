@@ -44,6 +44,7 @@ import kr8s.asyncio
 import structlog
 
 from .backoff import TokenBucket
+from .jsondecode import decode_object
 from .metrics import REST_CLIENT_LATENCY, REST_CLIENT_REQUESTS
 from .resources import Resource
 
@@ -579,7 +580,7 @@ class Client:
             body=body,
             content_type=content_type,
         ) as response:
-            return _decode_object(response)
+            return await _decode_large_object(response)
 
     # --- verbs ------------------------------------------------------------------------------
 
@@ -833,6 +834,20 @@ def _selector_params(label_selector: str | None, field_selector: str | None) -> 
     return params
 
 
+async def _decode_large_object(response: httpx.Response) -> JSON:
+    """:func:`_decode_object`, yielding to the event loop while a large body (a big LIST)
+    decodes (``runtime.jsondecode``)."""
+    try:
+        data = await decode_object(response.content)
+    except ValueError as exc:
+        raise ApiError(
+            f"the API server answered {response.status_code} with a body that is not JSON",
+            status=response.status_code,
+            reason="InvalidResponse",
+        ) from exc
+    return _ensure_object(response, data)
+
+
 def _decode_object(response: httpx.Response) -> JSON:
     """Decode a JSON object body; anything else is a protocol error, not a crash."""
     try:
@@ -843,6 +858,10 @@ def _decode_object(response: httpx.Response) -> JSON:
             status=response.status_code,
             reason="InvalidResponse",
         ) from exc
+    return _ensure_object(response, data)
+
+
+def _ensure_object(response: httpx.Response, data: Any) -> JSON:
     if not isinstance(data, dict):
         raise ApiError(
             f"the API server answered {response.status_code} with JSON that is not an object",
