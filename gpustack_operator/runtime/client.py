@@ -45,6 +45,7 @@ import structlog
 
 from .backoff import TokenBucket
 from .jsondecode import decode_object
+from .kr8sinternals import close_session, rebuild_session
 from .metrics import REST_CLIENT_LATENCY, REST_CLIENT_REQUESTS
 from .resources import Resource
 
@@ -433,9 +434,7 @@ class Client:
 
     async def close(self) -> None:
         """Close the HTTP session (open watches end with :class:`WatchInterrupted`)."""
-        session = getattr(self._api, "_session", None)
-        if isinstance(session, httpx.AsyncClient):
-            await session.aclose()
+        await close_session(self._api)
 
     async def __aenter__(self) -> Client:
         return self
@@ -546,8 +545,8 @@ class Client:
     async def _reauthenticate(self) -> None:
         """Re-read credentials (rotated token, exec plugin) and rebuild the HTTP session.
 
-        Uses kr8s's private ``_create_session``: the token is baked into the session's headers.
-        Concurrent 401s re-read once.
+        The token is baked into the session's headers, so the session is rebuilt
+        (``runtime.kr8sinternals``). Concurrent 401s re-read once.
         """
         generation = self._auth_generation
         async with self._auth_lock:
@@ -555,7 +554,7 @@ class Client:
                 return
             self._log.info("api_unauthorized_reauthenticating")
             await self._api.auth.reauthenticate()
-            await self._api._create_session()
+            await rebuild_session(self._api)
             self._auth_generation += 1
 
     async def _json(
