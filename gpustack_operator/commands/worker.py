@@ -15,8 +15,6 @@ import sys
 
 import structlog
 
-from controllers.bootstrap import BootstrapConfig
-from controllers.worker import KUEUE_AUTO, WorkerConfig, new_worker_manager, setup_worker
 from gpustack_operator.commands.argtypes import comma_list, duration, positive_int, positive_number
 from gpustack_operator.commands.bootstrap_flags import (
     add_bootstrap_flags,
@@ -30,6 +28,13 @@ from gpustack_operator.commands.cluster_flags import (
     connect,
 )
 from gpustack_operator.commands.helptext import env_epilog
+from gpustack_operator.controllers.bootstrap import BootstrapConfig
+from gpustack_operator.controllers.worker import (
+    KUEUE_AUTO,
+    WorkerConfig,
+    new_worker_manager,
+    setup_worker,
+)
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.manufacturers import KNOWN_MANUFACTURERS, load_manufacturers
 from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE

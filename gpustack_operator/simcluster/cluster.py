@@ -27,8 +27,13 @@ import anyio
 import structlog
 from anyio.abc import TaskGroup
 
-from controllers.worker import Worker, WorkerConfig, new_worker_manager, setup_worker
 from gpustack_operator.apis import kueue_resources
+from gpustack_operator.controllers.worker import (
+    Worker,
+    WorkerConfig,
+    new_worker_manager,
+    setup_worker,
+)
 from gpustack_operator.devicemanager.detection import DetectionConfig
 from gpustack_operator.domain.desired import DesiredState, plan_state
 from gpustack_operator.domain.manufacturers import Manufacturer, load_manufacturers

@@ -12,7 +12,12 @@ from typing import Any
 import anyio
 import yaml
 
-from controllers.bootstrap import Bootstrap, BootstrapConfig, install_nfd_crds, setup_bootstrap
+from gpustack_operator.controllers.bootstrap import (
+    Bootstrap,
+    BootstrapConfig,
+    install_nfd_crds,
+    setup_bootstrap,
+)
 from gpustack_operator.runtime import metrics
 from gpustack_operator.runtime.backoff import BackoffPolicy
 from gpustack_operator.runtime.client import Client, NotFound

@@ -13,9 +13,9 @@ import anyio
 import pytest
 import yaml
 
-from controllers.worker import WorkerConfig, new_worker_manager, setup_worker
 from gpustack_operator.apis import NODE_FEATURE_RULES
 from gpustack_operator.commands.bootstrap_flags import start_bootstrap
+from gpustack_operator.controllers.worker import WorkerConfig, new_worker_manager, setup_worker
 from gpustack_operator.domain.bootstrap import (
     BootstrapSettings,
     render_device_manager_rbac,
