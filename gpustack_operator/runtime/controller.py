@@ -690,14 +690,20 @@ class ControllerBuilder:
         return self
 
     def complete(self, reconciler: Reconciler) -> Controller:
-        """Create the controller, register its watches and add it to the manager."""
-        if self._for is None:
+        """Create the controller, register its watches and add it to the manager.
+
+        A controller without ``for_`` is allowed when it only ``watches`` (its keys come from
+        map functions, such as one fixed key for a singleton); ``owns`` needs the ``for_``
+        kind as the owner.
+        """
+        owns = any(spec.mapper is enqueue_owner for spec in self._watches)
+        if self._for is None and (owns or not self._watches):
             raise ValueError(f"controller {self._name!r}: call for_(resource) before complete()")
-        owner = self._for.resource
         controller = Controller(
             self._name, reconciler, recorder=self._host.recorder, **self._options
         )
-        for spec in (self._for, *self._watches):
+        specs = [self._for, *self._watches] if self._for is not None else self._watches
+        for spec in specs:
             source = self._host.source_for(
                 spec.resource,
                 namespace=spec.namespace,
@@ -708,6 +714,7 @@ class ControllerBuilder:
                 controller.watch_with(source, spec.handler(controller))
                 continue
             preds = [as_predicate(p) for p in (*self._filters, *spec.predicates)]
+            owner = self._for.resource if self._for is not None else spec.resource
             controller.watch(
                 source,
                 spec.mapper(owner),

@@ -15,7 +15,6 @@ import pytest
 
 from gpustack_operator.runtime.controller import Reconciler, Request, Result
 from gpustack_operator.sim.server import SimServer
-from tests.conftest import shared_crds_dir
 from tests.integration.worker.support import (
     KUEUE,
     WRITE_KINDS,
@@ -33,10 +32,6 @@ from tests.integration.worker.support import (
 
 pytestmark = [
     pytest.mark.anyio,
-    pytest.mark.skipif(
-        shared_crds_dir() is None,
-        reason="needs the Kueue and NFD CRDs from ../shared/crds (or $GPUSTACK_SHARED_CRDS)",
-    ),
 ]
 
 T4 = "acceleratable.feature.gpustack.ai/nvidia-tesla-t4"

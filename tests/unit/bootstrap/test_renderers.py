@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from gpustack_operator.cli import build_parser
-from gpustack_operator.controllers.bootstrap import BootstrapConfig, SpecChanged, is_up_to_date
+from gpustack_operator.controllers.bootstrap import BootstrapConfig, SpecChanged, manifest_applied
 from gpustack_operator.controllers.common import contains
 from gpustack_operator.domain.bootstrap import (
     DEFAULT_NFD_IMAGE,
@@ -228,10 +228,10 @@ def test_up_to_date_tolerates_server_defaults_but_not_drift() -> None:
         "data": {"k": "v"},
         "spec": {"containers": [{"name": "c", "image": "i", "imagePullPolicy": "IfNotPresent"}]},
     }
-    assert is_up_to_date(have, want)
-    assert not is_up_to_date(None, want)
-    assert not is_up_to_date({**have, "data": {"k": "other"}}, want)
-    assert not is_up_to_date({**have, "metadata": {"name": "x", "labels": {}}}, want)
+    assert manifest_applied(have, want)
+    assert not manifest_applied(None, want)
+    assert not manifest_applied({**have, "data": {"k": "other"}}, want)
+    assert not manifest_applied({**have, "metadata": {"name": "x", "labels": {}}}, want)
     two = {"spec": {"containers": [*have["spec"]["containers"], {"name": "d"}]}}
     assert not contains(two, {"spec": want["spec"]})
 

@@ -599,6 +599,21 @@ def test_builder_needs_for_and_a_name() -> None:
         builder.for_(PODS)
 
 
+async def test_a_controller_may_only_watch_with_map_functions() -> None:
+    host = FakeHost()
+    controller = (
+        ControllerBuilder(host, unique("singleton"))
+        .watches(NODES, lambda o: ["the-key"])
+        .watches(PODS, lambda o: ["the-key"])
+        .complete(lambda req: _none())
+    )
+    controller.start_watches()
+    host.source_for(NODES).add(obj("n1"))
+    host.source_for(PODS).add(obj("p", "ns"))
+    assert len(controller.queue) == 1
+    controller.queue.shut_down()
+
+
 async def test_requests_from_many_sources_share_one_queue_per_controller() -> None:
     per_key: defaultdict[str, int] = defaultdict(int)
     host = FakeHost()
