@@ -50,12 +50,9 @@ from gpustack_operator.domain.bootstrap.common import COMPONENT_LABEL, MANAGED_S
 from gpustack_operator.domain.bootstrap.crds import NODE_FEATURE_RULES_CRD, NODE_FEATURES_CRD
 from gpustack_operator.domain.bootstrap.desired import desired_bootstrap
 from gpustack_operator.domain.labels import MANAGED_BY_LABEL, MANAGED_BY_VALUE
-from gpustack_operator.domain.manufacturers import (
-    KNOWN_MANUFACTURERS,
-    load_manufacturers,
-    load_pci_class_prefixes,
-)
+from gpustack_operator.domain.manufacturers import KNOWN_MANUFACTURERS
 from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
+from gpustack_operator.environment import load_manufacturers, load_pci_class_prefixes
 from gpustack_operator.runtime.client import ApiError, Client, NotFound
 from gpustack_operator.runtime.controller import Request, Result
 from gpustack_operator.runtime.informer import Informer

@@ -44,9 +44,10 @@ from gpustack_operator.controllers.localqueue import NAME as LOCAL_QUEUE
 from gpustack_operator.controllers.localqueue import build_local_queue_controller
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.labels import MANAGED_BY_VALUE
-from gpustack_operator.domain.manufacturers import Manufacturer, load_manufacturers
+from gpustack_operator.domain.manufacturers import Manufacturer
 from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
 from gpustack_operator.domain.queues import DEFAULT_EXCLUDED_NAMESPACES
+from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.runtime.client import ApiError, Client
 from gpustack_operator.runtime.controller import (
     Controller,

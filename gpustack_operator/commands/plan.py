@@ -21,15 +21,14 @@ from gpustack_operator.commands.argtypes import comma_list
 from gpustack_operator.commands.helptext import env_epilog
 from gpustack_operator.domain.desired import plan_state
 from gpustack_operator.domain.kueue import KueueVersion
-from gpustack_operator.domain.manufacturers import load_manufacturers
 from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
 from gpustack_operator.domain.nodeview import (
     has_status,
     name_of,
 )
 from gpustack_operator.domain.queues import DEFAULT_EXCLUDED_NAMESPACES
-from gpustack_operator.domain.settings import load_group_id_with_memory
 from gpustack_operator.domain.validation import is_valid_dns_subdomain
+from gpustack_operator.environment import load_group_id_with_memory, load_manufacturers
 from gpustack_operator.render import FORMATS, render
 
 DEFAULT_NAMESPACES = ("default",)

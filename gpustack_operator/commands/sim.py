@@ -31,8 +31,7 @@ from gpustack_operator.commands.helptext import env_epilog
 from gpustack_operator.commands.plan import DEFAULT_NAMESPACES as PLAN_DEFAULT_NAMESPACES
 from gpustack_operator.commands.plan import PlanInputError, read_nodes_file
 from gpustack_operator.domain.desired import plan_state
-from gpustack_operator.domain.manufacturers import load_manufacturers
-from gpustack_operator.domain.settings import load_group_id_with_memory
+from gpustack_operator.environment import load_group_id_with_memory, load_manufacturers
 from gpustack_operator.render import FORMATS, render
 
 if TYPE_CHECKING:

@@ -36,10 +36,11 @@ from gpustack_operator.controllers.worker import (
 )
 from gpustack_operator.devicemanager.detection import DetectionConfig
 from gpustack_operator.domain.desired import DesiredState, plan_state
-from gpustack_operator.domain.manufacturers import Manufacturer, load_manufacturers
+from gpustack_operator.domain.manufacturers import Manufacturer
 from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
 from gpustack_operator.domain.nodeview import name_of
 from gpustack_operator.domain.queues import DEFAULT_EXCLUDED_NAMESPACES
+from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.manager import Manager, ManagerOptions
 from gpustack_operator.sim.nfdmaster import NfdMaster

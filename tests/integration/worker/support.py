@@ -17,7 +17,7 @@ from gpustack_operator.controllers.worker import (
     setup_worker,
 )
 from gpustack_operator.domain.desired import DesiredState, desired_state
-from gpustack_operator.domain.manufacturers import load_manufacturers
+from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.leaderelection import LeaderElectionConfig
 from gpustack_operator.runtime.manager import Manager, ManagerOptions

@@ -20,7 +20,8 @@ from gpustack_operator.domain.bootstrap import (
     render_runtime_classes,
 )
 from gpustack_operator.domain.labels import CPU_ANNOTATION_ATTRIBUTES
-from gpustack_operator.domain.manufacturers import KNOWN_MANUFACTURERS, load_manufacturers
+from gpustack_operator.domain.manufacturers import KNOWN_MANUFACTURERS
+from gpustack_operator.environment import load_manufacturers
 
 IMAGE = "example.com/gpustack-operator:1.0"
 

@@ -15,7 +15,7 @@ from gpustack_operator.controllers.common import NodeChanged, is_up_to_date, tri
 from gpustack_operator.controllers.nodefacts import node_view
 from gpustack_operator.controllers.worker import WorkerConfig, choose_kueue_version
 from gpustack_operator.domain.kueue import KueueVersion
-from gpustack_operator.domain.manufacturers import load_manufacturers
+from gpustack_operator.environment import load_manufacturers
 
 MFRS = load_manufacturers({})
 

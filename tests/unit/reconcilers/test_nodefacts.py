@@ -19,8 +19,8 @@ from gpustack_operator.domain.flavors import (
     node_profile_names,
     node_profiles,
 )
-from gpustack_operator.domain.manufacturers import load_manufacturers
 from gpustack_operator.domain.queues import desired_cohort, desired_cohorts
+from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.runtime.cache import Indexer
 from gpustack_operator.runtime.coalesce import IndexHold
 
