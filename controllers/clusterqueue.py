@@ -187,9 +187,10 @@ def build_cluster_queue_controller(
     )
     # A queue's quotas are sums over its nodes: while nodes keep arriving, wait for a pause
     # (at most batch_max_delay; longer while nodes still await their labels) rather than
-    # write every intermediate sum. Node, flavor and the queue's own events share one window
-    # per queue: an edit in a quiet moment is reconciled at once (the leading edge), but the
-    # queue's own writes during a burst must not start a write per round trip.
+    # write every intermediate sum. Node, flavor, Cohort and the queue's own events share one
+    # window per queue: an edit in a quiet moment is reconciled at once (the leading edge),
+    # but during a burst neither the queue's own writes nor its Cohort's creation may start a
+    # write per round trip.
     coalesce = Coalesce(
         batch_window,
         batch_max_delay,
@@ -198,7 +199,7 @@ def build_cluster_queue_controller(
     )
     return (
         builder.for_(caches.kueue.cluster_queues, METADATA_OR_SPEC_CHANGED, coalesce=coalesce)
-        .watches(caches.kueue.cohorts, by_cohort, METADATA_OR_SPEC_CHANGED)
+        .watches(caches.kueue.cohorts, by_cohort, METADATA_OR_SPEC_CHANGED, coalesce=coalesce)
         .watches(NODES, by_node, NodeChanged(facts), coalesce=coalesce)
         .watches(
             caches.kueue.resource_flavors, by_flavor, METADATA_OR_SPEC_CHANGED, coalesce=coalesce
