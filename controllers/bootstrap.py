@@ -35,13 +35,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import structlog
-from gpustack_operator.controllers.common import contains
 
 from gpustack_operator.apis import NODE_FEATURE_RULES
+from gpustack_operator.controllers.common import Writer, contains
 from gpustack_operator.domain.bootstrap import (
     DEFAULT_NFD_IMAGE,
     DEVICE_MANAGER,
@@ -50,23 +50,17 @@ from gpustack_operator.domain.bootstrap import (
     device_manager_prerequisites,
     nfd_prerequisites,
     parse_disabled_applications,
-    render_cpu_info_rule,
-    render_device_manager,
-    render_nfd,
     render_nfd_crds,
-    render_runtime_classes,
 )
 from gpustack_operator.domain.bootstrap.common import COMPONENT_LABEL, MANAGED_SELECTOR
 from gpustack_operator.domain.bootstrap.crds import NODE_FEATURE_RULES_CRD, NODE_FEATURES_CRD
+from gpustack_operator.domain.bootstrap.desired import desired_bootstrap
 from gpustack_operator.domain.labels import MANAGED_BY_LABEL, MANAGED_BY_VALUE
-from gpustack_operator.domain.manufacturers import (
-    KNOWN_MANUFACTURERS,
-    load_manufacturers,
-    load_pci_class_prefixes,
-)
+from gpustack_operator.domain.manufacturers import KNOWN_MANUFACTURERS
 from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
+from gpustack_operator.environment import load_manufacturers, load_pci_class_prefixes
 from gpustack_operator.runtime.client import ApiError, Client, NotFound
-from gpustack_operator.runtime.controller import Controller, Request, Result
+from gpustack_operator.runtime.controller import Request, Result
 from gpustack_operator.runtime.informer import Informer
 from gpustack_operator.runtime.manager import Manager
 from gpustack_operator.runtime.predicates import Predicate
@@ -201,8 +195,10 @@ class SpecChanged(Predicate):
         return "SpecChanged()"
 
 
-def is_up_to_date(have: Mapping[str, Any] | None, want: Mapping[str, Any]) -> bool:
-    """Whether the cached object says everything the rendered one says (labels included)."""
+def manifest_applied(have: Mapping[str, Any] | None, want: Mapping[str, Any]) -> bool:
+    """Whether the cached object says everything the rendered manifest says: labels and
+    annotations may hold more, the rest of *want* is contained in *have* (server defaults
+    tolerated). Unlike the queue reconcilers' ``is_up_to_date``, no key is owned whole."""
     if have is None:
         return False
     want_meta = want.get("metadata") or {}
@@ -240,10 +236,8 @@ class Bootstrap:
         self.manager = manager
         self.client: Client = manager.client
         self.config = config
+        self.writer = Writer(manager.client, FIELD_MANAGER, manager.recorder)
         ns = config.namespace
-        self.controller = Controller(
-            CONTROLLER_NAME, self.reconcile, recorder=manager.recorder, drain_timeout=10.0
-        )
         self.caches: dict[Resource, Informer] = {}
         for res in NAMESPACED_KINDS:
             self.caches[res] = manager.informer(res, namespace=ns, label_selector=MANAGED_SELECTOR)
@@ -258,10 +252,18 @@ class Bootstrap:
         }
         self.rules: Informer | None = None
         self._image: tuple[str, str] | None = None
+        builder = manager.controller(CONTROLLER_NAME).with_options(drain_timeout=10.0)
         predicate = SpecChanged()
-        for informer in (*self.caches.values(), self.runtime_classes, *self.nfd_crds.values()):
-            self.controller.watch(informer, self._enqueue, [predicate])
-        manager.add_controller(self.controller)
+        for res in NAMESPACED_KINDS:
+            builder.watches(
+                res, self._enqueue, predicate, namespace=ns, label_selector=MANAGED_SELECTOR
+            )
+        for res in CLUSTER_KINDS:
+            builder.watches(res, self._enqueue, predicate, label_selector=MANAGED_SELECTOR)
+        builder.watches(RUNTIME_CLASSES, self._enqueue, predicate)
+        for name in self.nfd_crds:
+            builder.watches(CRDS, self._enqueue, predicate, field_selector=f"metadata.name={name}")
+        self.controller = builder.complete(self.reconcile)
 
     @staticmethod
     def _enqueue(_obj: JSON) -> Iterable[str]:
@@ -271,7 +273,7 @@ class Bootstrap:
         """Queue the first reconcile (every event afterwards queues the same key)."""
         self.controller.queue.add(KEY)
 
-    # --- decisions ---------------------------------------------------------------------------
+    # --- what the cluster says -------------------------------------------------------------
 
     def foreign_nfd(self) -> bool:
         """NFD's NodeFeature CRD exists and someone else installed it."""
@@ -279,16 +281,18 @@ class Bootstrap:
         return crd is not None and not _is_ours(crd)
 
     def rules_served(self) -> bool:
-        """Whether NodeFeatureRules can be written now; starts watching them the first time
-        (an informer on an unserved kind could never sync, so it waits for the CRD)."""
+        """Whether NodeFeatureRules can be written now (their CRD is established)."""
         crd = self.nfd_crds[NODE_FEATURE_RULES_CRD].indexer.get(NODE_FEATURE_RULES_CRD)
-        if not _established(crd):
-            return False
-        if self.rules is None:
-            self.rules = self.manager.informer(NODE_FEATURE_RULES, label_selector=MANAGED_SELECTOR)
-            self.controller.watch(self.rules, self._enqueue, [SpecChanged()])
-            self.caches[NODE_FEATURE_RULES] = self.rules
-        return True
+        return _established(crd)
+
+    def watch_rules(self) -> None:
+        """Watch our NodeFeatureRules, once their kind is served (an informer on an unserved
+        kind could never sync, so it cannot be a source from the start)."""
+        if self.rules is not None:
+            return
+        self.rules = self.manager.informer(NODE_FEATURE_RULES, label_selector=MANAGED_SELECTOR)
+        self.controller.watch(self.rules, self._enqueue, [SpecChanged()])
+        self.caches[NODE_FEATURE_RULES] = self.rules
 
     async def device_manager_image(self) -> tuple[str, str] | None:
         """(image, pull policy) of the agents: the flag, else the worker's own container."""
@@ -314,47 +318,52 @@ class Bootstrap:
         self._image = (image, str(chosen.get("imagePullPolicy") or "IfNotPresent"))
         return self._image
 
-    async def desired(self) -> tuple[list[JSON], list[JSON], Result | None]:
-        """(objects to keep applied, RuntimeClasses to create if missing, retry hint)."""
+    # --- the reconcile -------------------------------------------------------------------------
+
+    async def reconcile(self, req: Request) -> Result | None:
         config = self.config
-        objects: list[JSON] = []
-        create_only: list[JSON] = []
+        rules_served = self.rules_served()
+        if rules_served:
+            self.watch_rules()
+        image: tuple[str, str] | None = None
         retry: Result | None = None
-        nfd_enabled = NODE_FEATURE_DISCOVERY not in config.disabled
-        if nfd_enabled and not self.foreign_nfd():
-            if await self.prerequisites_present(
-                NODE_FEATURE_DISCOVERY, nfd_prerequisites(config.settings), _NFD_COMPONENT
-            ):
-                objects += render_nfd(config.settings)
-            else:
-                retry = Result(requeue_after=RETRY_SECONDS)
-        if self.rules_served():
-            objects.append(
-                render_cpu_info_rule(
-                    config.settings.pci_class_prefixes, config.settings.manufacturers
-                )
-            )
+        nfd_wanted = NODE_FEATURE_DISCOVERY not in config.disabled and not self.foreign_nfd()
+        nfd_ready = nfd_wanted and await self.prerequisites_present(
+            NODE_FEATURE_DISCOVERY, nfd_prerequisites(config.settings), _NFD_COMPONENT
+        )
+        if nfd_wanted and not nfd_ready:
+            retry = Result(requeue_after=RETRY_SECONDS)
         if DEVICE_MANAGER not in config.disabled:
-            found = await self.device_manager_image()
-            present = await self.prerequisites_present(
+            if not await self.prerequisites_present(
                 DEVICE_MANAGER, device_manager_prerequisites(config.settings), _DEVICE_MANAGER_RBAC
-            )
-            if not present:
-                retry = Result(requeue_after=RETRY_SECONDS)
-            elif found is None:
-                log.error(
-                    "device-manager image unknown: pass --device-manager-image, or run the "
-                    "worker in a Pod with KUBERNETES_POD_NAME set (Downward API); retrying",
-                    retry_seconds=RETRY_SECONDS,
-                )
+            ):
                 retry = Result(requeue_after=RETRY_SECONDS)
             else:
-                image, policy = found
-                settings = replace(config.settings, image_pull_policy=policy)
-                objects += render_device_manager(settings, config.manufacturers, image)
-                chosen = [settings.manufacturers[m] for m in config.manufacturers]
-                create_only += render_runtime_classes(chosen)
-        return objects, create_only, retry
+                image = await self.device_manager_image()
+                if image is None:
+                    log.error(
+                        "device-manager image unknown: pass --device-manager-image, or run the "
+                        "worker in a Pod with KUBERNETES_POD_NAME set (Downward API); retrying",
+                        retry_seconds=RETRY_SECONDS,
+                    )
+                    retry = Result(requeue_after=RETRY_SECONDS)
+        desired = desired_bootstrap(
+            config.settings,
+            config.disabled,
+            config.manufacturers,
+            nfd=nfd_ready,
+            rules_served=rules_served,
+            agent_image=image,
+        )
+        applied = 0
+        for want in desired.applied:
+            applied += await self._ensure(want)
+        for want in desired.created_if_missing:
+            applied += await self._ensure(want, create_only=True)
+        pruned = await self._prune(desired.applied, keep_device_managers=retry is not None)
+        if applied or pruned:
+            log.info("bootstrap applied", applied=applied, deleted=pruned)
+        return retry
 
     async def prerequisites_present(
         self, application: str, prerequisites: list[JSON], shipped_in: str
@@ -378,20 +387,6 @@ class Bootstrap:
             )
         return not missing
 
-    # --- the reconcile -------------------------------------------------------------------------
-
-    async def reconcile(self, req: Request) -> Result | None:
-        objects, create_only, retry = await self.desired()
-        applied = 0
-        for want in objects:
-            applied += await self._ensure(want)
-        for want in create_only:
-            applied += await self._ensure(want, create_only=True)
-        pruned = await self._prune(objects, keep_device_managers=retry is not None)
-        if applied or pruned:
-            log.info("bootstrap applied", applied=applied, deleted=pruned)
-        return retry
-
     def _resource(self, obj: Mapping[str, Any]) -> Resource:
         return _KINDS[(str(obj["apiVersion"]), str(obj["kind"]))]
 
@@ -403,7 +398,7 @@ class Bootstrap:
         res = self._resource(want)
         cache = self.caches.get(res) or (self.runtime_classes if res == RUNTIME_CLASSES else None)
         have = cache.indexer.get(_key(want)) if cache is not None else None
-        if have is not None and (create_only or (_is_ours(have) and is_up_to_date(have, want))):
+        if have is not None and (create_only or (_is_ours(have) and manifest_applied(have, want))):
             return 0
         if have is None:
             # Not in our (label-selected) cache: absent, foreign, or the cache lags a write.
@@ -414,30 +409,12 @@ class Bootstrap:
                 existing = None
             if existing is not None and not _is_ours(existing):
                 if not create_only:
-                    self._not_ours(res, existing)
+                    self.writer.not_ours(res, existing)
                 return 0
-            if existing is not None and (create_only or is_up_to_date(existing, want)):
+            if existing is not None and (create_only or manifest_applied(existing, want)):
                 return 0
-        await self.client.apply(res, want, field_manager=FIELD_MANAGER, force=True)
-        log.info(
-            "applied" if have is not None else "created",
-            kind=res.kind,
-            name=want["metadata"]["name"],
-            namespace=want["metadata"].get("namespace"),
-        )
+        await self.writer.apply(res, want, existed=have is not None)
         return 1
-
-    def _not_ours(self, res: Resource, obj: JSON) -> None:
-        name = (obj.get("metadata") or {}).get("name")
-        log.warning("object not managed by gpustack-operator; left alone", kind=res.kind, name=name)
-        self.manager.recorder.warning(
-            obj,
-            "NotManaged",
-            f"{res.kind} {name} exists without {MANAGED_BY_LABEL}={MANAGED_BY_VALUE}: "
-            "gpustack-operator leaves it alone (delete it, or add the label, to let the "
-            "operator manage it)",
-            resource=res,
-        )
 
     async def _prune(self, desired: list[JSON], *, keep_device_managers: bool) -> int:
         """Delete our device-manager DaemonSets that are no longer desired."""
@@ -449,15 +426,8 @@ class Bootstrap:
             labels = (ds.get("metadata") or {}).get("labels") or {}
             if labels.get(COMPONENT_LABEL) != DEVICE_MANAGER or _key(ds) in wanted:
                 continue
-            meta = ds["metadata"]
-            try:
-                await self.client.delete(
-                    DAEMONSETS, meta["name"], meta["namespace"], preconditions={"uid": meta["uid"]}
-                )
-            except NotFound:
-                continue
-            log.info("deleted device-manager DaemonSet no longer configured", name=meta["name"])
-            deleted += 1
+            if await self.writer.delete(DAEMONSETS, ds, "device manager no longer configured"):
+                deleted += 1
         return deleted
 
 

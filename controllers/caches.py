@@ -12,15 +12,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from gpustack_operator.apis import KueueResources
 from gpustack_operator.controllers.common import index_values
 from gpustack_operator.controllers.nodefacts import NodeFacts, Part
-
-from gpustack_operator.apis import KueueResources
 from gpustack_operator.domain.labels import COHORT_ANNOTATION, QUEUE_ANNOTATION
 from gpustack_operator.domain.manufacturers import Manufacturer
 from gpustack_operator.domain.nodeview import annotations_of
 from gpustack_operator.domain.queues import cluster_queue_cohort
 from gpustack_operator.runtime.cache import namespace_index
+from gpustack_operator.runtime.coalesce import IndexHold
 from gpustack_operator.runtime.informer import Informer
 from gpustack_operator.runtime.manager import Manager
 from gpustack_operator.runtime.resources import NAMESPACES, NODES
@@ -29,6 +29,12 @@ BY_FLAVOR: Final = "flavor"
 BY_QUEUE: Final = "queue"
 BY_COHORT: Final = "cohort"
 BY_NAMESPACE: Final = "namespace"
+AWAITING_LABELS: Final = "awaiting-labels"
+"""Node index: the Nodes that do not carry their capacity labels yet, under "yes"."""
+_YES: Final = "yes"
+SETTLING_STALL: Final = 10.0
+"""Seconds without a Node entering or leaving :data:`AWAITING_LABELS` after which the fleet
+no longer counts as settling (a node NFD never labels cannot hold the queues for good)."""
 
 
 def node_facts(nodes: Informer, manufacturers: Mapping[str, Manufacturer]) -> NodeFacts:
@@ -38,8 +44,11 @@ def node_facts(nodes: Informer, manufacturers: Mapping[str, Manufacturer]) -> No
 
 
 def add_node_indexes(nodes: Informer, facts: NodeFacts) -> None:
-    """Managed Nodes by flavor, queue and cohort name (idempotent)."""
+    """Managed Nodes by flavor, queue and cohort name, and the Nodes awaiting their capacity
+    labels (idempotent)."""
     existing = set(nodes.indexer.index_names)
+    if AWAITING_LABELS not in existing:
+        nodes.add_index(AWAITING_LABELS, lambda obj: [_YES] if facts.awaits_labels(obj) else [])
     for part in (BY_FLAVOR, BY_QUEUE, BY_COHORT):
         if part in existing:
             continue
@@ -48,6 +57,13 @@ def add_node_indexes(nodes: Informer, facts: NodeFacts) -> None:
             return facts.index_names(obj, part)
 
         nodes.add_index(part, index)
+
+
+def fleet_settling(nodes: Informer) -> IndexHold:
+    """The ClusterQueues' hold: Nodes are on their way to the capacity labels the worker
+    published for them (start-up on an unprofiled cluster, a fleet joining), read from the
+    :data:`AWAITING_LABELS` index of *nodes*."""
+    return IndexHold(nodes, AWAITING_LABELS, _YES, stall=SETTLING_STALL)
 
 
 def _annotation_index(key: str) -> Any:

@@ -10,10 +10,11 @@ used in it (``status.flavorsReservation`` / ``flavorsUsage`` / workload counts, 
 the cache and then from the API); otherwise it is looked at again after
 ``reserved_requeue`` seconds. Queues without the managed-by label are never touched.
 
-Node and flavor events are debounced per queue (``Debouncer``): a queue is reconciled once
-its events pause for the batch window, or ``batch_max_delay`` after the first (while nodes
-still await their capacity labels, ``FleetSettling``, the longer ``settling_max_delay``), so
-a fleet joining node by node rewrites each queue a few times, not once per window.
+Node, flavor and the queue's own events are coalesced per queue (``runtime.coalesce``): the
+first after a quiet batch window is reconciled at once; later ones once the events pause for
+the window, or ``batch_max_delay`` after the first (while nodes still await their capacity
+labels, the ``settling`` hold, the longer ``settling_max_delay``), so a fleet joining node by
+node rewrites each queue a few times, not once per window.
 """
 
 from __future__ import annotations
@@ -24,16 +25,11 @@ from typing import Any, Final
 from gpustack_operator.controllers.caches import BY_COHORT, BY_FLAVOR, BY_QUEUE, KueueCaches
 from gpustack_operator.controllers.common import (
     METADATA_OR_SPEC_CHANGED,
-    Debounced,
-    Debouncer,
     NodeChanged,
     Writer,
     is_managed_object,
     is_up_to_date,
-    watch_batched,
 )
-from gpustack_operator.controllers.nodefacts import FleetSettling
-
 from gpustack_operator.domain.kueue import OwnerReference
 from gpustack_operator.domain.labels import QUEUE_ANNOTATION
 from gpustack_operator.domain.nodeview import annotations_of, is_deleting, name_of, uid_of
@@ -45,7 +41,9 @@ from gpustack_operator.domain.queues import (
     desired_cluster_queue,
 )
 from gpustack_operator.runtime.client import NotFound
-from gpustack_operator.runtime.controller import ControllerBuilder, Request, Result
+from gpustack_operator.runtime.coalesce import Coalesce, Hold
+from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request, Result
+from gpustack_operator.runtime.resources import NODES
 
 NAME: Final = "clusterqueue"
 _USAGE_FIELDS: Final = ("flavorsReservation", "flavorsUsage")
@@ -169,10 +167,10 @@ def build_cluster_queue_controller(
     waiting_requeue: float,
     batch_window: float,
     batch_max_delay: float,
-    settling: FleetSettling | None = None,
+    settling: Hold | None = None,
     settling_max_delay: float | None = None,
     quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES,
-) -> None:
+) -> Controller:
     facts = caches.facts
 
     def by_node(node: dict[str, Any]) -> list[str]:
@@ -200,29 +198,25 @@ def build_cluster_queue_controller(
         waiting_requeue=waiting_requeue,
         quota_resources=quota_resources,
     )
-    # A queue's quotas are sums over its nodes: while nodes keep arriving, wait for a quiet
-    # moment (at most batch_max_delay, longer while nodes still await their labels) rather
-    # than write every intermediate sum.
-    debouncer = Debouncer(
+    # A queue's quotas are sums over its nodes: while nodes keep arriving, wait for a pause
+    # (at most batch_max_delay; longer while nodes still await their labels) rather than
+    # write every intermediate sum. Node, flavor, Cohort and the queue's own events share one
+    # window per queue: an edit in a quiet moment is reconciled at once (the leading edge),
+    # but during a burst neither the queue's own writes nor its Cohort's creation may start a
+    # write per round trip.
+    coalesce = Coalesce(
         batch_window,
         batch_max_delay,
-        settling=settling.busy if settling is not None else None,
-        settling_max_delay=settling_max_delay,
+        hold=settling,
+        hold_max_delay=settling_max_delay or 0.0,
     )
-    controller = (
-        builder.for_(caches.kueue.cluster_queues, METADATA_OR_SPEC_CHANGED)
-        .watches(caches.kueue.cohorts, by_cohort, METADATA_OR_SPEC_CHANGED)
+    return (
+        builder.for_(caches.kueue.cluster_queues, METADATA_OR_SPEC_CHANGED, coalesce=coalesce)
+        .watches(caches.kueue.cohorts, by_cohort, METADATA_OR_SPEC_CHANGED, coalesce=coalesce)
+        .watches(NODES, by_node, NodeChanged(facts), coalesce=coalesce)
+        .watches(
+            caches.kueue.resource_flavors, by_flavor, METADATA_OR_SPEC_CHANGED, coalesce=coalesce
+        )
         .with_options(max_concurrent_reconciles=workers)
-        .complete(Debounced(reconciler, debouncer))
-    )
-    watch_batched(
-        controller, caches.nodes, by_node, NodeChanged(facts), batch_window, debouncer=debouncer
-    )
-    watch_batched(
-        controller,
-        caches.flavors,
-        by_flavor,
-        METADATA_OR_SPEC_CHANGED,
-        batch_window,
-        debouncer=debouncer,
+        .complete(reconciler)
     )

@@ -19,16 +19,16 @@ from gpustack_operator.controllers.common import (
     Writer,
     is_managed_object,
     is_up_to_date,
-    watch_batched,
 )
-
 from gpustack_operator.domain.nodeview import is_deleting
 from gpustack_operator.domain.queues import (
     cluster_queue_cohort,
     cohort_may_be_deleted,
     desired_cohort,
 )
-from gpustack_operator.runtime.controller import ControllerBuilder, Request, Result
+from gpustack_operator.runtime.coalesce import Coalesce
+from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request, Result
+from gpustack_operator.runtime.resources import NODES
 
 NAME: Final = "cohort"
 
@@ -77,7 +77,7 @@ def build_cohort_controller(
     workers: int,
     deleting_requeue: float,
     batch_window: float,
-) -> None:
+) -> Controller:
     facts = caches.facts
 
     def by_node(node: dict[str, Any]) -> list[str]:
@@ -87,12 +87,11 @@ def build_cohort_controller(
         cohort = cluster_queue_cohort(queue)
         return [cohort] if cohort else []
 
-    controller = (
+    coalesce = Coalesce(batch_window)
+    return (
         builder.for_(caches.kueue.cohorts, METADATA_OR_SPEC_CHANGED)
+        .watches(NODES, by_node, NodeChanged(facts), coalesce=coalesce)
+        .watches(caches.kueue.cluster_queues, by_queue, METADATA_OR_SPEC_CHANGED, coalesce=coalesce)
         .with_options(max_concurrent_reconciles=workers)
         .complete(CohortReconciler(caches, writer, deleting_requeue=deleting_requeue))
-    )
-    watch_batched(controller, caches.nodes, by_node, NodeChanged(facts), batch_window)
-    watch_batched(
-        controller, caches.cluster_queues, by_queue, METADATA_OR_SPEC_CHANGED, batch_window
     )

@@ -7,13 +7,12 @@ None of it knows about a particular Kueue kind; each reconciler module stays a t
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 import structlog
-from gpustack_operator.controllers.nodefacts import NodeFacts
 
+from gpustack_operator.controllers.nodefacts import NodeFacts
 from gpustack_operator.domain.labels import (
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
@@ -26,13 +25,8 @@ from gpustack_operator.domain.nodeview import labels_of, metadata, name_of, uid_
 from gpustack_operator.runtime.cache import strip_managed_fields
 from gpustack_operator.runtime.client import Client, Conflict, NotFound
 from gpustack_operator.runtime.controller import (
-    Controller,
     EventRecorderLike,
-    Reconciler,
-    Request,
-    Result,
 )
-from gpustack_operator.runtime.informer import Informer
 from gpustack_operator.runtime.predicates import Predicate
 from gpustack_operator.runtime.resources import Resource
 
@@ -249,151 +243,3 @@ class Writer:
 def index_values(values: Iterable[str]) -> list[str]:
     """De-duplicated, non-empty index values."""
     return sorted({v for v in values if v})
-
-
-# --- batched event handling -----------------------------------------------------------------------
-
-
-class Debouncer:
-    """Quiet-period batching per key: due once no event came for *quiet* seconds, or at the
-    latest *max_delay* seconds after the first event of the burst.
-
-    The work queue's ``add_after`` keeps the earliest deadline, so a window alone reconciles
-    a key every *quiet* seconds for as long as events keep coming (a fleet joining one node
-    at a time rewrote each ClusterQueue once per window). The event handler
-    :meth:`touch`-es the key; the reconcile asks :meth:`remaining` first and, while the burst
-    goes on, comes back later instead of writing an intermediate state.
-    """
-
-    def __init__(
-        self,
-        quiet: float,
-        max_delay: float,
-        *,
-        settling: Callable[[], bool] | None = None,
-        settling_max_delay: float | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.quiet = quiet
-        self.max_delay = max(quiet, max_delay)
-        self.settling = settling
-        """While this says True (nodes still await their labels), a burst is due only
-        *settling_max_delay* after its first event: pauses in the stream do not count."""
-        self.settling_max_delay = max(self.max_delay, settling_max_delay or 0.0)
-        self._clock = clock
-        self._bursts: dict[str, tuple[float, float]] = {}
-
-    def touch(self, key: str) -> None:
-        """An event for *key* arrived now."""
-        now = self._clock()
-        first, _ = self._bursts.get(key, (now, now))
-        self._bursts[key] = (first, now)
-
-    def remaining(self, key: str) -> float:
-        """Seconds until *key*'s burst is due; 0 (and the burst is closed) when it is."""
-        burst = self._bursts.get(key)
-        if burst is None:
-            return 0.0
-        first, last = burst
-        if self.settling is not None and self.settling():
-            # Nodes are still being labelled: a pause says nothing, wait for the end, but
-            # look again every quiet period (the end may bring no event for this key).
-            wait = min(first + self.settling_max_delay - self._clock(), self.quiet)
-        else:
-            wait = min(last + self.quiet, first + self.max_delay) - self._clock()
-        if wait <= 0:
-            del self._bursts[key]
-            return 0.0
-        return wait
-
-
-class Debounced:
-    """A reconciler behind a :class:`Debouncer`: while its key's burst of events goes on,
-    the key is requeued for when it is due instead of being reconciled."""
-
-    def __init__(self, reconciler: Reconciler, debouncer: Debouncer) -> None:
-        self.reconciler = reconciler
-        self.debouncer = debouncer
-
-    async def __call__(self, request: Request) -> Result | None:
-        wait = self.debouncer.remaining(request.key)
-        if wait > 0:
-            return Result(requeue_after=wait)
-        return await self.reconciler(request)
-
-
-class BatchedEnqueue:
-    """Informer event handler: filter, map to keys, add them after a batching window.
-
-    A dedup window: a burst of Node or flavor events (a fleet joining,
-    NFD relabelling every node) enqueues each affected key once, at the first event plus
-    *window*, instead of reconciling (and rewriting) a queue once per node. Synchronous and
-    O(1) per key, like the runtime's own handlers; a failing map function is logged.
-    """
-
-    def __init__(
-        self,
-        controller: Controller,
-        map_fn: Callable[[JSON], Iterable[str]],
-        predicate: Predicate,
-        window: float,
-        *,
-        deletes_at_once: bool = False,
-        debouncer: Debouncer | None = None,
-    ) -> None:
-        self._controller = controller
-        self._map = map_fn
-        self._predicate = predicate
-        self._window = window
-        self._deletes_at_once = deletes_at_once
-        self._debouncer = debouncer
-
-    def _enqueue(self, *objs: JSON, window: float | None = None) -> None:
-        delay = self._window if window is None else window
-        for obj in objs:
-            try:
-                keys = list(self._map(obj))
-            except Exception:
-                log.exception("event mapping failed; event dropped", name=name_of(obj))
-                continue
-            for key in keys:
-                if self._debouncer is not None and delay > 0:
-                    self._debouncer.touch(key)
-                self._controller.queue.add_after(key, delay)
-
-    def on_add(self, obj: JSON) -> None:
-        if self._predicate.create(obj):
-            self._enqueue(obj)
-
-    def on_update(self, old: JSON, new: JSON) -> None:
-        if self._predicate.update(old, new):
-            self._enqueue(old, new)
-
-    def on_delete(self, obj: JSON) -> None:
-        if self._predicate.delete(obj):
-            self._enqueue(obj, window=0.0 if self._deletes_at_once else None)
-
-
-def watch_batched(
-    controller: Controller,
-    informer: Informer,
-    map_fn: Callable[[JSON], Iterable[str]],
-    predicate: Predicate,
-    window: float,
-    *,
-    deletes_at_once: bool = False,
-    debouncer: Debouncer | None = None,
-) -> None:
-    """Register a :class:`BatchedEnqueue` of *controller* on *informer* (*deletes_at_once*:
-    delete events skip the window; *debouncer*: events also extend the key's burst, for a
-    reconciler wrapped in :class:`Debounced`)."""
-    informer.add_event_handler(
-        BatchedEnqueue(
-            controller,
-            map_fn,
-            predicate,
-            window,
-            deletes_at_once=deletes_at_once,
-            debouncer=debouncer,
-        )
-    )

@@ -21,12 +21,12 @@ from gpustack_operator.controllers.common import (
     Writer,
     is_managed_object,
     is_up_to_date,
-    watch_batched,
 )
-
 from gpustack_operator.domain.flavors import desired_resource_flavor
 from gpustack_operator.domain.nodeview import is_deleting
-from gpustack_operator.runtime.controller import ControllerBuilder, Request
+from gpustack_operator.runtime.coalesce import Coalesce
+from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request
+from gpustack_operator.runtime.resources import NODES
 
 NAME: Final = "resourceflavor"
 
@@ -68,15 +68,15 @@ def build_flavor_controller(
     *,
     workers: int,
     batch_window: float,
-) -> None:
+) -> Controller:
     facts = caches.facts
 
     def by_node(node: dict[str, Any]) -> list[str]:
         return facts.names(node, "flavor")
 
-    controller = (
+    return (
         builder.for_(caches.kueue.resource_flavors, METADATA_OR_SPEC_CHANGED)
+        .watches(NODES, by_node, NodeChanged(facts), coalesce=Coalesce(batch_window))
         .with_options(max_concurrent_reconciles=workers)
         .complete(FlavorReconciler(caches, writer))
     )
-    watch_batched(controller, caches.nodes, by_node, NodeChanged(facts), batch_window)

@@ -26,13 +26,12 @@ from gpustack_operator.controllers.common import (
     Writer,
     is_managed_object,
     is_up_to_date,
-    watch_batched,
 )
-
 from gpustack_operator.domain.labels import RESOURCE_TYPE_INSTANCETYPES, RESOURCE_TYPE_LABEL
 from gpustack_operator.domain.nodeview import is_deleting, labels_of, metadata, name_of
 from gpustack_operator.domain.queues import desired_local_queues
-from gpustack_operator.runtime.controller import ControllerBuilder, Request
+from gpustack_operator.runtime.coalesce import Coalesce
+from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request
 from gpustack_operator.runtime.predicates import Predicate
 from gpustack_operator.runtime.resources import NAMESPACES
 
@@ -137,7 +136,7 @@ def build_local_queue_controller(
     system_namespace: str,
     excluded_namespaces: Sequence[str],
     batch_window: float,
-) -> None:
+) -> Controller:
     def every_namespace(_: dict[str, Any]) -> list[str]:
         return caches.namespaces.indexer.keys()
 
@@ -151,19 +150,17 @@ def build_local_queue_controller(
         system_namespace=system_namespace,
         excluded_namespaces=excluded_namespaces,
     )
-    controller = (
+    # New queues are coalesced (a burst of them reaches every namespace once); a deleted
+    # queue's LocalQueues are removed at once rather than waiting for the garbage collector.
+    return (
         builder.for_(NAMESPACES, _NamespaceStateChanged())
         .watches(caches.kueue.local_queues, own_namespace, METADATA_OR_SPEC_CHANGED)
+        .watches(
+            caches.kueue.cluster_queues,
+            every_namespace,
+            _QueueSetChanged(),
+            coalesce=Coalesce(batch_window, deletes_at_once=True),
+        )
         .with_options(max_concurrent_reconciles=workers)
         .complete(reconciler)
-    )
-    # New queues are batched (a burst of them reaches every namespace once); a deleted
-    # queue's LocalQueues are removed at once rather than waiting for the garbage collector.
-    watch_batched(
-        controller,
-        caches.cluster_queues,
-        every_namespace,
-        _QueueSetChanged(),
-        batch_window,
-        deletes_at_once=True,
     )

@@ -11,7 +11,6 @@ and per reconcile with the number of nodes of a profile.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -206,48 +205,3 @@ class NodeFacts:
 
     def __len__(self) -> int:
         return len(self._current) + len(self._previous)
-
-
-class FleetSettling:
-    """Node informer handler: whether Nodes are on their way to their capacity labels.
-
-    While a fleet joins (or the worker starts on a cluster not profiled yet), every Node
-    passes through "labels published, not merged yet". :meth:`busy` is true while some Node
-    is there *and* the set moved (a node entered or left it) within the last *stall*
-    seconds: a node NFD never labels (NFD down, a label it refuses) must not keep the
-    worker in its start-up mode for good. The ClusterQueue debounce waits longer while busy.
-    """
-
-    def __init__(
-        self, facts: NodeFacts, stall: float = 10.0, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self._facts = facts
-        self._stall = stall
-        self._clock = clock
-        self._waiting: set[str] = set()
-        self._moved = clock()
-
-    def _see(self, node: Mapping[str, Any]) -> None:
-        key = name_of(node)
-        if self._facts.awaits_labels(node):
-            if key not in self._waiting:
-                self._waiting.add(key)
-                self._moved = self._clock()
-        elif key in self._waiting:
-            self._waiting.discard(key)
-            self._moved = self._clock()
-
-    def on_add(self, obj: Mapping[str, Any]) -> None:
-        self._see(obj)
-
-    def on_update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
-        self._see(new)
-
-    def on_delete(self, obj: Mapping[str, Any]) -> None:
-        self._waiting.discard(name_of(obj))
-
-    def busy(self) -> bool:
-        return bool(self._waiting) and self._clock() - self._moved < self._stall
-
-    def __len__(self) -> int:
-        return len(self._waiting)

@@ -9,8 +9,8 @@ own work queue and workers) on the manager's shared informers:
   discovery loop (on every replica, leader or not) asks which ``kueue.x-k8s.io`` versions the
   cluster serves, prefers v1beta2 over v1beta1, keeps ``/readyz`` failing with one clear log
   line while neither is served, and retries. Once a version is known, the Kueue informers
-  start (on standbys too, so a new leader starts warm; earlier they could never sync) and,
-  on the leader, the four queue controllers.
+  start (on standbys too, so a new leader starts warm; earlier they could never sync) and
+  the four queue controllers join the manager, which runs them while it leads.
 
 Build the manager with :func:`new_worker_manager` to get the worker's informer transform
 (Nodes trimmed to what the reconcilers read); any manager works, at a memory cost.
@@ -24,7 +24,14 @@ from typing import Final
 
 import anyio
 import structlog
-from gpustack_operator.controllers.caches import KueueCaches, add_node_indexes, node_facts
+
+from gpustack_operator.apis import KUEUE_GROUP, KueueResources, kueue_resources
+from gpustack_operator.controllers.caches import (
+    KueueCaches,
+    add_node_indexes,
+    fleet_settling,
+    node_facts,
+)
 from gpustack_operator.controllers.capacity import setup_capacity
 from gpustack_operator.controllers.clusterqueue import NAME as CLUSTER_QUEUE
 from gpustack_operator.controllers.clusterqueue import build_cluster_queue_controller
@@ -35,29 +42,23 @@ from gpustack_operator.controllers.flavor import NAME as FLAVOR
 from gpustack_operator.controllers.flavor import build_flavor_controller
 from gpustack_operator.controllers.localqueue import NAME as LOCAL_QUEUE
 from gpustack_operator.controllers.localqueue import build_local_queue_controller
-from gpustack_operator.controllers.nodefacts import FleetSettling
-
-from gpustack_operator.apis import KUEUE_GROUP, KueueResources, kueue_resources
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.labels import MANAGED_BY_VALUE
-from gpustack_operator.domain.manufacturers import Manufacturer, load_manufacturers
+from gpustack_operator.domain.manufacturers import Manufacturer
 from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
 from gpustack_operator.domain.queues import (
     DEFAULT_EXCLUDED_NAMESPACES,
     DEFAULT_QUOTA_RESOURCES,
     QuotaResources,
 )
+from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.runtime.client import ApiError, Client
 from gpustack_operator.runtime.controller import (
-    CacheSyncTimeoutError,
     Controller,
-    ControllerBuilder,
-    EventSource,
 )
-from gpustack_operator.runtime.events import EventRecorder
 from gpustack_operator.runtime.informer import InformerFactory
 from gpustack_operator.runtime.manager import Manager, ManagerOptions
-from gpustack_operator.runtime.resources import NODES, RESOURCE_SLICES, Resource
+from gpustack_operator.runtime.resources import NODES, RESOURCE_SLICES
 
 log = structlog.get_logger(__name__)
 
@@ -97,8 +98,9 @@ class WorkerConfig:
     cohort_deleting_requeue: float = 15.0
     """Seconds before re-checking a Cohort that is being deleted while nodes need it."""
     batch_window: float = 1.0
-    """Seconds a queue reconciler collects Node, flavor and ClusterQueue events for one key
-    before reconciling it once (a dedup window: a fleet joining rewrites each queue once,
+    """The coalescing window of the queue reconcilers' Node, flavor and ClusterQueue watches
+    (``runtime.coalesce``): the first event after a quiet window is reconciled at once, later
+    ones once the events pause this long (a fleet joining rewrites each queue a few times,
     not once per node). Changes to the reconciled objects themselves are not delayed."""
     batch_max_delay: float = 10.0
     """ClusterQueues only: while Node or flavor events for a queue keep coming (closer than
@@ -108,9 +110,9 @@ class WorkerConfig:
     settling_max_delay: float = 60.0
     """ClusterQueues only, while Nodes are on their way to the capacity labels the worker
     publishes for them (start-up on an unprofiled cluster, a fleet joining; see
-    ``FleetSettling``): pauses in the events do not count, a queue is reconciled when that
-    ends or this many seconds after its first event. (Values below ``batch_max_delay``,
-    and that below ``batch_window``, are raised to it.)"""
+    ``controllers.caches.fleet_settling``): pauses in the events do not count, a queue is
+    reconciled when that ends or this many seconds after its first event. (Values below
+    ``batch_max_delay``, and that below ``batch_window``, are raised to it.)"""
 
     def __post_init__(self) -> None:
         if self.kueue_version != KUEUE_AUTO:
@@ -130,43 +132,6 @@ def choose_kueue_version(served: list[str], wanted: str) -> KueueVersion | None:
     return next((v for v in candidates if v.value in served), None)
 
 
-class _LateHost:
-    """A ControllerHost for controllers built after the manager started (Kueue's).
-
-    The manager refuses new controllers once running; these are run by the worker's own
-    runnable instead, on the manager's shared informers.
-    """
-
-    def __init__(self, manager: Manager) -> None:
-        self.manager = manager
-        self.controllers: list[Controller] = []
-
-    def source_for(
-        self,
-        resource: Resource,
-        *,
-        namespace: str | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-    ) -> EventSource:
-        return self.manager.source_for(
-            resource,
-            namespace=namespace,
-            label_selector=label_selector,
-            field_selector=field_selector,
-        )
-
-    def add_controller(self, controller: Controller) -> None:
-        controller.drain_timeout = min(
-            controller.drain_timeout, self.manager.options.graceful_shutdown_timeout
-        )
-        self.controllers.append(controller)
-
-    @property
-    def recorder(self) -> EventRecorder:
-        return self.manager.recorder
-
-
 class Worker:
     """The worker's state on one manager (returned by :func:`setup_worker`)."""
 
@@ -179,11 +144,11 @@ class Worker:
         self.kueue_found = anyio.Event()
         self.caches: KueueCaches | None = None
         self.queue_controllers: list[Controller] = []
-        """The four Kueue controllers, once started (on the leader)."""
+        """The four Kueue controllers, once Kueue is discovered (they run on the leader)."""
         self.facts = node_facts(manager.informer(NODES), config.manufacturers)
         """Per-Node derived data shared by all five controllers and the Node indexes."""
-        self.settling = FleetSettling(self.facts)
-        """Which Nodes still await their capacity labels (the ClusterQueue debounce)."""
+        self.settling = fleet_settling(manager.informer(NODES))
+        """Whether Nodes still await their capacity labels (the ClusterQueues' hold)."""
 
     @property
     def excluded_namespaces(self) -> tuple[str, ...]:
@@ -207,8 +172,10 @@ class Worker:
                 if version is not None:
                     self.kueue = kueue_resources(version)
                     log.info("Kueue found", version=version.value, served=served)
-                    # Caches warm up on standbys too, so a new leader starts with them full.
+                    # Caches warm up on standbys too, so a new leader starts with them full;
+                    # the controllers are the manager's: they run while it leads.
                     self.caches = KueueCaches.create(self.manager, self.kueue, self.facts)
+                    self.queue_controllers = self._add_queue_controllers(self.caches)
                     self.kueue_found.set()
                     return
                 if not reported:
@@ -223,70 +190,51 @@ class Worker:
                     reported = True
             await anyio.sleep(self.config.kueue_discovery_interval)
 
-    async def run_queue_controllers(self) -> None:
-        """Leader only: once Kueue is known, build and run the four queue controllers."""
-        await self.kueue_found.wait()
-        caches = self.caches
-        assert caches is not None
+    def _add_queue_controllers(self, caches: KueueCaches) -> list[Controller]:
+        """Add the four queue controllers to the manager (started at once when it leads)."""
         config = self.config
-        host = _LateHost(self.manager)
+        manager = self.manager
         workers = config.max_concurrent_reconciles
         window = config.batch_window
-        build_flavor_controller(
-            ControllerBuilder(host, FLAVOR),
-            caches,
-            self.writer,
-            workers=workers,
-            batch_window=window,
-        )
-        build_cohort_controller(
-            ControllerBuilder(host, COHORT),
-            caches,
-            self.writer,
-            workers=workers,
-            deleting_requeue=config.cohort_deleting_requeue,
-            batch_window=window,
-        )
-        build_cluster_queue_controller(
-            ControllerBuilder(host, CLUSTER_QUEUE),
-            caches,
-            self.writer,
-            workers=workers,
-            reserved_requeue=config.reserved_requeue,
-            waiting_requeue=config.waiting_requeue,
-            batch_window=window,
-            batch_max_delay=config.batch_max_delay,
-            settling=self.settling,
-            settling_max_delay=config.settling_max_delay,
-            quota_resources=config.quota_resources,
-        )
-        build_local_queue_controller(
-            ControllerBuilder(host, LOCAL_QUEUE),
-            caches,
-            self.writer,
-            workers=workers,
-            system_namespace=config.system_namespace,
-            excluded_namespaces=config.excluded_namespaces,
-            batch_window=window,
-        )
-        # Batched watches are not sources the controllers wait for: every cache a reconciler
-        # reads must be full before the first reconcile (an empty flavor cache would make
-        # every ClusterQueue look orphaned).
-        timeout = self.manager.options.cache_sync_timeout
-        for informer in caches.informers():
-            if not await informer.wait_for_sync(timeout):
-                raise CacheSyncTimeoutError(
-                    f"the cache of {informer.resource} did not sync within {timeout:g}s; check "
-                    "the API server and the RBAC rules (list/watch) for this kind"
-                )
-        self.queue_controllers = host.controllers
-        # Listed with the manager's own so that its shutdown treats them alike (no drain
-        # after a lost Lease) and tools that inspect manager.controllers see all five.
-        self.manager.controllers.extend(host.controllers)
-        log.info("starting Kueue controllers", controllers=[c.name for c in host.controllers])
-        async with anyio.create_task_group() as tg:
-            for controller in host.controllers:
-                tg.start_soon(controller.run, name=f"controller {controller.name}")
+        return [
+            build_flavor_controller(
+                manager.controller(FLAVOR),
+                caches,
+                self.writer,
+                workers=workers,
+                batch_window=window,
+            ),
+            build_cohort_controller(
+                manager.controller(COHORT),
+                caches,
+                self.writer,
+                workers=workers,
+                deleting_requeue=config.cohort_deleting_requeue,
+                batch_window=window,
+            ),
+            build_cluster_queue_controller(
+                manager.controller(CLUSTER_QUEUE),
+                caches,
+                self.writer,
+                workers=workers,
+                reserved_requeue=config.reserved_requeue,
+                waiting_requeue=config.waiting_requeue,
+                batch_window=window,
+                batch_max_delay=config.batch_max_delay,
+                settling=self.settling,
+                settling_max_delay=config.settling_max_delay,
+                quota_resources=config.quota_resources,
+            ),
+            build_local_queue_controller(
+                manager.controller(LOCAL_QUEUE),
+                caches,
+                self.writer,
+                workers=workers,
+                system_namespace=config.system_namespace,
+                excluded_namespaces=config.excluded_namespaces,
+                batch_window=window,
+            ),
+        ]
 
 
 async def serves_dra(client: Client) -> bool:
@@ -304,13 +252,12 @@ async def serves_dra(client: Client) -> bool:
 def setup_worker(manager: Manager, config: WorkerConfig) -> Worker:
     """Register the worker's five reconcilers and Kueue discovery on *manager*.
 
-    Call before ``manager.run()``. The capacity controller is a regular controller of the
-    manager; the four Kueue controllers start on the leader once Kueue is discovered. Adds the
-    readiness check ``kueue``.
+    Call before ``manager.run()``. The capacity controller is added at once; the four Kueue
+    controllers are added once Kueue is discovered (on every replica; they run on the
+    leader). Adds the readiness check ``kueue``.
     """
     worker = Worker(manager, config)
     add_node_indexes(manager.informer(NODES), worker.facts)
-    manager.informer(NODES).add_event_handler(worker.settling)
     setup_capacity(
         manager,
         worker.writer,
@@ -321,7 +268,6 @@ def setup_worker(manager: Manager, config: WorkerConfig) -> Worker:
     )
     manager.add_readyz_check("kueue", worker.kueue_ready)
     manager.add_runnable(worker.discover_kueue, name="kueue discovery", needs_leader=False)
-    manager.add_runnable(worker.run_queue_controllers, name="kueue controllers")
     return worker
 
 

@@ -104,6 +104,9 @@ async def bench_controller(keys: int, workers: int) -> None:
         def add_event_handler(self, handler: object) -> None:
             return None
 
+        def remove_event_handler(self, handler: object) -> None:
+            return None
+
         async def wait_for_sync(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109
             return True
 

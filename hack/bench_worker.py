@@ -112,7 +112,6 @@ def _usage() -> dict[str, float]:
 def worker_child(kubeconfig: str, report: Path, resync: float) -> int:
     """Run the worker until SIGTERM; SIGUSR1 appends a getrusage snapshot to *report*."""
     from gpustack_operator.controllers.worker import WorkerConfig, new_worker_manager, setup_worker
-
     from gpustack_operator.runtime.client import Client
     from gpustack_operator.runtime.logs import configure_logging
     from gpustack_operator.runtime.manager import ManagerOptions, run_async
@@ -166,7 +165,7 @@ async def _read_report(path: Path, lines: int) -> dict[str, float]:
 
 async def bench(count: int, bound: float, resync: float) -> dict[str, Any]:
     from gpustack_operator.domain.desired import apply_sim_devices
-    from gpustack_operator.domain.manufacturers import load_manufacturers
+    from gpustack_operator.environment import load_manufacturers
     from gpustack_operator.runtime.logs import configure_logging
     from gpustack_operator.simcluster.cluster import SimCluster
 

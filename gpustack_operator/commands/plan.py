@@ -23,15 +23,14 @@ from gpustack_operator.commands.quota_flags import add_quota_resources_flag
 from gpustack_operator.domain.desired import plan_state
 from gpustack_operator.domain.devicesources.dra import KIND as DRA_KIND
 from gpustack_operator.domain.kueue import KueueVersion
-from gpustack_operator.domain.manufacturers import load_manufacturers
 from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
 from gpustack_operator.domain.nodeview import (
     has_status,
     name_of,
 )
 from gpustack_operator.domain.queues import DEFAULT_EXCLUDED_NAMESPACES, QuotaResources
-from gpustack_operator.domain.settings import load_group_id_with_memory
 from gpustack_operator.domain.validation import is_valid_dns_subdomain
+from gpustack_operator.environment import load_group_id_with_memory, load_manufacturers
 from gpustack_operator.render import FORMATS, render
 
 DEFAULT_NAMESPACES = ("default",)

@@ -32,9 +32,8 @@ from gpustack_operator.commands.plan import DEFAULT_NAMESPACES as PLAN_DEFAULT_N
 from gpustack_operator.commands.plan import PlanInputError, read_cluster_file
 from gpustack_operator.commands.quota_flags import add_quota_resources_flag
 from gpustack_operator.domain.desired import plan_state
-from gpustack_operator.domain.manufacturers import load_manufacturers
 from gpustack_operator.domain.queues import QuotaResources
-from gpustack_operator.domain.settings import load_group_id_with_memory
+from gpustack_operator.environment import load_group_id_with_memory, load_manufacturers
 from gpustack_operator.render import FORMATS, render
 
 if TYPE_CHECKING:

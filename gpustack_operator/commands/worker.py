@@ -38,9 +38,10 @@ from gpustack_operator.controllers.worker import (
     setup_worker,
 )
 from gpustack_operator.domain.kueue import KueueVersion
-from gpustack_operator.domain.manufacturers import KNOWN_MANUFACTURERS, load_manufacturers
+from gpustack_operator.domain.manufacturers import KNOWN_MANUFACTURERS
 from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
 from gpustack_operator.domain.queues import DEFAULT_EXCLUDED_NAMESPACES, QuotaResources
+from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.runtime.leaderelection import LeaderElectionConfig
 from gpustack_operator.runtime.manager import ManagerOptions, run_async
 

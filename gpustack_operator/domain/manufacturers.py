@@ -14,12 +14,6 @@ from typing import Final
 from pydantic import BaseModel, ConfigDict
 
 from gpustack_operator.domain.labels import CREDITS_PREFIX
-from gpustack_operator.domain.settings import (
-    build_settings,
-    env_var_name,
-    load_device_settings,
-    manufacturer_settings_model,
-)
 from gpustack_operator.domain.validation import is_valid_dns_subdomain, is_valid_label_key
 
 
@@ -61,7 +55,18 @@ DEFAULT_PCI_CLASS_PREFIXES: Final = ("02", "03", "0b", "12")
 _VENDOR = re.compile(r"[0-9a-f]{4}")
 _CLASS = re.compile(r"[0-9a-f]{1,6}")
 
-_OverridesModel = manufacturer_settings_model(KNOWN_MANUFACTURERS)
+ENV_PREFIX: Final = "GPUSTACK_"
+OVERRIDE_FIELDS: Final = (
+    "pci_vendor_id",
+    "acceleratable_resource_name",
+    "acceleratable_runtime_name",
+)
+"""Per manufacturer, the settings ``GPUSTACK_<MFR>_<FIELD>`` overrides (docs/devices.md)."""
+
+
+def env_var_name(field: str) -> str:
+    """The environment variable behind a settings field name (``nvidia_pci_vendor_id``)."""
+    return ENV_PREFIX + field.upper()
 
 
 def _parse_vendor(var: str, raw: str) -> tuple[str, str | None]:
@@ -91,26 +96,29 @@ def _parse_runtime(var: str, raw: str) -> str:
     return value
 
 
-def load_manufacturers(env: Mapping[str, str] | None = None) -> dict[str, Manufacturer]:
-    """The nine manufacturers with ``GPUSTACK_<MFR>_*`` overrides applied, sorted by name.
+def manufacturers_with_overrides(
+    overrides: Mapping[str, str | None],
+) -> dict[str, Manufacturer]:
+    """The nine manufacturers with *overrides* applied, sorted by name.
 
-    *env* ``None`` reads ``os.environ``. Empty variables count as unset. A bad value raises
-    ``ValueError`` naming the variable.
+    *overrides* maps ``<mfr>_<field>`` (:data:`OVERRIDE_FIELDS`) to the raw value of its
+    ``GPUSTACK_`` variable; missing and ``None`` values keep the default. The configuration
+    layer (``gpustack_operator.environment``) reads them. A bad value raises ``ValueError``
+    naming the variable.
     """
-    overrides = build_settings(_OverridesModel, env).model_dump()
     result: dict[str, Manufacturer] = {}
     for name in KNOWN_MANUFACTURERS:
         vendor, resource, runtime = _DEFAULTS[name]
         pci_class: str | None = None
-        raw_vendor = overrides[f"{name}_pci_vendor_id"]
+        raw_vendor = overrides.get(f"{name}_pci_vendor_id")
         if raw_vendor is not None:
             var = env_var_name(f"{name}_pci_vendor_id")
             vendor, pci_class = _parse_vendor(var, raw_vendor)
-        raw_resource = overrides[f"{name}_acceleratable_resource_name"]
+        raw_resource = overrides.get(f"{name}_acceleratable_resource_name")
         if raw_resource is not None:
             var = env_var_name(f"{name}_acceleratable_resource_name")
             resource = _parse_resource(var, raw_resource)
-        raw_runtime = overrides[f"{name}_acceleratable_runtime_name"]
+        raw_runtime = overrides.get(f"{name}_acceleratable_runtime_name")
         if raw_runtime is not None:
             var = env_var_name(f"{name}_acceleratable_runtime_name")
             runtime = _parse_runtime(var, raw_runtime)
@@ -124,12 +132,9 @@ def load_manufacturers(env: Mapping[str, str] | None = None) -> dict[str, Manufa
     return result
 
 
-def load_pci_class_prefixes(env: Mapping[str, str] | None = None) -> tuple[str, ...]:
-    """``GPUSTACK_PCI_CLASS_PREFIXES`` as lower-case hex prefixes, duplicates removed.
-
-    Default ``("02", "03", "0b", "12")`` (SPEC §0.2).
-    """
-    raw = load_device_settings(env).pci_class_prefixes
+def parse_pci_class_prefixes(raw: str) -> tuple[str, ...]:
+    """``GPUSTACK_PCI_CLASS_PREFIXES`` as lower-case hex prefixes, duplicates removed
+    (docs/devices.md; default ``02,03,0b,12``)."""
     prefixes: list[str] = []
     for part in raw.split(","):
         item = part.strip().lower()
@@ -151,4 +156,4 @@ def load_pci_class_prefixes(env: Mapping[str, str] | None = None) -> tuple[str, 
 
 def default_manufacturers() -> dict[str, Manufacturer]:
     """The registry without any environment overrides (SPEC §4.1 table)."""
-    return load_manufacturers({})
+    return manufacturers_with_overrides({})

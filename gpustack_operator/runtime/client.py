@@ -44,6 +44,8 @@ import kr8s.asyncio
 import structlog
 
 from .backoff import TokenBucket
+from .jsondecode import decode_object
+from .kr8sinternals import close_session, rebuild_session
 from .metrics import REST_CLIENT_LATENCY, REST_CLIENT_REQUESTS
 from .resources import Resource
 
@@ -432,9 +434,7 @@ class Client:
 
     async def close(self) -> None:
         """Close the HTTP session (open watches end with :class:`WatchInterrupted`)."""
-        session = getattr(self._api, "_session", None)
-        if isinstance(session, httpx.AsyncClient):
-            await session.aclose()
+        await close_session(self._api)
 
     async def __aenter__(self) -> Client:
         return self
@@ -545,8 +545,8 @@ class Client:
     async def _reauthenticate(self) -> None:
         """Re-read credentials (rotated token, exec plugin) and rebuild the HTTP session.
 
-        Uses kr8s's private ``_create_session``: the token is baked into the session's headers.
-        Concurrent 401s re-read once.
+        The token is baked into the session's headers, so the session is rebuilt
+        (``runtime.kr8sinternals``). Concurrent 401s re-read once.
         """
         generation = self._auth_generation
         async with self._auth_lock:
@@ -554,7 +554,7 @@ class Client:
                 return
             self._log.info("api_unauthorized_reauthenticating")
             await self._api.auth.reauthenticate()
-            await self._api._create_session()
+            await rebuild_session(self._api)
             self._auth_generation += 1
 
     async def _json(
@@ -579,7 +579,7 @@ class Client:
             body=body,
             content_type=content_type,
         ) as response:
-            return _decode_object(response)
+            return await _decode_large_object(response)
 
     # --- verbs ------------------------------------------------------------------------------
 
@@ -833,6 +833,20 @@ def _selector_params(label_selector: str | None, field_selector: str | None) -> 
     return params
 
 
+async def _decode_large_object(response: httpx.Response) -> JSON:
+    """:func:`_decode_object`, yielding to the event loop while a large body (a big LIST)
+    decodes (``runtime.jsondecode``)."""
+    try:
+        data = await decode_object(response.content)
+    except ValueError as exc:
+        raise ApiError(
+            f"the API server answered {response.status_code} with a body that is not JSON",
+            status=response.status_code,
+            reason="InvalidResponse",
+        ) from exc
+    return _ensure_object(response, data)
+
+
 def _decode_object(response: httpx.Response) -> JSON:
     """Decode a JSON object body; anything else is a protocol error, not a crash."""
     try:
@@ -843,6 +857,10 @@ def _decode_object(response: httpx.Response) -> JSON:
             status=response.status_code,
             reason="InvalidResponse",
         ) from exc
+    return _ensure_object(response, data)
+
+
+def _ensure_object(response: httpx.Response, data: Any) -> JSON:
     if not isinstance(data, dict):
         raise ApiError(
             f"the API server answered {response.status_code} with JSON that is not an object",

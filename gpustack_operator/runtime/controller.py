@@ -34,6 +34,7 @@ import structlog
 
 from gpustack_operator.runtime import metrics
 from gpustack_operator.runtime.cache import object_key
+from gpustack_operator.runtime.coalesce import Coalesce, CoalescingQueue
 from gpustack_operator.runtime.predicates import Predicate, PredicateLike, and_, as_predicate
 from gpustack_operator.runtime.resources import Resource
 from gpustack_operator.runtime.workqueue import RateLimiter, ShutDown, WorkQueue
@@ -134,6 +135,8 @@ class EventSource(Protocol):
 
     def add_event_handler(self, handler: Any) -> None: ...
 
+    def remove_event_handler(self, handler: Any) -> None: ...
+
     async def wait_for_sync(self, timeout: float | None = None) -> bool: ...  # noqa: ASYNC109
 
 
@@ -197,20 +200,33 @@ def enqueue_mapped(map_fn: MapFunc) -> Mapper:
 
 
 class _WatchHandler:
-    """The informer event handler of one watch: filter, map, enqueue; synchronous and O(1)."""
+    """The informer event handler of one watch: filter, map, enqueue; synchronous and O(1).
 
-    def __init__(self, controller: Controller, mapper: Mapper, predicate: Predicate) -> None:
+    *add* enqueues a key (the work queue's, or a :class:`CoalescingQueue`'s); *add_deleted*,
+    when given, enqueues the keys of delete events instead.
+    """
+
+    def __init__(
+        self,
+        controller: Controller,
+        mapper: Mapper,
+        predicate: Predicate,
+        add: Callable[[str], None] | None = None,
+        add_deleted: Callable[[str], None] | None = None,
+    ) -> None:
         self._controller = controller
         self._mapper = mapper
         self._predicate = predicate
+        self._add = add or controller.queue.add
+        self._add_deleted = add_deleted or self._add
 
-    def _enqueue(self, *objs: Obj) -> None:
-        queue = self._controller.queue
+    def _enqueue(self, *objs: Obj, add: Callable[[str], None] | None = None) -> None:
+        add = add or self._add
         for obj in objs:
             try:
                 keys = self._mapper(obj)
                 for key in keys:
-                    queue.add(key)
+                    add(key)
             except Exception:
                 # A map function bug must not kill the informer that delivers to everyone.
                 log.exception(
@@ -230,7 +246,11 @@ class _WatchHandler:
 
     def on_delete(self, obj: Obj) -> None:
         if self._predicate.delete(obj):
-            self._enqueue(obj)
+            self._enqueue(obj, add=self._add_deleted)
+
+    def on_resync(self, obj: Obj) -> None:
+        # The periodic safety net: predicates filter changes, and a resync is none.
+        self._enqueue(obj)
 
 
 # --- the controller ------------------------------------------------------------------------
@@ -267,6 +287,9 @@ class Controller:
         self.recorder = recorder
         self.queue = WorkQueue(name, rate_limiter=rate_limiter)
         self._sources: list[EventSource] = []
+        self._handlers: list[tuple[EventSource, Any]] = []
+        self._coalescing: dict[int, CoalescingQueue] = {}
+        self._watching = False
         self._primary: EventSource | None = None
         self._started = False
         self._log = log.bind(controller=name)
@@ -289,16 +312,70 @@ class Controller:
         predicates: Sequence[PredicateLike] = (),
         *,
         primary: bool = False,
+        coalesce: Coalesce | None = None,
     ) -> None:
         """Enqueue ``mapper(obj)`` for every event of *source* that passes all *predicates*.
 
-        The *primary* source (the ``for_`` kind) is where failure Events are recorded.
+        The *primary* source (the ``for_`` kind) is where failure Events are recorded. The
+        handler is attached when the controller starts (:meth:`start_watches`), so a
+        controller that never runs (a standby's leader-only one) never fills its queue. With
+        *coalesce*, keys go through the controller's :class:`CoalescingQueue` for that value.
         """
-        source.add_event_handler(_WatchHandler(self, mapper, and_(*predicates)))
+        predicate = and_(*predicates)
+        if coalesce is None:
+            handler = _WatchHandler(self, mapper, predicate)
+        else:
+            coalescing = self.coalescing(coalesce)
+            deleted = coalescing.add_now if coalesce.deletes_at_once else None
+            handler = _WatchHandler(self, mapper, predicate, coalescing.add, deleted)
+        self.watch_with(source, handler, primary=primary)
+
+    def coalescing(self, spec: Coalesce) -> CoalescingQueue:
+        """The controller's coalescing queue for *spec* (one per value: watches given the same
+        :class:`Coalesce` share its per-key windows); its hold's informers become sources."""
+        coalescing = self._coalescing.get(id(spec))
+        if coalescing is None:
+            coalescing = self._coalescing[id(spec)] = CoalescingQueue(spec, self.queue.add)
+            for source in spec.hold.sources if spec.hold is not None else ():
+                if source not in self._sources:
+                    self._sources.append(source)
+        return coalescing
+
+    def watch_with(self, source: EventSource, handler: Any, *, primary: bool = False) -> None:
+        """Attach *handler* (any informer event handler) to *source* when the controller
+        starts; *source* is then one the controller waits for before its workers start."""
+        self._handlers.append((source, handler))
+        if self._watching:
+            source.add_event_handler(handler)
         if source not in self._sources:
             self._sources.append(source)
         if primary:
             self._primary = source
+
+    @property
+    def sources(self) -> list[EventSource]:
+        """The informers this controller waits for before its workers start."""
+        return list(self._sources)
+
+    def start_watches(self) -> None:
+        """Attach every watch's handler to its source (idempotent); :meth:`run` calls it.
+
+        A source that has synced replays its cache as adds, so the queue starts with every
+        cached key, as controller-runtime's ``startWatches`` does.
+        """
+        if self._watching:
+            return
+        self._watching = True
+        for source, handler in self._handlers:
+            source.add_event_handler(handler)
+
+    def stop_watches(self) -> None:
+        """Detach the handlers again (the controller stopped; its queue takes no more keys)."""
+        if not self._watching:
+            return
+        self._watching = False
+        for source, handler in self._handlers:
+            source.remove_event_handler(handler)
 
     @property
     def started(self) -> bool:
@@ -312,6 +389,24 @@ class Controller:
         ``drain_timeout`` seconds to finish, and stragglers are then cancelled.
         Raises :class:`CacheSyncTimeoutError` when the sources do not sync in time.
         """
+        self.start_watches()
+        failed: Exception | None = None
+        try:
+            async with anyio.create_task_group() as tg:
+                for coalescing in self._coalescing.values():
+                    tg.start_soon(coalescing.run)
+                try:
+                    await self._run()
+                except Exception as err:  # raised as itself, not inside a group
+                    failed = err
+                finally:
+                    tg.cancel_scope.cancel()
+        finally:
+            self.stop_watches()
+        if failed is not None:
+            raise failed
+
+    async def _run(self) -> None:
         with anyio.move_on_after(self.cache_sync_timeout) as sync_scope:
             for source in self._sources:
                 await source.wait_for_sync(self.cache_sync_timeout)
@@ -456,6 +551,8 @@ class _WatchSpec:
     namespace: str | None
     label_selector: str | None
     field_selector: str | None
+    coalesce: Coalesce | None = None
+    handler: Callable[[Controller], Any] | None = None
 
 
 class ControllerBuilder:
@@ -478,8 +575,10 @@ class ControllerBuilder:
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        coalesce: Coalesce | None = None,
     ) -> ControllerBuilder:
-        """Reconcile objects of *resource*: each event enqueues the object's own key."""
+        """Reconcile objects of *resource*: each event enqueues the object's own key (at once,
+        unless *coalesce* is given: an explicit choice to rate-limit a flapping object)."""
         if self._for is not None:
             raise ValueError(f"controller {self._name!r}: for_() was already called")
         self._for = _WatchSpec(
@@ -489,6 +588,7 @@ class ControllerBuilder:
             namespace,
             label_selector,
             field_selector,
+            coalesce,
         )
         return self
 
@@ -499,11 +599,18 @@ class ControllerBuilder:
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        coalesce: Coalesce | None = None,
     ) -> ControllerBuilder:
         """Watch children of *resource*; each enqueues its controlling owner of the for_ kind."""
         self._watches.append(
             _WatchSpec(
-                resource, enqueue_owner, predicates, namespace, label_selector, field_selector
+                resource,
+                enqueue_owner,
+                predicates,
+                namespace,
+                label_selector,
+                field_selector,
+                coalesce,
             )
         )
         return self
@@ -516,12 +623,45 @@ class ControllerBuilder:
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        coalesce: Coalesce | None = None,
     ) -> ControllerBuilder:
-        """Watch *resource*; each event enqueues ``map_fn(obj)`` (old and new of an update)."""
+        """Watch *resource*; each event enqueues ``map_fn(obj)`` (old and new of an update),
+        through a coalescing window when *coalesce* is given."""
         mapper = enqueue_mapped(map_fn)
         self._watches.append(
             _WatchSpec(
-                resource, lambda _: mapper, predicates, namespace, label_selector, field_selector
+                resource,
+                lambda _: mapper,
+                predicates,
+                namespace,
+                label_selector,
+                field_selector,
+                coalesce,
+            )
+        )
+        return self
+
+    def watches_with(
+        self,
+        resource: Resource,
+        handler: Callable[[Controller], Any],
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> ControllerBuilder:
+        """Watch *resource* with any event handler: ``handler(controller)`` builds it (it
+        usually adds keys to ``controller.queue``); the informer is one the controller waits
+        for, and the handler is attached when the controller starts."""
+        self._watches.append(
+            _WatchSpec(
+                resource,
+                lambda _: enqueue_object(),
+                (),
+                namespace,
+                label_selector,
+                field_selector,
+                handler=handler,
             )
         )
         return self
@@ -550,21 +690,37 @@ class ControllerBuilder:
         return self
 
     def complete(self, reconciler: Reconciler) -> Controller:
-        """Create the controller, register its watches and add it to the manager."""
-        if self._for is None:
+        """Create the controller, register its watches and add it to the manager.
+
+        A controller without ``for_`` is allowed when it only ``watches`` (its keys come from
+        map functions, such as one fixed key for a singleton); ``owns`` needs the ``for_``
+        kind as the owner.
+        """
+        owns = any(spec.mapper is enqueue_owner for spec in self._watches)
+        if self._for is None and (owns or not self._watches):
             raise ValueError(f"controller {self._name!r}: call for_(resource) before complete()")
-        owner = self._for.resource
         controller = Controller(
             self._name, reconciler, recorder=self._host.recorder, **self._options
         )
-        for spec in (self._for, *self._watches):
+        specs = [self._for, *self._watches] if self._for is not None else self._watches
+        for spec in specs:
             source = self._host.source_for(
                 spec.resource,
                 namespace=spec.namespace,
                 label_selector=spec.label_selector,
                 field_selector=spec.field_selector,
             )
+            if spec.handler is not None:
+                controller.watch_with(source, spec.handler(controller))
+                continue
             preds = [as_predicate(p) for p in (*self._filters, *spec.predicates)]
-            controller.watch(source, spec.mapper(owner), preds, primary=spec is self._for)
+            owner = self._for.resource if self._for is not None else spec.resource
+            controller.watch(
+                source,
+                spec.mapper(owner),
+                preds,
+                primary=spec is self._for,
+                coalesce=spec.coalesce,
+            )
         self._host.add_controller(controller)
         return controller

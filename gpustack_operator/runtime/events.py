@@ -3,8 +3,12 @@
 :meth:`EventRecorder.event` only puts the event on a bounded in-memory queue (dropping it, and
 counting the drop, when the queue is full); :meth:`EventRecorder.run` writes them. Repeats of
 the same event (same object, type, reason, message and source) are aggregated in-process, as
-client-go's correlator does: the first one is created, later ones bump ``count`` and
-``lastTimestamp`` on the existing Event instead of creating new objects.
+client-go's ``EventCorrelator`` does: the first one is created, later ones bump ``count``,
+``lastTimestamp`` and ``series`` (count and last observed time) on the existing Event
+instead of creating new objects. A spam filter limits each object to a burst of 25 events,
+refilled at one per five minutes (client-go's defaults in ``tools/record/events_cache.go``);
+events beyond it are dropped and counted (``gpustack_events_dropped_total{reason=
+"rate_limited"}``), so a reconcile failing in a loop cannot flood the API server.
 """
 
 from __future__ import annotations
@@ -31,6 +35,10 @@ log = structlog.get_logger(__name__)
 JSON = dict[str, Any]
 EventType = Literal["Normal", "Warning"]
 _MAX_MESSAGE = 1024  # the API server rejects longer event messages
+SPAM_BURST = 25
+"""Events one object may get at once (client-go's ``defaultSpamBurst``)."""
+SPAM_QPS = 1.0 / 300.0
+"""Refill rate of an object's event budget per second (client-go's ``defaultSpamQPS``)."""
 
 
 class EventClient(Protocol):
@@ -68,6 +76,32 @@ def _timestamp(at: datetime) -> str:
     return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _micro_timestamp(at: datetime) -> str:
+    """An RFC 3339 time with microseconds (the API's ``MicroTime``, used by ``series``)."""
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class _SpamFilter:
+    """A token bucket per involved object; bounded (least recently used objects forgotten)."""
+
+    def __init__(self, burst: int, qps: float, size: int, clock: Callable[[], float]) -> None:
+        self._burst = burst
+        self._qps = qps
+        self._size = size
+        self._clock = clock
+        self._buckets: OrderedDict[tuple[str, ...], tuple[float, float]] = OrderedDict()
+
+    def allow(self, key: tuple[str, ...]) -> bool:
+        now = self._clock()
+        tokens, updated = self._buckets.pop(key, (float(self._burst), now))
+        tokens = min(float(self._burst), tokens + (now - updated) * self._qps)
+        allowed = tokens >= 1.0
+        self._buckets[key] = (tokens - 1.0 if allowed else tokens, now)
+        while len(self._buckets) > self._size:
+            self._buckets.popitem(last=False)
+        return allowed
+
+
 class EventRecorder:
     """Records Events about objects on behalf of *component* (``source.component``)."""
 
@@ -80,6 +114,9 @@ class EventRecorder:
         queue_size: int = 1000,
         cache_size: int = 4096,
         wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        spam_burst: int = SPAM_BURST,
+        spam_qps: float = SPAM_QPS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
         self.component = component
@@ -88,6 +125,7 @@ class EventRecorder:
         self._send, self._receive = anyio.create_memory_object_stream[_Pending](queue_size)
         self._seen: OrderedDict[tuple[str, ...], _Seen] = OrderedDict()
         self._cache_size = cache_size
+        self._spam = _SpamFilter(spam_burst, spam_qps, cache_size, clock)
         self._accepted = 0  # events queued so far
         self._finished = 0  # events written or failed so far
         self._idle: anyio.Event | None = None
@@ -121,6 +159,11 @@ class EventRecorder:
         ):
             if meta.get(source):
                 involved[field] = meta[source]
+        subject = tuple(str(involved.get(k) or "") for k in ("uid", "kind", "namespace", "name"))
+        if not self._spam.allow(subject):
+            metrics.EVENTS_DROPPED.labels("rate_limited").inc()
+            log.debug("event dropped: too many events for this object", reason=reason)
+            return
         pending = _Pending(involved, type_, reason, message[:_MAX_MESSAGE], self._wall_clock())
         try:
             self._send.send_nowait(pending)
@@ -190,7 +233,14 @@ class EventRecorder:
                 await self.client.patch(
                     EVENTS,
                     seen.name,
-                    {"count": seen.count, "lastTimestamp": stamp},
+                    {
+                        "count": seen.count,
+                        "lastTimestamp": stamp,
+                        "series": {
+                            "count": seen.count,
+                            "lastObservedTime": _micro_timestamp(pending.at),
+                        },
+                    },
                     namespace=seen.namespace,
                 )
                 self._seen.move_to_end(identity)

@@ -15,6 +15,10 @@ event handlers synchronously on the event loop. The rules it follows (each cover
   produce delete events with their last known state.
 - Errors back off 0.8 s -> 30 s with jitter (reset after progress); a ``Retry-After`` from
   the server is honoured when longer. ``run`` never returns on errors.
+- :meth:`Informer.failing_for` says how long the informer has been unable to list or watch
+  (0 while it works): from the first failed LIST or WATCH until a LIST succeeds or a watch
+  delivers an event. The manager's ``/readyz`` and ``gpustack_informer_failing_seconds``
+  read it, so a cache that silently stopped following the cluster is visible.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import anyio
 import structlog
 from anyio.abc import TaskGroup
 
+from . import metrics
 from .backoff import Backoff, BackoffPolicy
 from .cache import Indexer, IndexFunc, object_key, strip_managed_fields
 from .client import (
@@ -48,6 +53,7 @@ __all__ = [
     "Informer",
     "InformerFactory",
     "ReflectorSettings",
+    "ResyncHandler",
     "Transform",
     "object_key",
     "strip_managed_fields",
@@ -71,6 +77,15 @@ class EventHandler(Protocol):
 
     def on_delete(self, obj: JSON) -> None:
         """*obj* left the cache; after a re-LIST it is the last state this cache knew."""
+
+
+class ResyncHandler(Protocol):
+    """A handler that tells periodic resyncs apart from updates (controllers' watches do:
+    a resync is a safety net and must reach the reconciler whatever the update filters say).
+    Handlers without ``on_resync`` get ``on_update(obj, obj)``."""
+
+    def on_resync(self, obj: JSON) -> None:
+        """*obj* is still in the cache, unchanged: a periodic resync."""
 
 
 @dataclass
@@ -148,6 +163,7 @@ class Informer:
         self._running = False
         self._last_rv = ""
         self._watch_events = 0
+        self._failing_since: float | None = None
         # Observability (and proof in tests): how many LISTs and WATCHes this informer made.
         self.list_count = 0
         self.watch_count = 0
@@ -166,6 +182,30 @@ class Informer:
         return self._synced
 
     @property
+    def scope(self) -> str:
+        """The resource and its scope, as logs and the failing-seconds gauge name it."""
+        parts = [
+            f"{k}={v}"
+            for k, v in (
+                ("namespace", self.namespace),
+                ("labels", self.label_selector),
+                ("fields", self.field_selector),
+            )
+            if v
+        ]
+        return f"{self.resource}[{','.join(parts)}]" if parts else str(self.resource)
+
+    def failing_for(self) -> float:
+        """Seconds since listing or watching started failing; 0 while it works."""
+        if self._failing_since is None:
+            return 0.0
+        return max(0.0, self.settings.clock() - self._failing_since)
+
+    def _failing(self) -> None:
+        if self._failing_since is None:
+            self._failing_since = self.settings.clock()
+
+    @property
     def last_resource_version(self) -> str:
         """The resourceVersion a re-watch would start from."""
         return self._last_rv
@@ -176,6 +216,10 @@ class Informer:
         if self._synced:
             for obj in self.indexer.list():
                 self._call(handler, "on_add", obj)
+
+    def remove_event_handler(self, handler: EventHandler) -> None:
+        """Stop delivering events to *handler* (a stopped controller's); others are kept."""
+        self._handlers = [h for h in self._handlers if h is not handler]
 
     def add_index(self, name: str, fn: IndexFunc) -> None:
         """Add a named index to the cache (existing objects are indexed at once)."""
@@ -191,16 +235,21 @@ class Informer:
         return self._synced
 
     def resync(self) -> None:
-        """Deliver ``on_update(obj, obj)`` for every cached object (periodic re-reconcile)."""
+        """Deliver every cached object again (periodic re-reconcile): ``on_resync(obj)`` to
+        handlers that have it, ``on_update(obj, obj)`` to the others."""
         for obj in self.indexer.list():
             for handler in list(self._handlers):
-                self._call(handler, "on_update", obj, obj)
+                if hasattr(handler, "on_resync"):
+                    self._call(handler, "on_resync", obj)
+                else:
+                    self._call(handler, "on_update", obj, obj)
 
     async def run(self) -> None:
         """List and watch until cancelled. Errors are logged and retried with backoff."""
         if self._running:
             raise RuntimeError(f"informer for {self.resource} is already running")
         self._running = True
+        metrics.register_informer(self)
         try:
             async with anyio.create_task_group() as tg:
                 if self._resync_period:
@@ -208,6 +257,7 @@ class Informer:
                 await self._list_and_watch()
         finally:
             self._running = False
+            metrics.unregister_informer(self)
 
     # --- the reflector loop -----------------------------------------------------------------
 
@@ -222,6 +272,7 @@ class Informer:
             try:
                 if need_list:
                     await self._relist()
+                    self._failing_since = None
                     need_list = False
                     if not gone_in_a_row:
                         # Progress; but a LIST squeezed between two 410s is not (see below).
@@ -232,6 +283,7 @@ class Informer:
                     backoff.reset()
                     gone_in_a_row = 0
                 elif s.clock() - started < s.min_watch_duration:
+                    self._failing()
                     delay = backoff.next()
                     self.log.warning("watch_closed_at_once", delay=round(delay, 3))
                 else:
@@ -256,6 +308,7 @@ class Informer:
                     backoff.reset()
                     gone_in_a_row = 0
                 if isinstance(exc, WatchInterrupted) and not self._watch_events:
+                    self._failing()
                     delay = backoff.next()
                 self.log.info(
                     "watch_restarting",
@@ -267,6 +320,7 @@ class Informer:
             except ApiError as exc:
                 delay = self._failed(backoff, exc, "list" if need_list else "watch")
             except Exception as exc:
+                self._failing()
                 delay = backoff.next()
                 self.log.exception(
                     "informer_unexpected_error", error=repr(exc), delay=round(delay, 3)
@@ -275,6 +329,7 @@ class Informer:
                 await s.sleep(delay)
 
     def _failed(self, backoff: Backoff, exc: ApiError, verb: str) -> float:
+        self._failing()
         delay = backoff.next()
         if exc.retry_after is not None:
             delay = max(delay, exc.retry_after)
@@ -328,6 +383,7 @@ class Informer:
         ) as stream:
             async for event in stream:
                 self._watch_events += 1
+                self._failing_since = None
                 self._apply(event)
 
     # --- cache updates ----------------------------------------------------------------------

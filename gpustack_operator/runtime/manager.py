@@ -12,6 +12,10 @@ Start-up, in order:
 5. campaign for the Lease when leader election is configured;
 6. once leading (at once without election), start the controllers and leader-only runnables.
 
+A controller added while the manager runs (one whose kinds were discovered later) starts at
+once when this manager leads, else when it is elected. Controllers attach their event
+handlers only when they start, so a standby's leader-only queues stay empty.
+
 :meth:`Manager.run` is driven by cancellation: cancel it and it shuts down in order — stop
 taking work and let in-flight reconciles finish within ``graceful_shutdown_timeout``, then
 release the Lease (so a standby takes over at once), then stop informers and servers.
@@ -84,6 +88,9 @@ class ManagerOptions:
     """Periodic ``on_update(obj, obj)`` of every cached object; None disables."""
     reflector: ReflectorSettings | None = None
     event_queue_size: int = 1000
+    informer_failure_threshold: float | None = 60.0
+    """``/readyz`` fails (check ``informers-healthy``) while an informer has been unable to
+    list or watch for longer than this many seconds; None disables the check."""
 
 
 class RunnableFailed(RuntimeError):
@@ -125,6 +132,8 @@ class Manager:
         self.readyz = HealthChecks()
         self.healthz.add("ping", lambda: True)
         self.readyz.add("informers-synced", self._caches_synced)
+        if opts.informer_failure_threshold is not None:
+            self.readyz.add("informers-healthy", self._informers_healthy)
         self.health_server: HttpServer | None = None
         self.metrics_server: HttpServer | None = None
         self.elector: LeaderElector | None = None
@@ -143,6 +152,7 @@ class Manager:
         self._errors: list[BaseException] = []
         self._stop = anyio.Event()
         self._ran = False
+        self._task_group: TaskGroup | None = None
         self._log = log.bind(component=opts.component)
 
     # --- building ------------------------------------------------------------------------------
@@ -184,9 +194,15 @@ class Manager:
         )
 
     def add_controller(self, controller: Controller) -> None:
-        """Run *controller* while this manager leads; names must be unique (metrics, logs)."""
-        if self._ran:
-            raise RuntimeError("add controllers before Manager.run()")
+        """Run *controller* while this manager leads; names must be unique (metrics, logs).
+
+        Added while the manager runs, it starts at once if this manager leads (else with the
+        others once elected).
+        """
+        if self.stopping.is_set():
+            raise RuntimeError(
+                f"cannot add controller {controller.name!r}: the manager is shutting down"
+            )
         if any(c.name == controller.name for c in self.controllers):
             raise ValueError(
                 f"a controller named {controller.name!r} is already registered: names label "
@@ -195,6 +211,9 @@ class Manager:
         if controller.drain_timeout > self.options.graceful_shutdown_timeout:
             controller.drain_timeout = self.options.graceful_shutdown_timeout
         self.controllers.append(controller)
+        if self._task_group is not None and self.elected.is_set():
+            self._log.info("starting controller", controller=controller.name)
+            self._spawn(self._task_group, "leader", f"controller {controller.name}", controller.run)
 
     @property
     def recorder(self) -> EventRecorder:
@@ -225,6 +244,20 @@ class Manager:
             return self.elected.is_set()
         return self.elector.is_leader
 
+    def _informers_healthy(self) -> bool:
+        threshold = self.options.informer_failure_threshold
+        if threshold is None:
+            return True
+        failing = [i for i in self.informers.informers if i.failing_for() > threshold]
+        for informer in failing:
+            self._log.warning(
+                "informer cannot list or watch; not ready",
+                informer=informer.scope,
+                failing_seconds=round(informer.failing_for(), 1),
+                fix="check the API server's reachability and the RBAC rules (list/watch)",
+            )
+        return not failing
+
     def _caches_synced(self) -> bool:
         return self.synced.is_set() and all(i.has_synced for i in self.informers.informers)
 
@@ -240,6 +273,7 @@ class Manager:
             raise RuntimeError("a Manager runs once; create a new one")
         self._ran = True
         async with anyio.create_task_group() as tg:
+            self._task_group = tg
             try:
                 await self._start(tg)
                 await self._stop.wait()
@@ -248,6 +282,7 @@ class Manager:
             finally:
                 with anyio.CancelScope(shield=True):
                     await self._shutdown()
+                self._task_group = None
         if self._errors:
             raise self._errors[0]
 

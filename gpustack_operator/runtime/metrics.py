@@ -193,6 +193,57 @@ def unregister_queue_progress(queue: QueueProgress) -> None:
     _QUEUE_PROGRESS.discard(queue)
 
 
+class InformerHealth(Protocol):
+    """What the informer gauge reads from a live informer."""
+
+    @property
+    def scope(self) -> str: ...
+
+    def failing_for(self) -> float: ...
+
+
+class _InformerHealthCollector(Collector):
+    """``gpustack_informer_failing_seconds``, computed at scrape time from live informers."""
+
+    def __init__(self) -> None:
+        self._informers: weakref.WeakSet[InformerHealth] = weakref.WeakSet()
+
+    def add(self, informer: InformerHealth) -> None:
+        self._informers.add(informer)
+
+    def discard(self, informer: InformerHealth) -> None:
+        self._informers.discard(informer)
+
+    def describe(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily("gpustack_informer_failing_seconds", "", labels=["informer"])
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "gpustack_informer_failing_seconds",
+            "Seconds an informer has been unable to list or watch its kind (0 while it works).",
+            labels=["informer"],
+        )
+        worst: dict[str, float] = {}
+        for informer in list(self._informers):
+            worst[informer.scope] = max(worst.get(informer.scope, 0.0), informer.failing_for())
+        for scope, seconds in sorted(worst.items()):
+            family.add_metric([scope], seconds)
+        yield family
+
+
+_INFORMER_HEALTH = _InformerHealthCollector()
+REGISTRY.register(_INFORMER_HEALTH)
+
+
+def register_informer(informer: InformerHealth) -> None:
+    """Expose *informer*'s failing time while it runs (held weakly)."""
+    _INFORMER_HEALTH.add(informer)
+
+
+def unregister_informer(informer: InformerHealth) -> None:
+    _INFORMER_HEALTH.discard(informer)
+
+
 # --- leader election ------------------------------------------------------------------------
 
 LEADER_ELECTION_MASTER_STATUS = Gauge(
@@ -222,7 +273,8 @@ REST_CLIENT_LATENCY = Histogram(
 
 EVENTS_DROPPED = Counter(
     "gpustack_events_dropped_total",
-    "Kubernetes Events dropped because the recorder's queue was full or the write failed.",
+    "Kubernetes Events dropped: the recorder's queue was full, the write failed, or the "
+    "object got too many events (rate_limited).",
     ["reason"],
     registry=REGISTRY,
 )

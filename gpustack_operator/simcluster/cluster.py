@@ -37,7 +37,7 @@ from gpustack_operator.controllers.worker import (
 )
 from gpustack_operator.devicemanager.detection import DetectionConfig
 from gpustack_operator.domain.desired import DesiredState, plan_state
-from gpustack_operator.domain.manufacturers import Manufacturer, load_manufacturers
+from gpustack_operator.domain.manufacturers import Manufacturer
 from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
 from gpustack_operator.domain.nodeview import name_of
 from gpustack_operator.domain.queues import (
@@ -45,6 +45,7 @@ from gpustack_operator.domain.queues import (
     DEFAULT_QUOTA_RESOURCES,
     QuotaResources,
 )
+from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.manager import Manager, ManagerOptions
 from gpustack_operator.sim.authn import TokenAuthenticator
@@ -309,7 +310,10 @@ class SimCluster:
             len(c.queue) == 0 and not c.queue.processing() for m in managers for c in m.controllers
         )
         fleet_idle = self.fleet is None or self.fleet.idle()
-        worker_up = self.worker is None or self.worker.queue_controllers != []
+        worker_up = self.worker is None or (
+            self.worker.queue_controllers != []
+            and all(c.started for c in self.worker.queue_controllers)
+        )
         stand_ins = self.nfd.idle() and self.kubelet.idle() and self.kueue_admission.idle()
         return stand_ins and fleet_idle and worker_up and queues_empty
 

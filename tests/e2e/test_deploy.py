@@ -324,7 +324,11 @@ def test_locked_install_and_wheel(tmp_path: Path) -> None:
         entry_points = next(n for n in names if n.endswith("entry_points.txt"))
         scripts = archive.read(entry_points).decode()
     assert "gpustack_operator/cli.py" in names
-    assert "controllers/bootstrap.py" in names
+    # One top-level package: the reconcilers ship inside it, nothing generic such as
+    # ``controllers`` lands in site-packages (README.md, "Layout").
+    assert "gpustack_operator/controllers/bootstrap.py" in names
+    top = {name.split("/", 1)[0] for name in names}
+    assert {name for name in top if not name.endswith(".dist-info")} == {"gpustack_operator"}
     assert "gpustack_operator/domain/bootstrap/crds.py" in names
     assert "gpustack-operator = gpustack_operator.cli:main" in scripts
 

@@ -23,15 +23,10 @@ from gpustack_operator.runtime.client import Client, NotFound
 from gpustack_operator.runtime.manager import Manager, ManagerOptions
 from gpustack_operator.runtime.resources import NODES
 from gpustack_operator.sim.server import SimServer
-from tests.conftest import shared_crds_dir
 from tests.unit.devicemanager.fakes import FakeNvml, a10g, tesla_t4
 
 pytestmark = [
     pytest.mark.anyio,
-    pytest.mark.skipif(
-        shared_crds_dir() is None,
-        reason="needs the NFD CRDs from ../shared/crds (or $GPUSTACK_SHARED_CRDS)",
-    ),
 ]
 
 NS = "gpustack-system"

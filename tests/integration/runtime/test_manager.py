@@ -388,3 +388,97 @@ async def test_generation_changed_ignores_the_controllers_own_status_writes(
             current["spec"]["replicas"] = 3
             await client.replace(DEPLOYMENTS, current)
             await eventually(lambda: calls == [1, 2] and cache_caught_up())
+
+
+async def test_a_standbys_leader_only_queues_stay_empty(
+    sim: SimServer, sim_kubeconfig: Path
+) -> None:
+    """Handlers attach when a controller starts: on a standby nothing is ever enqueued."""
+    lease = unique("standby-lease")
+    names = {identity: unique(f"standby-{identity}") for identity in ("leader", "standby")}
+
+    def elect(identity: str) -> LeaderElectionConfig:
+        return LeaderElectionConfig(
+            lease_name=lease,
+            lease_namespace="default",
+            identity=identity,
+            lease_duration=2.0,
+            renew_deadline=1.5,
+            retry_period=0.2,
+        )
+
+    async def reconcile(req: Request) -> None:
+        return None
+
+    async with connected(sim_kubeconfig) as client:
+        managers = {}
+        for identity, name in names.items():
+            manager = Manager(client, options(leader_election=elect(identity)))
+            manager.controller(name).for_(CONFIGMAPS).complete(reconcile)
+            managers[identity] = manager
+        async with running(managers["leader"]):
+            await managers["leader"].elected.wait()
+            async with running(managers["standby"]):
+                await managers["standby"].synced.wait()
+                for i in range(5):
+                    await client.create(CONFIGMAPS, configmap(f"standby-{i}"))
+                await eventually(
+                    lambda: sample("workqueue_adds_total", name=names["leader"]) >= 5,
+                    what="the leader to enqueue the ConfigMaps",
+                )
+                standby = managers["standby"].controllers[0]
+                assert not managers["standby"].is_leader
+                assert len(standby.queue) == 0 and standby.queue.num_waiting() == 0
+                assert sample("workqueue_adds_total", name=names["standby"]) == 0
+                assert sample("workqueue_depth", name=names["standby"]) == 0
+
+
+async def test_a_controller_added_after_start_runs(sim: SimServer, sim_kubeconfig: Path) -> None:
+    reconciled: list[str] = []
+
+    async def reconcile(req: Request) -> None:
+        reconciled.append(req.key)
+
+    async with connected(sim_kubeconfig) as client:
+        await client.create(CONFIGMAPS, configmap("late"))
+        manager = Manager(client, options())
+        manager.controller(unique("early")).for_(SECRETS).complete(reconcile)
+        async with running(manager):
+            await manager.elected.wait()
+            name = unique("late")
+            late = manager.controller(name).for_(CONFIGMAPS).complete(reconcile)
+            assert manager.controllers[-1] is late
+            await eventually(
+                lambda: "default/late" in reconciled, what="the late controller to run"
+            )
+            assert late.started
+            with pytest.raises(ValueError, match="already registered"):
+                manager.controller(name).for_(CONFIGMAPS).complete(reconcile)
+
+
+async def test_a_failing_informer_turns_readyz_false_within_the_threshold(
+    sim: SimServer, sim_kubeconfig: Path
+) -> None:
+    fault = sim.faults.add("watch", "ConfigMap", 500)  # LISTs work: the cache syncs
+    async with connected(sim_kubeconfig) as client:
+        manager = Manager(client, options(informer_failure_threshold=0.3))
+
+        async def reconcile(req: Request) -> None:
+            return None
+
+        manager.controller(unique("failing")).for_(CONFIGMAPS).complete(reconcile)
+        async with running(manager):
+            await manager.synced.wait()
+            assert manager.health_server is not None
+            url = manager.health_server.url
+            informer = manager.informers.informers[0]
+            await eventually(lambda: fault.fired >= 1, what="a failing WATCH")
+
+            await eventually(lambda: informer.failing_for() > 0.3, what="the threshold")
+            not_ready = await http_get(f"{url}/readyz")
+            assert not_ready.status_code == 500 and "informers-healthy" in not_ready.text
+            assert sample("gpustack_informer_failing_seconds", informer="configmaps") > 0.3
+            sim.faults.remove(fault)
+            await client.create(CONFIGMAPS, configmap("wakes-the-watch"))
+            await eventually(lambda: informer.failing_for() == 0, what="the watch to recover")
+            assert (await http_get(f"{url}/readyz")).status_code == 200

@@ -13,7 +13,6 @@ import anyio
 import pytest
 
 from gpustack_operator.sim.server import SimServer
-from tests.conftest import shared_crds_dir
 from tests.integration.worker.support import (
     converged,
     fast_config,
@@ -24,10 +23,6 @@ from tests.integration.worker.support import (
 
 pytestmark = [
     pytest.mark.anyio,
-    pytest.mark.skipif(
-        shared_crds_dir() is None,
-        reason="needs the Kueue and NFD CRDs from ../shared/crds (or $GPUSTACK_SHARED_CRDS)",
-    ),
 ]
 
 

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from gpustack_operator.sim.server import SimServer
-from tests.conftest import shared_crds_dir
 from tests.integration.worker.support import (
     KUEUE,
     Running,
@@ -25,10 +24,6 @@ from tests.integration.worker.support import (
 
 pytestmark = [
     pytest.mark.anyio,
-    pytest.mark.skipif(
-        shared_crds_dir() is None,
-        reason="needs the Kueue and NFD CRDs from ../shared/crds (or $GPUSTACK_SHARED_CRDS)",
-    ),
 ]
 IN_USE = "kueue.x-k8s.io/resource-in-use"
 

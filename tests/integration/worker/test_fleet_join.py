@@ -1,5 +1,5 @@
 """A fleet joining at once: each ClusterQueue is written with its final quotas, not once per
-node (the debounce waits while nodes still await their capacity labels)."""
+node (the coalescing window waits while nodes still await their capacity labels)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from gpustack_operator.sim.server import SimServer
-from tests.conftest import shared_crds_dir
 from tests.integration.worker.support import (
     converged,
     fast_config,
@@ -21,10 +20,6 @@ from tests.integration.worker.support import (
 
 pytestmark = [
     pytest.mark.anyio,
-    pytest.mark.skipif(
-        shared_crds_dir() is None,
-        reason="needs the Kueue and NFD CRDs from ../shared/crds (or $GPUSTACK_SHARED_CRDS)",
-    ),
 ]
 NODES = 24
 
@@ -43,7 +38,7 @@ async def test_a_joining_fleet_writes_each_queue_a_few_times(
         queues = kueue_objects(sim, "ClusterQueue")
         assert len(queues) == 2
         # One host queue (its quota unchanged by the cards) and one accelerated queue that
-        # went from nothing to 24 nodes: without the debounce it was written about once per
+        # went from nothing to 24 nodes: without coalescing it was written about once per
         # batch window while the nodes were labelled one by one.
         assert sim.counters.writes("ClusterQueue") <= 3
         assert sim.counters.writes("NodeFeature") == NODES

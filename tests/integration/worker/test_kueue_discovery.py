@@ -10,13 +10,13 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from gpustack_operator.controllers.worker import KUEUE_MISSING_MESSAGE
 from structlog.testing import capture_logs
 
+from gpustack_operator.controllers.worker import KUEUE_MISSING_MESSAGE
 from gpustack_operator.domain.desired import desired_state
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.sim.server import SimServer
-from tests.conftest import shared_crds_dir
+from tests.conftest import shared_crds_dir, stand_in_crds_of
 from tests.integration.worker.support import (
     NFD,
     NS,
@@ -35,23 +35,30 @@ from tests.integration.worker.support import (
 CRDS = shared_crds_dir()
 pytestmark = [
     pytest.mark.anyio,
-    pytest.mark.skipif(
-        CRDS is None,
-        reason="needs the Kueue and NFD CRDs from ../shared/crds (or $GPUSTACK_SHARED_CRDS)",
-    ),
 ]
 
 
 @pytest.fixture
 async def nfd_only_sim(anyio_backend: str) -> AsyncIterator[SimServer]:
     """A simulated cluster with NFD's CRDs and no Kueue."""
-    assert CRDS is not None
-    server = SimServer(crd_paths=[CRDS / "nfd-v0.19.0"])
+    server = SimServer(crd_paths=[CRDS / "nfd-v0.19.0"] if CRDS else ())
+    if CRDS is None:
+        server.load_crds(stand_in_crds_of("NodeFeature"))
     await server.start()
     try:
         yield server
     finally:
         await server.stop()
+
+
+def kueue_crds() -> list[dict[str, Any]]:
+    """Kueue's CRDs: the real ones of ../shared/crds, else the stand-ins."""
+    if CRDS is None:
+        return stand_in_crds_of("ResourceFlavor", "Cohort", "ClusterQueue", "LocalQueue")
+    docs: list[dict[str, Any]] = []
+    for path in sorted((CRDS / "kueue-v0.19.2").glob("*.yaml")):
+        docs.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
+    return docs
 
 
 async def readyz(url: str) -> tuple[int, str]:
@@ -84,10 +91,7 @@ async def test_waits_for_kueue_then_builds_the_chain(
                 "the missing-Kueue log line",
             )
 
-            docs = []
-            for path in sorted((CRDS / "kueue-v0.19.2").glob("*.yaml")):
-                docs.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
-            sim.load_crds(docs)
+            sim.load_crds(kueue_crds())
             await converged(sim, config)
             assert kueue_objects(sim, "ClusterQueue")
             status, body = await readyz(server.url)
@@ -110,11 +114,7 @@ async def test_a_cluster_serving_only_v1beta1_gets_v1beta1_objects(
     nfd_only_sim: SimServer, tmp_path: Path
 ) -> None:
     sim = nfd_only_sim
-    assert CRDS is not None
-    docs = []
-    for path in sorted((CRDS / "kueue-v0.19.2").glob("*.yaml")):
-        docs.extend(v1beta1_only(d) for d in yaml.safe_load_all(path.read_text()) if d)
-    sim.load_crds(docs)
+    sim.load_crds([v1beta1_only(d) for d in kueue_crds()])
     kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
     config = fast_config(kueue_version="auto")
     put_node(sim, node("one", cards=("Tesla T4", 2)))

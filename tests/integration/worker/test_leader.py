@@ -8,7 +8,6 @@ import pytest
 
 from gpustack_operator.runtime.leaderelection import LeaderElectionConfig
 from gpustack_operator.sim.server import SimServer
-from tests.conftest import shared_crds_dir
 from tests.integration.worker.support import (
     NS,
     Running,
@@ -23,10 +22,6 @@ from tests.integration.worker.support import (
 
 pytestmark = [
     pytest.mark.anyio,
-    pytest.mark.skipif(
-        shared_crds_dir() is None,
-        reason="needs the Kueue and NFD CRDs from ../shared/crds (or $GPUSTACK_SHARED_CRDS)",
-    ),
 ]
 
 
@@ -63,11 +58,13 @@ async def test_only_the_leader_writes_and_the_standby_takes_over(
             # Discovery runs on standbys too (readiness), the controllers do not.
             await eventually(second.worker.kueue_ready, "the standby to find Kueue")
             assert quiet(second)
-            assert second.worker.queue_controllers == []
+            assert not any(c.started for c in second.worker.queue_controllers)
+            assert all(len(c.queue) == 0 for c in second.worker.queue_controllers)
 
             first.stop()  # graceful: the Lease is released
             await eventually(lambda: second.manager.is_leader, "the standby to take over")
             put_node(sim, node("two", cpu="32", memory="128Gi"))
             await converged(sim, config)
             assert len(second.worker.queue_controllers) == 4
+            assert all(c.started for c in second.worker.queue_controllers)
             assert not first.manager.is_leader

@@ -8,7 +8,6 @@ import pytest
 
 from gpustack_operator.domain.desired import desired_state
 from gpustack_operator.sim.server import SimServer
-from tests.conftest import shared_crds_dir
 from tests.integration.worker.support import (
     KUEUE,
     MANAGED_BY,
@@ -23,10 +22,6 @@ from tests.integration.worker.support import (
 
 pytestmark = [
     pytest.mark.anyio,
-    pytest.mark.skipif(
-        shared_crds_dir() is None,
-        reason="needs the Kueue and NFD CRDs from ../shared/crds (or $GPUSTACK_SHARED_CRDS)",
-    ),
 ]
 
 

@@ -6,10 +6,14 @@ from typing import Any
 
 import pytest
 import yaml
-from gpustack_operator.controllers.bootstrap import BootstrapConfig, SpecChanged, is_up_to_date
-from gpustack_operator.controllers.common import contains
 
 from gpustack_operator.cli import build_parser
+from gpustack_operator.controllers.bootstrap import (
+    BootstrapConfig,
+    SpecChanged,
+    manifest_applied,
+)
+from gpustack_operator.controllers.common import contains
 from gpustack_operator.domain.bootstrap import (
     DEFAULT_NFD_IMAGE,
     BootstrapSettings,
@@ -21,7 +25,8 @@ from gpustack_operator.domain.bootstrap import (
     render_runtime_classes,
 )
 from gpustack_operator.domain.labels import CPU_ANNOTATION_ATTRIBUTES
-from gpustack_operator.domain.manufacturers import KNOWN_MANUFACTURERS, load_manufacturers
+from gpustack_operator.domain.manufacturers import KNOWN_MANUFACTURERS
+from gpustack_operator.environment import load_manufacturers
 
 IMAGE = "example.com/gpustack-operator:1.0"
 
@@ -232,10 +237,10 @@ def test_up_to_date_tolerates_server_defaults_but_not_drift() -> None:
         "data": {"k": "v"},
         "spec": {"containers": [{"name": "c", "image": "i", "imagePullPolicy": "IfNotPresent"}]},
     }
-    assert is_up_to_date(have, want)
-    assert not is_up_to_date(None, want)
-    assert not is_up_to_date({**have, "data": {"k": "other"}}, want)
-    assert not is_up_to_date({**have, "metadata": {"name": "x", "labels": {}}}, want)
+    assert manifest_applied(have, want)
+    assert not manifest_applied(None, want)
+    assert not manifest_applied({**have, "data": {"k": "other"}}, want)
+    assert not manifest_applied({**have, "metadata": {"name": "x", "labels": {}}}, want)
     two = {"spec": {"containers": [*have["spec"]["containers"], {"name": "d"}]}}
     assert not contains(two, {"spec": want["spec"]})
 

@@ -19,7 +19,7 @@ from gpustack_operator.devicemanager.detectors.base import Detector, LibraryUnav
 from gpustack_operator.devicemanager.detectors.nvidia import NvidiaDetector
 from gpustack_operator.devicemanager.detectors.sim import SimDetector
 from gpustack_operator.domain.devices import DeviceGroup
-from gpustack_operator.domain.manufacturers import load_manufacturers
+from gpustack_operator.environment import load_manufacturers
 
 from .fakes import (
     LIBRARY_NOT_FOUND,

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from gpustack_operator.domain.manufacturers import (
-    KNOWN_MANUFACTURERS,
+from gpustack_operator.domain.manufacturers import KNOWN_MANUFACTURERS
+from gpustack_operator.environment import (
+    load_group_id_with_memory,
     load_manufacturers,
     load_pci_class_prefixes,
 )
-from gpustack_operator.domain.settings import load_group_id_with_memory
 
 
 def test_defaults_match_spec_table() -> None:

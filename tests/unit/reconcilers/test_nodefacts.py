@@ -1,4 +1,5 @@
-"""The worker's per-Node cache, the one-node flavor/cohort rendering and the debounce."""
+"""The worker's per-Node cache, the one-node flavor/cohort rendering and the fleet-settling
+hold."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpustack_operator.controllers.common import Debounced, Debouncer
-from gpustack_operator.controllers.nodefacts import FleetSettling, NodeFacts, node_view
 
 from gpustack_operator.commands.plan import read_nodes_file
+from gpustack_operator.controllers.caches import AWAITING_LABELS, add_node_indexes, fleet_settling
+from gpustack_operator.controllers.nodefacts import NodeFacts, node_view
 from gpustack_operator.domain.desired import plan_state
 from gpustack_operator.domain.flavors import (
     desired_resource_flavor,
@@ -18,9 +19,10 @@ from gpustack_operator.domain.flavors import (
     node_profile_names,
     node_profiles,
 )
-from gpustack_operator.domain.manufacturers import load_manufacturers
 from gpustack_operator.domain.queues import desired_cohort, desired_cohorts
-from gpustack_operator.runtime.controller import Request, Result
+from gpustack_operator.environment import load_manufacturers
+from gpustack_operator.runtime.cache import Indexer
+from gpustack_operator.runtime.coalesce import IndexHold
 
 MFRS = load_manufacturers({})
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "cluster.yaml"
@@ -85,39 +87,6 @@ def test_the_cache_is_bounded_by_generations() -> None:
     assert len(facts) <= 2 * 1024
 
 
-def test_fleet_settling_follows_the_capacity_labels() -> None:
-    nodes = profiled_nodes()
-    facts = NodeFacts(MFRS)
-    settling = FleetSettling(facts)
-    bare = copy.deepcopy(nodes[0])
-    bare["metadata"]["labels"] = {
-        k: v
-        for k, v in bare["metadata"]["labels"].items()
-        if not k.endswith((".z-queue", ".z-flavor", ".z-cohort", ".cpu"))
-    }
-    bare["metadata"]["resourceVersion"] = "1"
-    settling.on_add(bare)
-    assert settling.busy()
-    settling.on_update(bare, nodes[0])
-    assert not settling.busy()
-    settling.on_update(nodes[0], bare)
-    settling.on_delete(bare)
-    assert not settling.busy()
-
-
-def test_a_node_that_is_never_labelled_does_not_keep_the_fleet_settling() -> None:
-    clock = Clock()
-    node = profiled_nodes()[0]
-    bare = copy.deepcopy(node)
-    bare["metadata"]["labels"] = {}
-    settling = FleetSettling(NodeFacts(MFRS), stall=10.0, clock=clock)
-    settling.on_add(bare)
-    clock.now += 9.0
-    assert settling.busy()
-    clock.now += 2.0  # nothing moved for 11 s: NFD is not labelling it
-    assert not settling.busy() and len(settling) == 1
-
-
 class Clock:
     def __init__(self) -> None:
         self.now = 0.0
@@ -126,48 +95,53 @@ class Clock:
         return self.now
 
 
-def test_debounce_waits_for_a_pause_but_not_longer_than_the_cap() -> None:
+class NodeCache:
+    """The part of a Node informer the indexes and the hold use."""
+
+    def __init__(self) -> None:
+        self.indexer = Indexer()
+
+    def add_index(self, name: str, fn: Any) -> None:
+        self.indexer.add_index(name, fn)
+
+
+def unlabelled(node: dict[str, Any], version: str = "1") -> dict[str, Any]:
+    """*node* before NFD merged the capacity labels the worker published for it."""
+    bare = copy.deepcopy(node)
+    bare["metadata"]["labels"] = {
+        k: v
+        for k, v in bare["metadata"]["labels"].items()
+        if not k.endswith((".z-queue", ".z-flavor", ".z-cohort", ".cpu"))
+    }
+    bare["metadata"]["resourceVersion"] = version
+    return bare
+
+
+def test_fleet_settling_follows_the_awaiting_labels_index() -> None:
+    nodes = profiled_nodes()
+    cache = NodeCache()
+    add_node_indexes(cache, NodeFacts(MFRS))  # type: ignore[arg-type]
+    settling = fleet_settling(cache)  # type: ignore[arg-type]
+    cache.indexer.upsert(unlabelled(nodes[0]))
+    assert settling.active()
+    cache.indexer.upsert(nodes[0])
+    assert not settling.active()
+    cache.indexer.upsert(unlabelled(nodes[0], "7"))
+    cache.indexer.delete(nodes[0]["metadata"]["name"])
+    assert not settling.active()
+
+
+def test_a_node_that_is_never_labelled_does_not_keep_the_fleet_settling() -> None:
     clock = Clock()
-    settling = [False]
-    debounce = Debouncer(
-        1.0, 10.0, settling=lambda: settling[0], settling_max_delay=30.0, clock=clock
-    )
-    assert debounce.remaining("q") == 0  # no burst: due at once
-    debounce.touch("q")
-    assert debounce.remaining("q") == pytest.approx(1.0)
-    for _ in range(30):  # an event every half second
-        clock.now += 0.5
-        debounce.touch("q")
-    assert debounce.remaining("q") == 0  # 15 s after the first event: over the cap
-    assert debounce.remaining("q") == 0  # the burst was closed
-    debounce.touch("q")  # a new burst at 15 s
-    settling[0] = True
-    clock.now += 5.0
-    debounce.touch("q")
-    clock.now += 5.0  # a pause means nothing while nodes are being labelled
-    assert debounce.remaining("q") == pytest.approx(1.0)  # not due; look again soon
-    clock.now += 19.5
-    assert debounce.remaining("q") == pytest.approx(0.5)  # 30 s after the first event
-    clock.now -= 19.5
-    settling[0] = False
-    assert debounce.remaining("q") == 0  # labelled: the pause counts again
-
-
-@pytest.mark.anyio
-async def test_a_debounced_reconciler_is_requeued_until_due() -> None:
-    clock = Clock()
-    debounce = Debouncer(1.0, 10.0, clock=clock)
-    seen: list[str] = []
-
-    async def reconcile(request: Request) -> Result | None:
-        seen.append(request.key)
-        return None
-
-    wrapped = Debounced(reconcile, debounce)
-    debounce.touch("q")
-    result = await wrapped(Request("q"))
-    assert result is not None and result.requeue_after == pytest.approx(1.0)
-    assert seen == []
-    clock.now += 1.0
-    assert await wrapped(Request("q")) is None
-    assert seen == ["q"]
+    cache = NodeCache()
+    add_node_indexes(cache, NodeFacts(MFRS))  # type: ignore[arg-type]
+    settling = IndexHold(cache, AWAITING_LABELS, "yes", stall=10.0, clock=clock)
+    bare = copy.deepcopy(profiled_nodes()[0])
+    bare["metadata"]["labels"] = {}
+    cache.indexer.upsert(bare)
+    assert settling.active()
+    clock.now += 9.0
+    assert settling.active()
+    clock.now += 2.0  # nothing moved for 11 s: NFD is not labelling it
+    assert not settling.active()
+    assert cache.indexer.index_keys(AWAITING_LABELS, "yes") == [bare["metadata"]["name"]]

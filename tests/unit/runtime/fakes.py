@@ -46,6 +46,9 @@ class FakeSource:
         for obj in self.indexer.objects.values():
             handler.on_add(obj)
 
+    def remove_event_handler(self, handler: Any) -> None:
+        self.handlers = [h for h in self.handlers if h is not handler]
+
     async def wait_for_sync(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109
         with anyio.move_on_after(timeout):
             await self._synced.wait()
@@ -60,6 +63,11 @@ class FakeSource:
         self.indexer.objects[key_of(new)] = new
         for handler in self.handlers:
             handler.on_update(old, new)
+
+    def resync(self) -> None:
+        for obj in list(self.indexer.objects.values()):
+            for handler in self.handlers:
+                handler.on_resync(obj)
 
     def delete(self, obj: dict[str, Any]) -> None:
         self.indexer.objects.pop(key_of(obj), None)

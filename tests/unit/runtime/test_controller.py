@@ -89,6 +89,7 @@ async def test_a_key_is_never_reconciled_concurrently_under_bursts() -> None:
 
     controller = Controller(unique("excl"), reconcile, max_concurrent_reconciles=16)
     controller.watch(source, enqueue_object())
+    controller.start_watches()
     keys = [f"node-{i}" for i in range(8)]
     async with anyio.create_task_group() as tg:
         tg.start_soon(controller.run)
@@ -116,6 +117,7 @@ async def test_thousand_adds_during_a_reconcile_cause_exactly_one_more() -> None
 
     controller = Controller(unique("thousand"), reconcile, max_concurrent_reconciles=4)
     controller.watch(source, enqueue_object())
+    controller.start_watches()
     async with anyio.create_task_group() as tg:
         tg.start_soon(controller.run)
         source.add(obj("n1"))
@@ -145,6 +147,7 @@ async def test_exception_is_retried_with_backoff_then_forgotten_on_success() -> 
 
     controller = Controller(name, reconcile, rate_limiter=fast_limiter())
     controller.watch(source, enqueue_object())
+    controller.start_watches()
     async with anyio.create_task_group() as tg:
         tg.start_soon(controller.run)
         source.add(obj("n1"))
@@ -174,6 +177,7 @@ async def test_requeue_after_forgets_the_backoff_and_adds_later() -> None:
 
     controller = Controller(name, reconcile, rate_limiter=fast_limiter())
     controller.watch(source, enqueue_object())
+    controller.start_watches()
     async with anyio.create_task_group() as tg:
         tg.start_soon(controller.run)
         source.add(obj("n1"))
@@ -196,6 +200,7 @@ async def test_requeue_after_schedules_the_key() -> None:
 
     controller = Controller(name, reconcile)
     controller.watch(source, enqueue_object())
+    controller.start_watches()
     async with anyio.create_task_group() as tg:
         tg.start_soon(controller.run)
         source.add(obj("n1"))
@@ -217,6 +222,7 @@ async def test_requeue_true_is_rate_limited_without_an_error() -> None:
 
     controller = Controller(name, reconcile, rate_limiter=fast_limiter())
     controller.watch(source, enqueue_object())
+    controller.start_watches()
     async with anyio.create_task_group() as tg:
         tg.start_soon(controller.run)
         source.add(obj("n1"))
@@ -238,6 +244,7 @@ async def test_terminal_error_is_counted_recorded_and_not_retried() -> None:
 
     controller = Controller(name, reconcile, rate_limiter=fast_limiter(), recorder=recorder)
     controller.watch(source, enqueue_object(), primary=True)
+    controller.start_watches()
     async with anyio.create_task_group() as tg:
         tg.start_soon(controller.run)
         source.add(obj("n1"))
@@ -263,6 +270,7 @@ async def test_failure_event_skipped_when_object_is_gone() -> None:
 
     controller = Controller(unique("gone"), reconcile, recorder=recorder)
     controller.watch(source, enqueue_object(), primary=True)
+    controller.start_watches()
     async with anyio.create_task_group() as tg:
         tg.start_soon(controller.run)
         controller.queue.add("not-in-cache")
@@ -282,6 +290,7 @@ async def test_reconcile_runs_with_controller_key_and_unique_reconcile_id_bound(
 
     controller = Controller(name, reconcile)
     controller.watch(source, enqueue_object())
+    controller.start_watches()
     async with anyio.create_task_group() as tg:
         tg.start_soon(controller.run)
         source.add(obj("a"))
@@ -323,6 +332,7 @@ async def test_workers_wait_for_cache_sync() -> None:
 
     controller = Controller(unique("sync"), reconcile)
     controller.watch(source, enqueue_object())
+    controller.start_watches()
     async with anyio.create_task_group() as tg:
         tg.start_soon(controller.run)
         source.add(obj("n1"))
@@ -337,6 +347,7 @@ async def test_cache_sync_timeout_raises() -> None:
     source = FakeSource(PODS, synced=False)
     controller = Controller(unique("nosync"), lambda req: _none(), cache_sync_timeout=0.01)
     controller.watch(source, enqueue_object())
+    controller.start_watches()
     with pytest.raises(CacheSyncTimeoutError, match="Pod"):
         await controller.run()
 
@@ -354,6 +365,7 @@ async def test_cancellation_drains_in_flight_reconciles() -> None:
 
     controller = Controller(unique("drain"), reconcile, drain_timeout=30)
     controller.watch(source, enqueue_object())
+    controller.start_watches()
     stopped = anyio.Event()
 
     async def run_then_mark() -> None:
@@ -391,6 +403,7 @@ async def test_drain_timeout_cancels_stuck_reconciles() -> None:
 
     controller = Controller(unique("stuck"), reconcile, drain_timeout=0.01)
     controller.watch(source, enqueue_object())
+    controller.start_watches()
     async with anyio.create_task_group() as tg:
         tg.start_soon(controller.run)
         source.add(obj("n1"))
@@ -432,6 +445,7 @@ async def test_owns_maps_old_and_new_owner_on_update() -> None:
     source = FakeSource(PODS)
     controller = Controller(unique("owns"), lambda req: _none())
     controller.watch(source, enqueue_owner(DEPLOYMENTS))
+    controller.start_watches()
     old = obj("p", "ns", owners=[owner_ref("Deployment", "a", api_version="apps/v1")])
     new = obj("p", "ns", owners=[owner_ref("Deployment", "b", api_version="apps/v1")], rv="2")
     source.update(old, new)
@@ -454,6 +468,7 @@ async def test_watches_runs_map_fn_on_old_and_new() -> None:
 
     controller = Controller(unique("watches"), lambda req: _none())
     controller.watch(source, enqueue_mapped(map_fn))
+    controller.start_watches()
     source.update(
         obj("cm", "ns", labels={"target": "node-a"}, rv="1"),
         obj("cm", "ns", labels={"target": "node-b"}, rv="2"),
@@ -467,6 +482,7 @@ async def test_predicates_filter_before_enqueue() -> None:
     source = FakeSource(NODES)
     controller = Controller(unique("preds"), lambda req: _none())
     controller.watch(source, enqueue_object(), [GENERATION_CHANGED])
+    controller.start_watches()
     source.update(obj("same", generation=1), obj("same", generation=1, rv="2"))
     assert len(controller.queue) == 0
     source.update(obj("bumped", generation=1), obj("bumped", generation=2))
@@ -474,6 +490,22 @@ async def test_predicates_filter_before_enqueue() -> None:
     source.add(obj("created"))
     source.delete(obj("deleted"))
     assert len(controller.queue) == 3
+    controller.queue.shut_down()
+
+
+async def test_a_resync_bypasses_the_update_predicates() -> None:
+    source = FakeSource(NODES)
+    controller = Controller(unique("resync"), lambda req: _none())
+    controller.watch(source, enqueue_object(), [GENERATION_CHANGED])
+    controller.start_watches()
+    source.add(obj("a", generation=1))
+    source.add(obj("b", generation=1))
+    await controller.queue.get(), await controller.queue.get()
+    controller.queue.done("a"), controller.queue.done("b")
+    source.update(obj("a", generation=1), obj("a", generation=1, rv="2"))
+    assert len(controller.queue) == 0
+    source.resync()
+    assert sorted([await controller.queue.get(), await controller.queue.get()]) == ["a", "b"]
     controller.queue.shut_down()
 
 
@@ -485,6 +517,7 @@ async def test_failing_map_fn_drops_the_event_without_raising() -> None:
 
     controller = Controller(unique("boom"), lambda req: _none())
     controller.watch(source, enqueue_mapped(boom))
+    controller.start_watches()
     source.add(obj("cm", "ns"))
     assert len(controller.queue) == 0
     controller.queue.shut_down()
@@ -566,6 +599,21 @@ def test_builder_needs_for_and_a_name() -> None:
         builder.for_(PODS)
 
 
+async def test_a_controller_may_only_watch_with_map_functions() -> None:
+    host = FakeHost()
+    controller = (
+        ControllerBuilder(host, unique("singleton"))
+        .watches(NODES, lambda o: ["the-key"])
+        .watches(PODS, lambda o: ["the-key"])
+        .complete(lambda req: _none())
+    )
+    controller.start_watches()
+    host.source_for(NODES).add(obj("n1"))
+    host.source_for(PODS).add(obj("p", "ns"))
+    assert len(controller.queue) == 1
+    controller.queue.shut_down()
+
+
 async def test_requests_from_many_sources_share_one_queue_per_controller() -> None:
     per_key: defaultdict[str, int] = defaultdict(int)
     host = FakeHost()
@@ -576,6 +624,7 @@ async def test_requests_from_many_sources_share_one_queue_per_controller() -> No
     controller = (
         ControllerBuilder(host, unique("shared")).for_(NODES).owns(PODS).complete(reconcile)
     )
+    controller.start_watches()
     host.source_for(NODES).add(obj("n1"))
     host.source_for(PODS).add(obj("p", "ns", owners=[owner_ref("Node", "n1")]))
     assert len(controller.queue) == 1, "the same key from two watches collapses"

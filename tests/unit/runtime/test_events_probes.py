@@ -90,6 +90,8 @@ async def test_recorder_creates_then_aggregates_repeats() -> None:
     assert len(node_events) == 1
     event = node_events[0]
     assert event["count"] == 3
+    assert event["series"]["count"] == 3
+    assert event["series"]["lastObservedTime"].endswith("Z")
     assert event["firstTimestamp"] < event["lastTimestamp"]
     assert event["involvedObject"] == {
         "apiVersion": "v1",
@@ -103,6 +105,26 @@ async def test_recorder_creates_then_aggregates_repeats() -> None:
     pod_event = next(e for (ns, _), e in client.events.items() if ns == "team-a")
     assert pod_event["involvedObject"]["kind"] == "Pod"
     assert pod_event["type"] == "Normal"
+
+
+async def test_each_object_gets_a_limited_burst_of_events() -> None:
+    client = FakeEventClient()
+    now = [0.0]
+    recorder = EventRecorder(client, "unit", spam_burst=3, spam_qps=0.5, clock=lambda: now[0])
+
+    def dropped() -> float:
+        sample = metrics.REGISTRY.get_sample_value
+        return sample("gpustack_events_dropped_total", {"reason": "rate_limited"}) or 0.0
+
+    before = dropped()
+    for i in range(5):
+        recorder.warning(NODE, "Flapping", f"attempt {i}", resource=NODES)
+    recorder.normal(POD, "Scheduled", "another object has its own budget")
+    assert recorder.pending() == 4 and dropped() == before + 2
+    now[0] += 2.0  # one token back
+    recorder.warning(NODE, "Flapping", "later", resource=NODES)
+    recorder.warning(NODE, "Flapping", "too soon", resource=NODES)
+    assert recorder.pending() == 5 and dropped() == before + 3
 
 
 async def test_recorder_recreates_an_expired_event_and_survives_write_errors() -> None:

@@ -1,6 +1,8 @@
-"""``GPUSTACK_*`` environment settings the domain depends on (SPEC §8.1), via pydantic-settings.
+"""``GPUSTACK_*`` environment settings, read here and passed to the (pure) domain.
 
-Every loader takes an optional mapping instead of ``os.environ`` so tests, ``plan`` and the
+The configuration layer of the CLI: pydantic-settings reads the variables (docs/devices.md,
+docs/configuration.md), the domain's functions turn the raw values into its objects. Every
+loader takes an optional mapping instead of ``os.environ`` so tests, ``plan`` and the
 simulator can pass their own. Invalid values raise ``ValueError`` naming the variable.
 """
 
@@ -20,7 +22,16 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-ENV_PREFIX: Final = "GPUSTACK_"
+from gpustack_operator.domain.manufacturers import (
+    ENV_PREFIX,
+    KNOWN_MANUFACTURERS,
+    OVERRIDE_FIELDS,
+    Manufacturer,
+    env_var_name,
+    manufacturers_with_overrides,
+    parse_pci_class_prefixes,
+)
+
 _M = TypeVar("_M", bound=BaseModel)
 GROUP_ID_WITH_MEMORY_VARS: Final = (
     "GPUSTACK_DEVICES_GROUP_ID_WITH_MEMORY",
@@ -75,11 +86,7 @@ class DeviceSettings(_EnvBacked):
     )
 
 
-MANUFACTURER_OVERRIDE_FIELDS: Final = (
-    "pci_vendor_id",
-    "acceleratable_resource_name",
-    "acceleratable_runtime_name",
-)
+MANUFACTURER_OVERRIDE_FIELDS: Final = OVERRIDE_FIELDS
 
 
 def manufacturer_settings_model(names: tuple[str, ...]) -> type[BaseModel]:
@@ -91,11 +98,6 @@ def manufacturer_settings_model(names: tuple[str, ...]) -> type[BaseModel]:
     }
     model: type[BaseModel] = create_model("ManufacturerOverrides", __base__=_EnvBacked, **fields)
     return model
-
-
-def env_var_name(field: str) -> str:
-    """The environment variable behind a settings field name."""
-    return ENV_PREFIX + field.upper()
 
 
 @contextmanager
@@ -129,3 +131,20 @@ def load_device_settings(env: Mapping[str, str] | None = None) -> DeviceSettings
 def load_group_id_with_memory(env: Mapping[str, str] | None = None) -> bool:
     """Whether group IDs carry ``-<mem>g`` (``GPUSTACK_DEVICES_GROUP_ID_WITH_MEMORY``)."""
     return load_device_settings(env).devices_group_id_with_memory
+
+
+_OverridesModel = manufacturer_settings_model(KNOWN_MANUFACTURERS)
+
+
+def load_manufacturers(env: Mapping[str, str] | None = None) -> dict[str, Manufacturer]:
+    """The nine manufacturers with ``GPUSTACK_<MFR>_*`` overrides applied, sorted by name.
+
+    *env* ``None`` reads ``os.environ``. Empty variables count as unset. A bad value raises
+    ``ValueError`` naming the variable.
+    """
+    return manufacturers_with_overrides(build_settings(_OverridesModel, env).model_dump())
+
+
+def load_pci_class_prefixes(env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """``GPUSTACK_PCI_CLASS_PREFIXES`` as lower-case hex prefixes (default 02,03,0b,12)."""
+    return parse_pci_class_prefixes(load_device_settings(env).pci_class_prefixes)
