@@ -31,6 +31,7 @@ from gpustack_operator.commands.helptext import env_epilog
 from gpustack_operator.commands.plan import DEFAULT_NAMESPACES as PLAN_DEFAULT_NAMESPACES
 from gpustack_operator.commands.plan import PlanInputError, read_nodes_file
 from gpustack_operator.domain.desired import plan_state
+from gpustack_operator.domain.explain import explain_nodes
 from gpustack_operator.domain.manufacturers import load_manufacturers
 from gpustack_operator.domain.settings import load_group_id_with_memory
 from gpustack_operator.render import FORMATS, render
@@ -269,6 +270,8 @@ async def _converge_and_print(
         return _error("interrupted before the cluster converged", 130)
     took = converging.result()  # raises NotConverged
     chain = await cluster.read_back()
+    # The live nodes explained as plan explains its input (docs/plan.md): the same output.
+    chain.explanations = explain_nodes(chain.nodes, cluster.manufacturers)
     sys.stdout.write(render(chain, args.output, cluster.manufacturers))
     sys.stdout.flush()
     log.info("sim converged", seconds=round(took, 2), nodes=len(cluster.nodes))

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpustack_operator.domain.devices import device_labels
+from gpustack_operator.domain.explain import NodeExplanation, explain_nodes
 from gpustack_operator.domain.flavors import desired_resource_flavors
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.manufacturers import Manufacturer
@@ -48,6 +49,8 @@ class DesiredState:
     local_queues: list[dict[str, Any]] = field(default_factory=list)
     nodes: list[dict[str, Any]] = field(default_factory=list)
     """The input nodes with every NodeFeature merged (not part of :meth:`objects`)."""
+    explanations: list[NodeExplanation] = field(default_factory=list)
+    """Per node, what it feeds and why not more (``plan`` only; not part of :meth:`objects`)."""
 
     def objects(self) -> list[dict[str, Any]]:
         """NodeFeatures, ResourceFlavors, Cohorts, ClusterQueues, LocalQueues, in that order."""
@@ -176,11 +179,12 @@ def plan_state(
     kueue_version: KueueVersion = KueueVersion.V1BETA2,
     with_memory: bool = False,
 ) -> DesiredState:
-    """What ``plan`` prints: simulated devices first, then :func:`desired_state`."""
+    """What ``plan`` prints: simulated devices first, then :func:`desired_state`, then the
+    explanation of every node (docs/plan.md)."""
     with_devices, dm_features = apply_sim_devices(
         nodes, manufacturers, system_namespace=system_namespace, with_memory=with_memory
     )
-    return desired_state(
+    state = desired_state(
         with_devices,
         namespaces,
         manufacturers=manufacturers,
@@ -189,3 +193,5 @@ def plan_state(
         kueue_version=kueue_version,
         extra_node_features=dm_features,
     )
+    state.explanations = explain_nodes(state.nodes, manufacturers)
+    return state
