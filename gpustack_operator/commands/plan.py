@@ -21,7 +21,9 @@ import yaml
 from gpustack_operator import fastyaml
 from gpustack_operator.commands.argtypes import comma_list
 from gpustack_operator.commands.helptext import env_epilog
+from gpustack_operator.commands.quota_flags import add_quota_resources_flag
 from gpustack_operator.domain.desired import plan_state
+from gpustack_operator.domain.devicesources.dra import KIND as DRA_KIND
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.manufacturers import load_manufacturers
 from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
@@ -29,7 +31,7 @@ from gpustack_operator.domain.nodeview import (
     has_status,
     name_of,
 )
-from gpustack_operator.domain.queues import DEFAULT_EXCLUDED_NAMESPACES
+from gpustack_operator.domain.queues import DEFAULT_EXCLUDED_NAMESPACES, QuotaResources
 from gpustack_operator.domain.settings import load_group_id_with_memory
 from gpustack_operator.domain.validation import is_valid_dns_subdomain
 from gpustack_operator.render import FORMATS, render, render_explanation
@@ -104,6 +106,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=KueueVersion.V1BETA2.value,
         help="Kueue API version to render (default: %(default)s)",
     )
+    add_quota_resources_flag(parser)
     parser.set_defaults(handler=run)
 
 
@@ -142,6 +145,14 @@ def parse_nodes_text(
     text: str, source: str
 ) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
     """Nodes and Namespaces in *text*; :class:`PlanInputError` names *source* and the object."""
+    nodes, namespaces, _ = parse_cluster_text(text, source)
+    return nodes, namespaces
+
+
+def parse_cluster_text(
+    text: str, source: str
+) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]], list[Mapping[str, Any]]]:
+    """Nodes, Namespaces and DRA ResourceSlices (docs/devices.md, "DRA") in *text*."""
     try:
         documents = _documents(text)
     except yaml.YAMLError as exc:
@@ -151,11 +162,15 @@ def parse_nodes_text(
         raise PlanInputError(f"{source}: not valid YAML{where}: {problem}") from None
     nodes: list[Mapping[str, Any]] = []
     namespaces: list[Mapping[str, Any]] = []
+    slices: list[Mapping[str, Any]] = []
     for d, document in enumerate(documents):
         for obj in _objects_of(document, f"{source}: document {d + 1}"):
             kind = obj.get("kind")
             if kind == "Namespace":
                 namespaces.append(obj)
+                continue
+            if kind == DRA_KIND and str(obj.get("apiVersion", "")).startswith("resource.k8s.io/"):
+                slices.append(obj)
                 continue
             if kind != "Node":
                 label = f"kind {kind}" if isinstance(kind, str) else "an object without kind"
@@ -182,19 +197,27 @@ def parse_nodes_text(
             raise PlanInputError(
                 f"{source}: Node {name} has no status (plan needs status.capacity)"
             )
-    return nodes, namespaces
+    return nodes, namespaces, slices
 
 
 def read_nodes_file(path: Path) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
     """The Nodes and Namespaces in a YAML/JSON file (``-``: standard input);
     :class:`PlanInputError` if unreadable."""
+    nodes, namespaces, _ = read_cluster_file(path)
+    return nodes, namespaces
+
+
+def read_cluster_file(
+    path: Path,
+) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]], list[Mapping[str, Any]]]:
+    """The Nodes, Namespaces and ResourceSlices in a YAML/JSON file (``-``: standard input)."""
     stdin = str(path) == "-"
     source = "<stdin>" if stdin else str(path)
     try:
         text = sys.stdin.read() if stdin else path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise PlanInputError(f"{source}: cannot read: {exc}") from None
-    return parse_nodes_text(text, source)
+    return parse_cluster_text(text, source)
 
 
 async def read_cluster(
@@ -231,7 +254,7 @@ def run(args: argparse.Namespace) -> int:
         if args.nodes is not None:
             if args.kubeconfig or args.context:
                 raise PlanInputError("give either --nodes or --kubeconfig/--context, not both")
-            nodes, found = read_nodes_file(args.nodes)
+            nodes, found, slices = read_cluster_file(args.nodes)
             live = False
         elif args.kubeconfig or args.context:
             try:
@@ -244,6 +267,7 @@ def run(args: argparse.Namespace) -> int:
             for node in nodes:
                 if not has_status(node):
                     raise PlanInputError(f"cluster: Node {name_of(node)} has no status")
+            slices = []
             live = True
         else:
             raise PlanInputError("give --nodes FILE, or --kubeconfig FILE to read a cluster")
@@ -256,6 +280,8 @@ def run(args: argparse.Namespace) -> int:
             excluded_namespaces=comma_list(args.excluded_namespaces),
             kueue_version=KueueVersion(args.kueue_api_version),
             with_memory=load_group_id_with_memory(),
+            quota_resources=QuotaResources(args.quota_resources),
+            resource_slices=slices,
         )
         if args.explain is not None:
             found_explanation = next(

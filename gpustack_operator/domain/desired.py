@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpustack_operator.domain.devices import device_labels
+from gpustack_operator.domain.devicesources.dra import node_slices
 from gpustack_operator.domain.explain import NodeExplanation, explain_nodes
 from gpustack_operator.domain.flavors import desired_resource_flavors
 from gpustack_operator.domain.kueue import KueueVersion
@@ -27,6 +28,8 @@ from gpustack_operator.domain.nodefeature import (
 from gpustack_operator.domain.nodeview import annotations_of, name_of, uid_of
 from gpustack_operator.domain.queues import (
     DEFAULT_EXCLUDED_NAMESPACES,
+    DEFAULT_QUOTA_RESOURCES,
+    QuotaResources,
     desired_cluster_queues,
     desired_cohorts,
     desired_local_queues,
@@ -90,6 +93,8 @@ def desired_state(
     kueue_version: KueueVersion = KueueVersion.V1BETA2,
     cohort_uids: Mapping[str, str] | None = None,
     extra_node_features: Iterable[dict[str, Any]] = (),
+    quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES,
+    resource_slices: Sequence[Mapping[str, Any]] = (),
 ) -> DesiredState:
     """The chain for *nodes* as the cluster holds them (device labels already present).
 
@@ -101,14 +106,20 @@ def desired_state(
     features: list[dict[str, Any]] = []
     merged: list[dict[str, Any]] = []
     for node in ordered:
-        feature = worker_node_feature(node, system_namespace, manufacturers)
+        slices = node_slices(name_of(node), resource_slices) if resource_slices else ()
+        feature = worker_node_feature(node, system_namespace, manufacturers, slices)
         own = [feature] if feature is not None else []
         features.extend(own)
         merged.append(merge_node_features(node, own, owned="worker"))
     flavors = desired_resource_flavors(merged, manufacturers, kueue_version)
     cohorts = desired_cohorts(merged, manufacturers, kueue_version)
     queues = desired_cluster_queues(
-        flavors, merged, manufacturers, cohort_uids=cohort_uids, version=kueue_version
+        flavors,
+        merged,
+        manufacturers,
+        cohort_uids=cohort_uids,
+        version=kueue_version,
+        quota_resources=quota_resources,
     )
     locals_ = desired_local_queues(
         list(queues),
@@ -178,9 +189,13 @@ def plan_state(
     excluded_namespaces: Sequence[str] = DEFAULT_EXCLUDED_NAMESPACES,
     kueue_version: KueueVersion = KueueVersion.V1BETA2,
     with_memory: bool = False,
+    quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES,
+    resource_slices: Sequence[Mapping[str, Any]] = (),
 ) -> DesiredState:
     """What ``plan`` prints: simulated devices first, then :func:`desired_state`, then the
-    explanation of every node (docs/plan.md)."""
+    explanation of every node (docs/plan.md).
+
+    *resource_slices* are DRA ``ResourceSlice`` objects (docs/devices.md, "DRA")."""
     with_devices, dm_features = apply_sim_devices(
         nodes, manufacturers, system_namespace=system_namespace, with_memory=with_memory
     )
@@ -192,6 +207,10 @@ def plan_state(
         excluded_namespaces=excluded_namespaces,
         kueue_version=kueue_version,
         extra_node_features=dm_features,
+        quota_resources=quota_resources,
+        resource_slices=resource_slices,
     )
-    state.explanations = explain_nodes(state.nodes, manufacturers)
+    state.explanations = explain_nodes(
+        state.nodes, manufacturers, inputs=with_devices, resource_slices=resource_slices
+    )
     return state

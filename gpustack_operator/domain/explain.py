@@ -11,12 +11,14 @@ The checks read the node as the cluster would hold it after every NodeFeature is
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any, Final
 
 from gpustack_operator.domain.capacity import MAX_SPEC_NUMBER, device_keys
+from gpustack_operator.domain.devicesources import node_device_diagnostics
+from gpustack_operator.domain.devicesources.dra import node_slices
 from gpustack_operator.domain.flavors import is_managed, node_profiles
 from gpustack_operator.domain.keys import cpu_node_key
 from gpustack_operator.domain.labels import (
@@ -37,6 +39,7 @@ from gpustack_operator.domain.nodeview import (
     status_field,
 )
 from gpustack_operator.domain.quantities import parse_count, parse_quantity
+from gpustack_operator.domain.queues import pool_amount, pool_resource
 from gpustack_operator.domain.validation import LABEL_VALUE_MAX_LEN
 
 GI: Final = 2**30
@@ -158,7 +161,6 @@ def check_devices(
 ) -> list[Reason]:
     labels = labels_of(node)
     usable = set(device_keys(labels, manufacturers))
-    allocatable = status_field(node, "allocatable")
     reasons: list[Reason] = []
     for akey in _candidate_device_keys(labels):
         vendor = akey.partition("-")[0]
@@ -190,14 +192,13 @@ def check_devices(
                 )
             )
             continue
-        resource = manufacturers[vendor].resource_name
-        amount = parse_quantity(allocatable.get(resource))
-        if amount is None or amount <= 0:
+        resource = pool_resource(node, akey, manufacturers[vendor])
+        if pool_amount(node, akey, resource) <= 0:
             reasons.append(
                 Reason(
                     "device-without-allocatable",
-                    f"device {akey}: status.allocatable has no {resource}: its pool gets 0 "
-                    "credits; run the vendor's device plugin on the node",
+                    f"device {akey}: status.allocatable has no {resource}: its pool gets no "
+                    "quota; run the vendor's device plugin on the node",
                 )
             )
     return reasons
@@ -265,11 +266,41 @@ def explain_node(
     )
 
 
+def device_source_reasons(
+    node: Mapping[str, Any],
+    manufacturers: Mapping[str, Manufacturer],
+    slices: Iterable[Mapping[str, Any]] = (),
+) -> list[Reason]:
+    """Why devices the GPU stacks' labels or DRA *slices* describe got no pool, read from the
+    node as given (before the worker's labels are merged); codes in docs/devices.md, "Why a
+    device gets no pool"."""
+    return [
+        Reason(d.reason, f"{d.source}: {d.detail}")
+        for d in node_device_diagnostics(node, manufacturers, slices)
+    ]
+
+
 def explain_nodes(
     nodes: Iterable[Mapping[str, Any]],
     manufacturers: Mapping[str, Manufacturer],
     checks: Iterable[Check] = CHECKS,
+    *,
+    inputs: Iterable[Mapping[str, Any]] = (),
+    resource_slices: Sequence[Mapping[str, Any]] = (),
 ) -> list[NodeExplanation]:
-    """:func:`explain_node` for every node, by node name."""
+    """:func:`explain_node` for every merged node, by node name, followed by
+    :func:`device_source_reasons` for the node of the same name in *inputs* (the nodes as
+    given, with their DRA *resource_slices*)."""
     chosen = tuple(checks)
-    return [explain_node(n, manufacturers, chosen) for n in sorted(nodes, key=lambda n: name_of(n))]
+    given = {name_of(n): n for n in inputs}
+    result = []
+    for node in sorted(nodes, key=lambda n: name_of(n)):
+        explanation = explain_node(node, manufacturers, chosen)
+        source = given.get(explanation.node)
+        if source is not None:
+            slices = node_slices(explanation.node, resource_slices) if resource_slices else ()
+            extra = device_source_reasons(source, manufacturers, slices)
+            if extra:
+                explanation = replace(explanation, reasons=(*explanation.reasons, *extra))
+        result.append(explanation)
+    return result

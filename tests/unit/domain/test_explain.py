@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gpustack_operator.commands.plan import read_cluster_file
 from gpustack_operator.domain.desired import plan_state
 from gpustack_operator.domain.explain import NodeExplanation
 from gpustack_operator.domain.manufacturers import load_manufacturers
@@ -13,6 +15,7 @@ from gpustack_operator.domain.manufacturers import load_manufacturers
 from .nodes import CPU_NAME, A, make_node, t4
 
 MFRS = load_manufacturers({})
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 HOST = {"cpu": "16", "memory": "64Gi", "storage": "200Gi"}
 
 
@@ -139,3 +142,29 @@ def test_a_node_without_cpu_identity_or_cards_feeds_nothing_and_says_why() -> No
     result = explain(make_node(**HOST, amd=False))
     assert (result.managed, result.flavors) == (True, ())
     assert [r.code for r in result.reasons] == ["no-cpu-identity"]
+
+
+GFD_A100 = {
+    "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB",
+    "nvidia.com/gpu.count": "8",
+    "nvidia.com/gpu.memory": "40960",
+}
+
+
+def test_device_source_reasons_join_the_explanation() -> None:
+    # GFD describes eight cards, the device plugin advertises none (docs/devices.md, "Why a
+    # device gets no pool"): the vendor source's reason is the node's.
+    result = explain(make_node(**HOST, labels=GFD_A100))
+    assert [r.code for r in result.reasons] == ["no-allocatable-resource"]
+    assert result.reasons[0].message.startswith("nvidia-gfd: NVIDIA-A100-SXM4-40GB")
+    assert result.flavors == ("gpustack--amd-25-1-16c-32g-200g",)
+
+
+@pytest.mark.parametrize("dump", ["gfd-mig-mixed.yaml", "gfd-time-slicing.yaml", "dra-h100.yaml"])
+def test_pools_in_their_own_resource_hold_nothing_back(dump: str) -> None:
+    # MIG, shared and DRA pools are counted in their own resource (nvidia.com/mig-<profile>,
+    # ...), not the vendor's default one: no device-without-allocatable for them.
+    nodes, _, slices = read_cluster_file(EXAMPLES / dump)
+    state = plan_state(nodes, ["default"], manufacturers=MFRS, resource_slices=slices)
+    assert state.explanations
+    assert all(e.flavors and e.reasons == () for e in state.explanations)
