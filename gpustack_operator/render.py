@@ -15,6 +15,7 @@ import yaml
 
 from gpustack_operator.domain.capacity import device_keys
 from gpustack_operator.domain.desired import DesiredState
+from gpustack_operator.domain.explain import NodeExplanation
 from gpustack_operator.domain.flavors import flavor_nodes, is_managed
 from gpustack_operator.domain.keys import cpu_node_key
 from gpustack_operator.domain.labels import note
@@ -22,6 +23,7 @@ from gpustack_operator.domain.nodeview import annotations_of, labels_of, name_of
 from gpustack_operator.domain.queues import pool_resource_label
 
 FORMATS = ("table", "yaml", "json")
+EXPLANATIONS_FIELD = "explanations"
 
 
 def render(state: DesiredState, output: str, manufacturers: Mapping[str, Any]) -> str:
@@ -35,14 +37,43 @@ def render(state: DesiredState, output: str, manufacturers: Mapping[str, Any]) -
     raise ValueError(f"unknown output format {output!r}; use one of {', '.join(FORMATS)}")
 
 
+def _document(state: DesiredState) -> dict[str, Any]:
+    """The v1 ``List``; ``plan``'s node explanations ride beside ``items`` in a top-level
+    ``explanations`` field, outside every Kueue object (docs/plan.md, "Output")."""
+    doc = state.as_list()
+    if state.explanations:
+        doc[EXPLANATIONS_FIELD] = [e.as_dict() for e in state.explanations]
+    return doc
+
+
 def render_json(state: DesiredState) -> str:
     """One v1 ``List`` of every object, as indented JSON."""
-    return json.dumps(state.as_list(), indent=2) + "\n"
+    return json.dumps(_document(state), indent=2) + "\n"
 
 
 def render_yaml(state: DesiredState) -> str:
     """One v1 ``List`` of every object, as YAML in the object order of the state."""
-    return yaml.safe_dump(state.as_list(), sort_keys=False, default_flow_style=False, width=100)
+    return yaml.safe_dump(_document(state), sort_keys=False, default_flow_style=False, width=100)
+
+
+def render_explanation(explanation: NodeExplanation, output: str) -> str:
+    """One node's explanation (``plan --explain NODE``) in the format *output*."""
+    if output == "json":
+        return json.dumps(explanation.as_dict(), indent=2) + "\n"
+    if output == "yaml":
+        return yaml.safe_dump(explanation.as_dict(), sort_keys=False, width=100)
+    lines = [
+        f"Node {explanation.node}",
+        f"  managed: {'yes' if explanation.managed else 'no'}",
+        f"  feeds {len(explanation.flavors)} flavor(s)" + (":" if explanation.flavors else ""),
+    ]
+    lines.extend(f"    {flavor}" for flavor in explanation.flavors)
+    if explanation.reasons:
+        lines.append("  why not more:")
+        lines.extend(f"    {r.code}: {r.message}" for r in explanation.reasons)
+    else:
+        lines.append("  nothing held back")
+    return "\n".join(lines) + "\n"
 
 
 def _quota_text(resources: list[Mapping[str, Any]]) -> str:
@@ -58,7 +89,9 @@ def _quota_text(resources: list[Mapping[str, Any]]) -> str:
 
 
 def _node_rows(state: DesiredState, manufacturers: Mapping[str, Any]) -> list[list[str]]:
-    rows = [["NODE", "MANAGED", "CPU KEY", "DEVICES"]]
+    header = ["NODE", "MANAGED", "CPU KEY", "DEVICES"]
+    pools = {e.node: str(len(e.flavors)) for e in state.explanations}
+    rows = [[*header, "FLAVORS"] if pools else header]
     for node in sorted(state.nodes, key=name_of):
         labels = labels_of(node)
         devices = [
@@ -72,9 +105,16 @@ def _node_rows(state: DesiredState, manufacturers: Mapping[str, Any]) -> list[li
                 "yes" if is_managed(node) else "no",
                 cpu_node_key(labels, annotations_of(node)) or "-",
                 ", ".join(devices) or "-",
+                *([pools.get(name_of(node), "0")] if pools else []),
             ]
         )
     return rows
+
+
+def _reason_lines(state: DesiredState) -> list[str]:
+    """``Why some nodes feed less:`` and one line per reason, when any node has one."""
+    lines = [f"  {e.node}: {r.code}: {r.message}" for e in state.explanations for r in e.reasons]
+    return ["", "Why some nodes feed less (plan --explain NODE for one):", *lines] if lines else []
 
 
 def _columns(rows: list[list[str]], indent: str = "  ") -> list[str]:
@@ -130,6 +170,7 @@ def render_table(state: DesiredState, manufacturers: Mapping[str, Any]) -> str:
     managed = sum(1 for n in state.nodes if is_managed(n))
     lines = [f"Nodes: {len(state.nodes)} ({managed} managed)"]
     lines.extend(_columns(_node_rows(state, manufacturers)))
+    lines.extend(_reason_lines(state))
     lines.append("")
     by_cohort: dict[str, list[Mapping[str, Any]]] = {}
     for queue in state.cluster_queues:

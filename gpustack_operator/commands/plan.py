@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from gpustack_operator import fastyaml
 from gpustack_operator.commands.argtypes import comma_list
 from gpustack_operator.commands.helptext import env_epilog
 from gpustack_operator.commands.quota_flags import add_quota_resources_flag
@@ -31,7 +33,7 @@ from gpustack_operator.domain.nodeview import (
 from gpustack_operator.domain.queues import DEFAULT_EXCLUDED_NAMESPACES, QuotaResources
 from gpustack_operator.domain.validation import is_valid_dns_subdomain
 from gpustack_operator.environment import load_group_id_with_memory, load_manufacturers
-from gpustack_operator.render import FORMATS, render
+from gpustack_operator.render import FORMATS, render, render_explanation
 
 DEFAULT_NAMESPACES = ("default",)
 EXIT_BAD_INPUT = 2
@@ -52,11 +54,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "LocalQueues. Nodes come from --nodes FILE (a List, multi-document YAML or "
             "`kubectl get nodes -o yaml` output) or, read-only, from a cluster "
             "(--kubeconfig/--context). Nodes annotated sim.gpustack.ai/devices get simulated "
-            "accelerators."
+            "accelerators. For every node it also says which flavors it feeds and, when fewer "
+            "than its hardware suggests, why (--explain NODE for one node; docs/plan.md)."
         ),
         epilog=env_epilog(["plan"], "--kueue-api-version", "v1beta1"),
     )
-    parser.add_argument("--nodes", type=Path, metavar="FILE", help="read Nodes from FILE")
+    parser.add_argument(
+        "--nodes", type=Path, metavar="FILE", help="read Nodes from FILE ('-': standard input)"
+    )
+    parser.add_argument(
+        "--explain",
+        metavar="NODE",
+        help="print only why NODE feeds the flavors it does (and not more), in the -o format",
+    )
     parser.add_argument(
         "--kubeconfig",
         metavar="FILE",
@@ -74,7 +84,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--output",
         choices=FORMATS,
         default="table",
-        help="table: a readable tree; yaml/json: one v1 List (default: table)",
+        help="table: a readable tree; yaml/json: one v1 List, node explanations in its "
+        "top-level 'explanations' field (default: table)",
     )
     parser.add_argument(
         "--system-namespace",
@@ -116,6 +127,19 @@ def _objects_of(document: object, where: str) -> list[Mapping[str, Any]]:
     return [document]
 
 
+def _documents(text: str) -> list[object]:
+    """The documents of *text*: one JSON value when it is JSON (``kubectl get -o json``, the
+    fast path), else every YAML document."""
+    if text.lstrip()[:1] in ("{", "["):
+        try:
+            document = json.loads(text)
+        except ValueError:
+            pass  # not JSON after all: YAML's parser says what is wrong, with a line number
+        else:
+            return [document] if document is not None else []
+    return [d for d in fastyaml.load_all(text) if d is not None]
+
+
 def parse_nodes_text(
     text: str, source: str
 ) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
@@ -129,7 +153,7 @@ def parse_cluster_text(
 ) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]], list[Mapping[str, Any]]]:
     """Nodes, Namespaces and DRA ResourceSlices (docs/devices.md, "DRA") in *text*."""
     try:
-        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+        documents = _documents(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
@@ -176,7 +200,8 @@ def parse_cluster_text(
 
 
 def read_nodes_file(path: Path) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
-    """The Nodes and Namespaces in a YAML/JSON file; :class:`PlanInputError` if unreadable."""
+    """The Nodes and Namespaces in a YAML/JSON file (``-``: standard input);
+    :class:`PlanInputError` if unreadable."""
     nodes, namespaces, _ = read_cluster_file(path)
     return nodes, namespaces
 
@@ -184,12 +209,14 @@ def read_nodes_file(path: Path) -> tuple[list[Mapping[str, Any]], list[Mapping[s
 def read_cluster_file(
     path: Path,
 ) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]], list[Mapping[str, Any]]]:
-    """The Nodes, Namespaces and ResourceSlices in a YAML/JSON file."""
+    """The Nodes, Namespaces and ResourceSlices in a YAML/JSON file (``-``: standard input)."""
+    stdin = str(path) == "-"
+    source = "<stdin>" if stdin else str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = sys.stdin.read() if stdin else path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise PlanInputError(f"{path}: cannot read: {exc}") from None
-    return parse_cluster_text(text, str(path))
+        raise PlanInputError(f"{source}: cannot read: {exc}") from None
+    return parse_cluster_text(text, source)
 
 
 async def read_cluster(
@@ -255,6 +282,16 @@ def run(args: argparse.Namespace) -> int:
             quota_resources=QuotaResources(args.quota_resources),
             resource_slices=slices,
         )
+        if args.explain is not None:
+            found_explanation = next(
+                (e for e in state.explanations if e.node == args.explain), None
+            )
+            if found_explanation is None:
+                raise PlanInputError(
+                    f"node {args.explain} is not in the input: give one of the Node names it holds"
+                )
+            sys.stdout.write(render_explanation(found_explanation, args.output))
+            return 0
     except (PlanInputError, ValueError) as exc:
         source = f"{args.nodes}: " if args.nodes is not None and isinstance(exc, ValueError) else ""
         message = " ".join(str(exc).split())

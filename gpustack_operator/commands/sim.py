@@ -32,6 +32,7 @@ from gpustack_operator.commands.plan import DEFAULT_NAMESPACES as PLAN_DEFAULT_N
 from gpustack_operator.commands.plan import PlanInputError, read_cluster_file
 from gpustack_operator.commands.quota_flags import add_quota_resources_flag
 from gpustack_operator.domain.desired import plan_state
+from gpustack_operator.domain.explain import explain_nodes
 from gpustack_operator.domain.queues import QuotaResources
 from gpustack_operator.environment import load_group_id_with_memory, load_manufacturers
 from gpustack_operator.render import FORMATS, render
@@ -282,6 +283,8 @@ async def _converge_and_print(
         return _error("interrupted before the cluster converged", 130)
     took = converging.result()  # raises NotConverged
     chain = await cluster.read_back()
+    # The live nodes explained as plan explains its input (docs/plan.md): the same output.
+    chain.explanations = explain_nodes(chain.nodes, cluster.manufacturers)
     sys.stdout.write(render(chain, args.output, cluster.manufacturers))
     sys.stdout.flush()
     log.info("sim converged", seconds=round(took, 2), nodes=len(cluster.nodes))

@@ -15,6 +15,7 @@ from typing import Any
 
 from gpustack_operator.domain.devices import device_labels
 from gpustack_operator.domain.devicesources.dra import node_slices
+from gpustack_operator.domain.explain import NodeExplanation, explain_nodes
 from gpustack_operator.domain.flavors import desired_resource_flavors
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.manufacturers import Manufacturer
@@ -51,6 +52,8 @@ class DesiredState:
     local_queues: list[dict[str, Any]] = field(default_factory=list)
     nodes: list[dict[str, Any]] = field(default_factory=list)
     """The input nodes with every NodeFeature merged (not part of :meth:`objects`)."""
+    explanations: list[NodeExplanation] = field(default_factory=list)
+    """Per node, what it feeds and why not more (``plan`` only; not part of :meth:`objects`)."""
 
     def objects(self) -> list[dict[str, Any]]:
         """NodeFeatures, ResourceFlavors, Cohorts, ClusterQueues, LocalQueues, in that order."""
@@ -189,13 +192,14 @@ def plan_state(
     quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES,
     resource_slices: Sequence[Mapping[str, Any]] = (),
 ) -> DesiredState:
-    """What ``plan`` prints: simulated devices first, then :func:`desired_state`.
+    """What ``plan`` prints: simulated devices first, then :func:`desired_state`, then the
+    explanation of every node (docs/plan.md).
 
     *resource_slices* are DRA ``ResourceSlice`` objects (docs/devices.md, "DRA")."""
     with_devices, dm_features = apply_sim_devices(
         nodes, manufacturers, system_namespace=system_namespace, with_memory=with_memory
     )
-    return desired_state(
+    state = desired_state(
         with_devices,
         namespaces,
         manufacturers=manufacturers,
@@ -206,3 +210,7 @@ def plan_state(
         quota_resources=quota_resources,
         resource_slices=resource_slices,
     )
+    state.explanations = explain_nodes(
+        state.nodes, manufacturers, inputs=with_devices, resource_slices=resource_slices
+    )
+    return state

@@ -60,7 +60,6 @@ from gpustack_operator.domain.labels import (
 from gpustack_operator.domain.manufacturers import Manufacturer
 from gpustack_operator.domain.nodeview import (
     annotations_of,
-    creation_timestamp,
     is_deleting,
     labels_of,
     name_of,
@@ -176,8 +175,12 @@ def _annotation(obj: object, key: str) -> str:
 
 
 def queue_flavors(name: str, flavors: Iterable[object]) -> list[object]:
-    """The ResourceFlavors of type ``nodes`` that target queue *name*, sorted by creation
-    time then name (SPEC §6.4 steps 1 and 3)."""
+    """The ResourceFlavors of type ``nodes`` that target queue *name*, sorted by name.
+
+    Name order, not creation time: the order (and with it the first flavor, whose first
+    node gives the queue's notes) is then a function of the nodes alone, the same for
+    ``plan``, a fresh worker and one restarted midway (docs/naming.md, "Flavor order").
+    """
     matching = [
         f
         for f in flavors
@@ -186,7 +189,7 @@ def queue_flavors(name: str, flavors: Iterable[object]) -> list[object]:
         and _annotation(f, COHORT_ANNOTATION)
         and not is_deleting(f)
     ]
-    return sorted(matching, key=lambda f: (creation_timestamp(f), name_of(f)))
+    return sorted(matching, key=name_of)
 
 
 def _scaled(note_value: str, count: int) -> Fraction | None:

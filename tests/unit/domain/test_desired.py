@@ -332,14 +332,15 @@ def test_cluster_queue_flavor_order_and_zero_node_flavors() -> None:
     )
     assert cq is not None
     entries = cq["spec"]["resourceGroups"][0]["flavors"]
+    # By name (docs/naming.md, "Flavor order"): creation time, which a restart or the join
+    # order of the nodes changes, does not count.
     assert [f["name"] for f in entries] == [
-        flavors[1]["metadata"]["name"],
-        flavors[0]["metadata"]["name"],
+        "gpustack--amd-25-1-16c-32g-198g",
+        "gpustack--amd-25-1-16c-32g-96g",
     ]
-    # Sorted by name, node b's 198g flavor comes first; creation time puts node a's first.
-    assert entries[0]["name"] == "gpustack--amd-25-1-16c-32g-96g"
-    assert [r["nominalQuota"] for r in entries[0]["resources"]] == ["16", "32Gi", "96Gi"]
-    assert [r["nominalQuota"] for r in entries[1]["resources"]] == ["0", "0", "0"]
+    # Only node a (the 96g flavor) is given: the 198g flavor is listed with zero quotas.
+    assert [r["nominalQuota"] for r in entries[0]["resources"]] == ["0", "0", "0"]
+    assert [r["nominalQuota"] for r in entries[1]["resources"]] == ["16", "32Gi", "96Gi"]
     assert cq["metadata"]["ownerReferences"] == [
         {
             "apiVersion": "kueue.x-k8s.io/v1beta2",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -168,3 +169,81 @@ async def test_live_cluster_is_read_only(
     assert "default" in namespaces and "kube-system" not in namespaces
     assert sim.counters.writes() == writes_before
     assert sim.counters.get("list", "Node") >= 1
+
+
+def test_explanations_ride_beside_the_items(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_plan(capsys, "--nodes", str(EXAMPLE), "-o", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert set(doc) == {"apiVersion", "kind", "metadata", "items", "explanations"}
+    by_node = {e["node"]: e for e in doc["explanations"]}
+    assert len(by_node) == 9
+    assert by_node["cpu-opted-out"] == {
+        "node": "cpu-opted-out",
+        "managed": False,
+        "flavors": [],
+        "reasons": [
+            {"code": "opted-out", "message": by_node["cpu-opted-out"]["reasons"][0]["message"]}
+        ],
+    }
+    assert [r["code"] for r in by_node["gpu-no-cpu-info"]["reasons"]] == ["no-cpu-identity"]
+    assert by_node["gpu-t4-1"]["reasons"] == [] and len(by_node["gpu-t4-1"]["flavors"]) == 2
+    # No Kueue object carries them.
+    assert "explanations" not in json.dumps(doc["items"])
+
+
+def test_table_lists_every_reason(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_plan(capsys, "--nodes", str(EXAMPLE))
+    assert code == 0, err
+    assert "Why some nodes feed less" in out
+    assert "  cpu-opted-out: opted-out: opted out with gpustack.ai/managed=false" in out
+    assert "  gpu-no-cpu-info: no-cpu-identity: no CPU identity" in out
+
+
+def test_explain_one_node(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_plan(capsys, "--nodes", str(EXAMPLE), "--explain", "gpu-no-cpu-info")
+    assert code == 0, err
+    assert out.splitlines()[:5] == [
+        "Node gpu-no-cpu-info",
+        "  managed: yes",
+        "  feeds 1 flavor(s):",
+        "    gpustack--generic-128c-2048g-3072g--nvidia-h100-80gb-hbm3-8d",
+        "  why not more:",
+    ]
+    assert out.splitlines()[5].startswith("    no-cpu-identity: no CPU identity")
+    code, out, err = run_plan(
+        capsys, "--nodes", str(EXAMPLE), "--explain", "cpu-opted-out", "-o", "json"
+    )
+    assert code == 0, err
+    assert json.loads(out)["reasons"][0]["code"] == "opted-out"
+
+
+def test_explain_an_unknown_node_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_plan(capsys, "--nodes", str(EXAMPLE), "--explain", "nope")
+    assert (code, out) == (2, "")
+    assert "node nope is not in the input" in err
+
+
+def test_nodes_from_stdin_in_yaml_and_json(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, from_file, _ = run_plan(capsys, "--nodes", str(EXAMPLE), "-o", "json")
+    assert code == 0
+    monkeypatch.setattr("sys.stdin", io.StringIO(EXAMPLE.read_text()))
+    code, from_stdin, err = run_plan(capsys, "--nodes", "-", "-o", "json")
+    assert code == 0, err
+    assert from_stdin == from_file
+    as_json = json.dumps(yaml.safe_load(EXAMPLE.read_text()))
+    monkeypatch.setattr("sys.stdin", io.StringIO(as_json))
+    code, from_json, err = run_plan(capsys, "--nodes", "-", "-o", "json")
+    assert code == 0, err
+    assert from_json == from_file
+
+
+def test_bad_stdin_names_stdin(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO("{not json: [\n"))
+    code, _, err = run_plan(capsys, "--nodes", "-")
+    assert code == 2
+    assert err.startswith("gpustack-operator plan: error: <stdin>: not valid YAML at line")
