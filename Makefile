@@ -10,7 +10,7 @@ CLUSTER ?= examples/cluster.yaml
 PYTEST_ARGS ?=
 RUN_ARGS ?=
 
-.PHONY: install test lint fmt demo run clean help
+.PHONY: install install-dev test lint fmt demo run clean help
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -19,21 +19,31 @@ help: ## list the targets
 	$(PYTHON) -m venv .tools
 	.tools/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 
+# Two environments from one lock (README, "Quick start"): `install` puts in the runtime
+# dependencies only (what `make demo` and the image need); `install-dev` adds the `dev`
+# dependency group (pytest, ruff, mypy, kubectl, checkov) and the extras, for `test` and
+# `lint`. --inexact: a runtime sync never removes tools a dev sync put there.
 $(BIN)/gpustack-operator: pyproject.toml uv.lock | $(UV)
-	$(UV) sync --frozen --all-extras --python $(PYTHON)
+	$(UV) sync --frozen --inexact --no-default-groups --python $(PYTHON)
 	@touch $@
 
-install: $(BIN)/gpustack-operator ## create .venv from uv.lock (bootstraps uv if absent)
+$(VENV)/.dev-installed: pyproject.toml uv.lock | $(UV)
+	$(UV) sync --frozen --all-extras --group dev --python $(PYTHON)
+	@touch $(BIN)/gpustack-operator $@
 
-test: install ## run the test suite
+install: $(BIN)/gpustack-operator ## create .venv with the runtime dependencies (bootstraps uv if absent)
+
+install-dev: $(VENV)/.dev-installed ## add the test and lint tools (the dev dependency group)
+
+test: install-dev ## run the test suite
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-lint: install ## ruff check, ruff format --check, mypy
+lint: install-dev ## ruff check, ruff format --check, mypy
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-fmt: install ## apply ruff's fixes and formatting
+fmt: install-dev ## apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 

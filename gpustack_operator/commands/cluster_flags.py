@@ -11,12 +11,12 @@ import argparse
 
 import structlog
 
-from gpustack_operator.runtime.client import ApiError, Client
+from gpustack_operator.kubeconfig import KubeconfigError
+from gpustack_operator.kubeconfig import connect as connect_checked
+from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.probes import parse_bind_address
 
 log = structlog.get_logger(__name__)
-
-CREDENTIALS_HINT = "check --kubeconfig/--context, KUBECONFIG, or the in-cluster service account"
 
 
 def add_connection_flags(parser: argparse._ActionsContainer) -> None:
@@ -63,9 +63,7 @@ async def connect(
     *qps* and *burst* limit the client's request rate (see :meth:`Client.connect`).
     """
     try:
-        return await Client.connect(args.kubeconfig, args.context, qps=qps, burst=burst)
-    except (ApiError, ValueError) as exc:
-        log.error("cannot connect to the API server", error=str(exc), hint=CREDENTIALS_HINT)
-    except Exception as exc:  # kubeconfig problems surface as assorted kr8s/OS errors
-        log.error("cannot load the cluster credentials", error=repr(exc), hint=CREDENTIALS_HINT)
+        return await connect_checked(args.kubeconfig, args.context, qps=qps, burst=burst)
+    except KubeconfigError as exc:  # one line naming the file and the fix
+        log.error("cannot connect to the API server", error=str(exc))
     return None

@@ -33,6 +33,7 @@ from gpustack_operator.domain.nodeview import (
 from gpustack_operator.domain.queues import DEFAULT_EXCLUDED_NAMESPACES, QuotaResources
 from gpustack_operator.domain.validation import is_valid_dns_subdomain
 from gpustack_operator.environment import load_group_id_with_memory, load_manufacturers
+from gpustack_operator.kubeconfig import KubeconfigError
 from gpustack_operator.render import FORMATS, render, render_explanation
 
 DEFAULT_NAMESPACES = ("default",)
@@ -224,10 +225,10 @@ async def read_cluster(
 ) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
     """Nodes and Namespaces of a live cluster, with GET requests only (paged LISTs)."""
     # Imported here: the runtime client pulls in kr8s, which --nodes FILE never needs.
-    from gpustack_operator.runtime.client import Client
+    from gpustack_operator.kubeconfig import connect
     from gpustack_operator.runtime.resources import NAMESPACES, NODES
 
-    async with await Client.connect(kubeconfig, context) as client:
+    async with await connect(kubeconfig, context) as client:
         nodes = (await client.list_all(NODES)).items
         namespaces = (await client.list_all(NAMESPACES)).items
     return list(nodes), list(namespaces)
@@ -258,6 +259,8 @@ def run(args: argparse.Namespace) -> int:
         elif args.kubeconfig or args.context:
             try:
                 nodes, found = asyncio.run(read_cluster(args.kubeconfig, args.context))
+            except KubeconfigError as exc:  # one line naming the file and the fix
+                raise PlanInputError(str(exc)) from None
             except Exception as exc:
                 raise PlanInputError(
                     f"cannot read the cluster ({args.kubeconfig or 'default kubeconfig'}): "

@@ -182,12 +182,22 @@ def run(args: argparse.Namespace) -> int:
         return _error(str(exc), EXIT_BAD_INPUT)
     kubeconfig = args.kubeconfig_out or default_kubeconfig_path()
     if args.cluster is None:
-        return _run_loop(lambda: serve_empty(crds, kubeconfig, args.bind_address, args.port))
+        served = with_stand_ins(crds)
+        return _run_loop(lambda: serve_empty(served, kubeconfig, args.bind_address, args.port))
     try:
         cluster = build_cluster(args, crds)
     except (PlanInputError, ValueError) as exc:
         return _error(str(exc), EXIT_BAD_INPUT)
     return _run_loop(lambda: run_cluster(cluster, args, kubeconfig if args.serve else None))
+
+
+def with_stand_ins(crds: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """*crds* plus a stand-in for each Kueue/NFD CRD they do not bring (docs/simulator.md,
+    "Stand-in CRDs"): ``sim`` serves the operator's kinds from a fresh clone."""
+    from gpustack_operator.simcluster.crds import stand_in_crds
+
+    given = {crd["metadata"]["name"] for crd in crds if isinstance(crd.get("metadata"), dict)}
+    return [*crds, *(c for c in stand_in_crds() if c["metadata"]["name"] not in given)]
 
 
 def build_cluster(args: argparse.Namespace, crds: list[dict[str, Any]]) -> SimCluster:
@@ -196,7 +206,6 @@ def build_cluster(args: argparse.Namespace, crds: list[dict[str, Any]]) -> SimCl
     Raises ``PlanInputError`` or ``ValueError`` naming what is wrong with the input.
     """
     from gpustack_operator.simcluster.cluster import SimCluster
-    from gpustack_operator.simcluster.crds import stand_in_crds
 
     nodes, found, slices = read_cluster_file(args.cluster)
     if args.namespaces is not None:
@@ -215,12 +224,10 @@ def build_cluster(args: argparse.Namespace, crds: list[dict[str, Any]]) -> SimCl
         quota_resources=quota_resources,
         resource_slices=slices,
     )
-    given = {crd["metadata"]["name"] for crd in crds if isinstance(crd.get("metadata"), dict)}
-    stand_ins = [c for c in stand_in_crds() if c["metadata"]["name"] not in given]
     return SimCluster(
         nodes,
         namespaces,
-        crds=[*crds, *stand_ins],
+        crds=with_stand_ins(crds),
         manufacturers=manufacturers,
         with_memory=with_memory,
         quota_resources=quota_resources,
@@ -304,6 +311,39 @@ async def _converge_and_print(
     return 0
 
 
+def serving_summary(url: str, kubeconfig: Path, crds: list[dict[str, Any]]) -> str:
+    """What ``sim --serve`` serves, how to seed it and where the kubeconfig is."""
+    from gpustack_operator.simcluster.crds import is_stand_in
+
+    stand_ins = sorted(c["spec"]["names"]["kind"] for c in crds if is_stand_in(c))
+    real = sorted(c["spec"]["names"]["kind"] for c in crds if not is_stand_in(c))
+    lines = [
+        f"  API server: {url}",
+        f"  kubeconfig: {kubeconfig}",
+        f"  namespaces: {', '.join(DEFAULT_NAMESPACES)}; no Nodes yet",
+    ]
+    if real:
+        lines.append(f"  CRDs from --crds: {len(real)} ({', '.join(real)})")
+    if stand_ins:
+        lines.append(
+            f"  stand-in CRDs (open schemas; --crds DIR loads real ones): {', '.join(stand_ins)}"
+        )
+    return "\n".join(
+        [
+            *lines,
+            "Seed it:",
+            "  kubectl apply -f examples/cluster.yaml     (Nodes only; no operator runs)",
+            "  or start it as: gpustack-operator sim --serve --cluster examples/cluster.yaml",
+            "                                             (runs the operator on those Nodes)",
+            "Use it with kubectl:",
+            f"  export KUBECONFIG={kubeconfig}",
+            "  kubectl get nodes",
+            "Stop with Ctrl-C (SIGINT) or SIGTERM.",
+            "",
+        ]
+    )
+
+
 async def serve_empty(crds: list[dict[str, Any]], kubeconfig: Path, host: str, port: int) -> int:
     """``--serve`` alone: an empty cluster (CRDs, NFD and Kueue stand-ins) until
     SIGINT/SIGTERM; exit code."""
@@ -340,15 +380,7 @@ async def _serve_started(
         sys.stderr.write(f"gpustack-operator sim: cannot write the kubeconfig: {exc}\n")
         return 1
     async with NfdMaster(sim, namespace=SYSTEM_NAMESPACE), KueueStandIn(sim):
-        sys.stdout.write(
-            BANNER + f"  API server: {sim.url}\n"
-            f"  kubeconfig: {path}\n"
-            f"  CRDs loaded: {len(crds)}\n"
-            "Use it with kubectl:\n"
-            f"  export KUBECONFIG={path}\n"
-            "  kubectl get nodes\n"
-            "Stop with Ctrl-C (SIGINT) or SIGTERM.\n"
-        )
+        sys.stdout.write(BANNER + serving_summary(sim.url, path, crds))
         sys.stdout.flush()
         log.info("sim serving", url=sim.url, kubeconfig=str(path), crds=len(crds))
         await stop.wait()

@@ -30,9 +30,9 @@ from gpustack_operator.gateway.kinds import (
     pick_version,
     watched_resources,
 )
-from gpustack_operator.gateway.kubeconfig import check_context, read_kubeconfig
 from gpustack_operator.gateway.metrics import CLUSTERS
 from gpustack_operator.gateway.pools import pool_entry
+from gpustack_operator.kubeconfig import connect as connect_checked
 from gpustack_operator.runtime.backoff import Backoff, BackoffPolicy
 from gpustack_operator.runtime.cache import object_key
 from gpustack_operator.runtime.client import ApiError, Client
@@ -180,10 +180,9 @@ class ClusterRunner:
         while True:
             client: Client | None = None
             try:
-                context = self._check_kubeconfig()
-                client = await Client.connect(
+                client = await connect_checked(
                     self.spec.kubeconfig,
-                    context,
+                    self.spec.context,
                     timeout=self.settings.request_timeout,
                 )
                 self.server = client.host
@@ -198,14 +197,6 @@ class ClusterRunner:
                 self._unreachable(exc)
                 self._log.warning("cluster_connect_failed", error=str(exc), delay=round(delay, 3))
             await anyio.sleep(delay)
-
-    def _check_kubeconfig(self) -> str | None:
-        """The context to connect with, after checking the kubeconfig file (if one is named)
-        gives kr8s something it can read; a clear ConfigError otherwise."""
-        path = self.spec.kubeconfig
-        if path is None:
-            return self.spec.context
-        return check_context(read_kubeconfig(path), self.spec.context, str(path))
 
     async def _discover(self, client: Client) -> KueueVersion:
         with anyio.fail_after(self.settings.request_timeout):

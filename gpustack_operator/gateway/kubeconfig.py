@@ -14,6 +14,8 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from gpustack_operator.kubeconfig import KubeconfigError, read_kubeconfig_file
+
 __all__ = [
     "ConfigError",
     "check_allowed_server",
@@ -46,7 +48,8 @@ def parse_kubeconfig(text: str, where: str = "kubeconfig") -> Mapping[str, Any]:
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{where}: not YAML or JSON: {exc}") from exc
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(f"{where}: not YAML or JSON ({first}); fix the document") from None
     if not isinstance(document, Mapping):
         raise ConfigError(f"{where}: expected a kubeconfig mapping, got {type(document).__name__}")
     for key in ("clusters", "contexts"):
@@ -56,11 +59,11 @@ def parse_kubeconfig(text: str, where: str = "kubeconfig") -> Mapping[str, Any]:
 
 
 def read_kubeconfig(path: Path) -> Mapping[str, Any]:
+    """The kubeconfig file *path*, checked as every command checks one (one-line errors)."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read the kubeconfig {path}: {exc.strerror or exc}") from exc
-    return parse_kubeconfig(text, str(path))
+        return read_kubeconfig_file(path)
+    except KubeconfigError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def context_names(config: Mapping[str, Any]) -> list[str]:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from gpustack_operator.sim.kinds import KindInfo, KindRegistry
+from gpustack_operator.sim.openapiv2 import PROTOBUF_TYPE, OpenApiV2Cache
 from gpustack_operator.sim.tables import maybe_table
 
 if TYPE_CHECKING:
@@ -438,6 +439,21 @@ def add_discovery_routes(app: web.Application, sim: SimServer) -> None:
     async def get_openapi_group(request: web.Request) -> web.Response:
         return openapi_response(request, request.match_info["group"])
 
+    openapi_v2 = OpenApiV2Cache()
+
+    async def get_openapi_v2(request: web.Request) -> web.Response:
+        """Protobuf when asked for it (kubectl only asks that way), JSON otherwise."""
+        groups = _groups(registry()).values()
+        kinds = [info for versions in groups for infos in versions.values() for info in infos]
+        as_json, as_protobuf, etag = openapi_v2.bodies(kinds)
+        headers = {"ETag": f'"{etag}"'}
+        if "protobuf" in request.headers.get("Accept", ""):
+            return web.Response(
+                body=as_protobuf, headers={**headers, "Content-Type": PROTOBUF_TYPE}
+            )
+        return web.Response(body=as_json, headers={**headers, "Content-Type": "application/json"})
+
+    app.router.add_get("/openapi/v2", get_openapi_v2)
     app.router.add_get("/version", get_version)
     app.router.add_get("/api", get_api)
     app.router.add_get("/api/{version}", get_core_version)

@@ -13,7 +13,7 @@ Usage::
 
 Hooks for the kubectl-compatibility parts: ``self.app`` is built in ``__init__`` and
 ``gpustack_operator.sim.discovery.add_discovery_routes(app, sim)`` adds /version, /api, /apis,
-group-version lists and /openapi; GET and LIST answers go through
+group-version lists, /openapi/v3 and /openapi/v2; GET and LIST answers go through
 ``discovery.maybe_table(request, kind, payload)`` so ``kubectl get`` receives Tables.
 The NFD-master stand-in follows changes with ``sim.store.subscribe`` / ``sim.store.events``.
 """

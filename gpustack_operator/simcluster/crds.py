@@ -1,10 +1,13 @@
-"""Schema-less CustomResourceDefinitions for the kinds the operator writes.
+"""Open-schema CustomResourceDefinitions for the kinds the operator writes.
 
 ``sim --cluster`` must work from a fresh clone, where the real Kueue and NFD CRDs are not
 available (they are not shipped with the project). These stand-ins serve the same groups,
-versions, kinds and scopes, with ``x-kubernetes-preserve-unknown-fields`` schemas: nothing is
-pruned, defaulted or validated, so objects read back are exactly what the operator wrote.
-Load the real CRDs (``sim --crds DIR``) for schema validation.
+versions, kinds, scopes and ``kubectl get`` columns; their schemas name the top-level fields
+(so ``kubectl explain`` and kubectl's client-side validation have something to read) and keep
+``spec`` and ``status`` open with ``x-kubernetes-preserve-unknown-fields``: nothing below
+them is pruned, defaulted or validated, so objects read back are exactly what the operator
+wrote. Load the real CRDs (``sim --crds DIR``) for schema validation (docs/simulator.md,
+"Stand-in CRDs").
 """
 
 from __future__ import annotations
@@ -14,9 +17,84 @@ from typing import Any, Final
 
 STAND_IN_LABEL: Final = "sim.gpustack.ai/stand-in"
 
-_OPEN_SCHEMA: Final = {
-    "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-}
+
+def _open_schema(kind: str) -> dict[str, Any]:
+    """Named top-level fields, open ``spec`` and ``status``, each described for explain."""
+    article = "an" if kind[0] in "AEIOU" else "a"
+    return {
+        "openAPIV3Schema": {
+            "type": "object",
+            "description": f"{kind} (simulator stand-in: spec and status are not checked).",
+            "properties": {
+                "apiVersion": {
+                    "type": "string",
+                    "description": "The versioned schema of this representation of an object.",
+                },
+                "kind": {
+                    "type": "string",
+                    "description": "The REST resource this object represents.",
+                },
+                "metadata": {"type": "object", "description": "Standard object metadata."},
+                "spec": {
+                    "type": "object",
+                    "description": f"The desired state of {article} {kind}; any fields are "
+                    "kept (load the real CRD to check them).",
+                    "x-kubernetes-preserve-unknown-fields": True,
+                },
+                "status": {
+                    "type": "object",
+                    "description": f"The observed state of {article} {kind}, written by its "
+                    "controller; any fields are kept.",
+                    "x-kubernetes-preserve-unknown-fields": True,
+                },
+            },
+        }
+    }
+
+
+def _column(name: str, path: str, kind: str, description: str, priority: int = 0) -> dict[str, Any]:
+    return {
+        "name": name,
+        "type": kind,
+        "jsonPath": path,
+        "description": description,
+        **({"priority": priority} if priority else {}),
+    }
+
+
+def _queue_columns(version: str, kind: str) -> list[dict[str, Any]]:
+    """The columns Kueue v0.19's own CRDs give ``kubectl get`` (kubernetes-sigs/kueue,
+    config/components/crd/bases/kueue.x-k8s.io_clusterqueues.yaml and _localqueues.yaml):
+    a ClusterQueue shows its cohort (``.spec.cohortName`` from v1beta2, ``.spec.cohort``
+    before), its queueing strategy (wide only) and its pending and (wide only) admitted
+    workload counts; a LocalQueue shows its ClusterQueue and both counts."""
+    pending = _column(
+        "Pending Workloads", ".status.pendingWorkloads", "integer", "Workloads waiting"
+    )
+    if kind == "LocalQueue":
+        return [
+            _column("ClusterQueue", ".spec.clusterQueue", "string", "The backing ClusterQueue"),
+            pending,
+            _column(
+                "Admitted Workloads",
+                ".status.admittedWorkloads",
+                "integer",
+                "Admitted workloads not finished yet",
+            ),
+        ]
+    cohort = ".spec.cohortName" if version != "v1beta1" else ".spec.cohort"
+    return [
+        _column("Cohort", cohort, "string", "The cohort it borrows within"),
+        _column("Strategy", ".spec.queueingStrategy", "string", "How workloads are ordered", 1),
+        pending,
+        _column(
+            "Admitted Workloads",
+            ".status.admittedWorkloads",
+            "integer",
+            "Admitted workloads not finished yet",
+            1,
+        ),
+    ]
 
 
 def _crd(
@@ -52,8 +130,13 @@ def _crd(
                     "name": version,
                     "served": True,
                     "storage": version == storage,
-                    "schema": _OPEN_SCHEMA,
+                    "schema": _open_schema(kind),
                     **({"subresources": {"status": {}}} if status else {}),
+                    **(
+                        {"additionalPrinterColumns": _queue_columns(version, kind)}
+                        if kind in ("ClusterQueue", "LocalQueue")
+                        else {}
+                    ),
                 }
                 for version in versions
             ],

@@ -14,6 +14,8 @@ from tests.e2e.conftest import Kubectl
 
 pytestmark = pytest.mark.anyio
 
+EXAMPLE_CLUSTER = Path(__file__).resolve().parents[2] / "examples" / "cluster.yaml"
+
 NODE_AND_FEATURE = """
 apiVersion: v1
 kind: Node
@@ -82,6 +84,44 @@ async def test_sim_serve_works_with_kubectl_and_stops_on_sigterm(
         with anyio.fail_after(30):
             code = await process.wait()
         assert code == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+async def test_sim_serve_alone_says_what_it_serves_and_takes_the_example(
+    kubectl_bin: Path, tmp_path: Path
+) -> None:
+    """From a fresh clone (no --crds): the banner names what is served, how to seed it and the
+    kubeconfig; kubectl apply validates the example and explain reads a stand-in
+    (docs/simulator.md, "Using it with kubectl")."""
+    kubeconfig = tmp_path / "sim-kubeconfig.yaml"
+    argv = [sys.executable, "-m", "gpustack_operator", "sim", "--serve"]
+    process = await anyio.open_process([*argv, "--kubeconfig-out", str(kubeconfig)])
+    try:
+        assert process.stdout is not None
+        banner = ""
+        with anyio.fail_after(30):
+            async for chunk in process.stdout:
+                banner += chunk.decode()
+                if "Stop with Ctrl-C" in banner:
+                    break
+        assert f"kubeconfig: {kubeconfig}" in banner
+        assert "no Nodes yet" in banner
+        assert "stand-in CRDs" in banner and "ClusterQueue" in banner
+        assert "kubectl apply -f examples/cluster.yaml" in banner
+        assert "--cluster examples/cluster.yaml" in banner
+
+        kubectl = Kubectl(kubectl_bin, kubeconfig, tmp_path / "kube-cache")
+        example = EXAMPLE_CLUSTER
+        assert "node/cpu-epyc-1 created" in await kubectl.out("apply", "-f", str(example))
+        assert "desired state of a ClusterQueue" in await kubectl.out(
+            "explain", "clusterqueue.spec"
+        )
+        process.send_signal(signal.SIGTERM)
+        with anyio.fail_after(30):
+            assert await process.wait() == 0
     finally:
         if process.returncode is None:
             process.kill()

@@ -109,7 +109,7 @@ def test_every_context_of_a_kubeconfig(tmp_path: Path) -> None:
         ClusterSpec("east", path, "east"),
         ClusterSpec("west", path, "west"),
     ]
-    with pytest.raises(ConfigError, match="cannot read the kubeconfig"):
+    with pytest.raises(ConfigError, match="missing: no such file; pass an existing kubeconfig"):
         kubeconfig_contexts(tmp_path / "missing")
 
 
