@@ -328,6 +328,7 @@ def serving_summary(url: str, kubeconfig: Path, crds: list[dict[str, Any]]) -> s
         lines.append(
             f"  stand-in CRDs (open schemas; --crds DIR loads real ones): {', '.join(stand_ins)}"
         )
+    lines.append("  running: the NFD-master and Kueue admission stand-ins (Jobs wait for a queue)")
     return "\n".join(
         [
             *lines,
