@@ -2,7 +2,8 @@
 
 Key: the flavor name. The managed Nodes whose profiles name the flavor come from the Node
 index; with at least one, the flavor is applied as ``desired_resource_flavor`` renders it
-from the first node by name (it provides the notes; the others are not looked at). With
+from the first node by name (it provides the notes) with the tolerations the dedication
+taints of all those nodes need (docs/worker.md, "Tolerations"). With
 none, a flavor carrying the managed-by label is deleted (Kueue's ``resource-in-use``
 finalizer keeps it until no ClusterQueue lists it). A flavor of the same name without the
 label was made by a person: it is left alone and reported with a Warning Event. Node
@@ -23,7 +24,7 @@ from controllers.common import (
     is_up_to_date,
     watch_batched,
 )
-from gpustack_operator.domain.flavors import desired_resource_flavor
+from gpustack_operator.domain.flavors import TolerationPolicy, desired_resource_flavor
 from gpustack_operator.domain.nodeview import is_deleting
 from gpustack_operator.runtime.controller import ControllerBuilder, Request
 
@@ -31,9 +32,12 @@ NAME: Final = "resourceflavor"
 
 
 class FlavorReconciler:
-    def __init__(self, caches: KueueCaches, writer: Writer) -> None:
+    def __init__(
+        self, caches: KueueCaches, writer: Writer, tolerations: TolerationPolicy = None
+    ) -> None:
         self.caches = caches
         self.writer = writer
+        self.tolerations = tolerations
         self.resource = caches.kueue.resource_flavors
 
     async def __call__(self, request: Request) -> None:
@@ -46,6 +50,7 @@ class FlavorReconciler:
             self.caches.manufacturers,
             self.caches.kueue.version,
             profiles_of=self.caches.facts.profiles,
+            tolerations=self.tolerations,
         )
         if want is None:
             if have is not None and is_managed_object(have) and not is_deleting(have):
@@ -67,6 +72,7 @@ def build_flavor_controller(
     *,
     workers: int,
     batch_window: float,
+    tolerations: TolerationPolicy = None,
 ) -> None:
     facts = caches.facts
 
@@ -76,6 +82,6 @@ def build_flavor_controller(
     controller = (
         builder.for_(caches.kueue.resource_flavors, METADATA_OR_SPEC_CHANGED)
         .with_options(max_concurrent_reconciles=workers)
-        .complete(FlavorReconciler(caches, writer))
+        .complete(FlavorReconciler(caches, writer, tolerations))
     )
     watch_batched(controller, caches.nodes, by_node, NodeChanged(facts), batch_window)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from gpustack_operator.domain.capacity import worker_capacity_labels
-from gpustack_operator.domain.flavors import Profile, is_managed, node_profiles
+from gpustack_operator.domain.flavors import Profile, dedication_taints, is_managed, node_profiles
 from gpustack_operator.domain.labels import (
     ACCELERATABLE_PREFIX,
     ARCH_LABEL,
@@ -90,6 +90,7 @@ def node_view(
         labels,
         annotations,
         tuple(amounts),
+        tuple(sorted(dedication_taints(node))),
     )
 
 

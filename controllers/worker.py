@@ -1,9 +1,11 @@
 """The worker's reconcilers on one manager: capacity profiling and the Kueue chain.
 
-``setup_worker(manager, config)`` registers five independent controllers (each with its
+``setup_worker(manager, config)`` registers six independent controllers (each with its
 own work queue and workers) on the manager's shared informers:
 
 - ``capacity`` (NodeFeatures, SPEC §5) at once: it needs no Kueue;
+- ``kueueconfig`` (docs/workloads.md) beside the queue controllers: it reads Kueue's own
+  configuration and reports what the queues need from it;
 - ``resourceflavor``, ``cohort``, ``clusterqueue``, ``localqueue`` (SPEC §6) once Kueue is
   found. Kueue is a prerequisite the worker checks for, not installs (SPEC §0.1): a
   discovery loop (on every replica, leader or not) asks which ``kueue.x-k8s.io`` versions the
@@ -34,11 +36,15 @@ from controllers.cohort import build_cohort_controller
 from controllers.common import Writer, trim_for_worker
 from controllers.flavor import NAME as FLAVOR
 from controllers.flavor import build_flavor_controller
+from controllers.kueueconfig import NAME as KUEUE_CONFIG
+from controllers.kueueconfig import build_kueue_config_controller, kueue_configmap_informer
 from controllers.localqueue import NAME as LOCAL_QUEUE
 from controllers.localqueue import build_local_queue_controller
 from controllers.nodefacts import FleetSettling
 from gpustack_operator.apis import KUEUE_GROUP, KueueResources, kueue_resources
+from gpustack_operator.domain.flavors import TolerationPolicy
 from gpustack_operator.domain.kueue import KueueVersion
+from gpustack_operator.domain.kueueconfig import DEFAULT_KUEUE_CONFIGMAP, DEFAULT_KUEUE_NAMESPACE
 from gpustack_operator.domain.labels import MANAGED_BY_VALUE
 from gpustack_operator.domain.manufacturers import Manufacturer, load_manufacturers
 from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
@@ -78,6 +84,12 @@ class WorkerConfig:
     """``v1beta2``, ``v1beta1`` or ``auto`` (the newest served). A pinned version still
     waits until the cluster serves it."""
     field_manager: str = MANAGED_BY_VALUE
+    flavor_tolerations: TolerationPolicy = None
+    """Which dedication taints flavors tolerate: None every one common to the flavor's nodes,
+    else only these keys (docs/worker.md, "Tolerations")."""
+    kueue_namespace: str = DEFAULT_KUEUE_NAMESPACE
+    kueue_configmap: str = DEFAULT_KUEUE_CONFIGMAP
+    """Where Kueue's configuration is read from (docs/workloads.md, "Kueue's configuration")."""
     max_concurrent_reconciles: int = 2
     kueue_discovery_interval: float = 10.0
     """Seconds between Kueue discovery attempts while Kueue is missing."""
@@ -170,7 +182,8 @@ class Worker:
         self.kueue_found = anyio.Event()
         self.caches: KueueCaches | None = None
         self.queue_controllers: list[Controller] = []
-        """The four Kueue controllers, once started (on the leader)."""
+        """The Kueue controllers (four queue controllers and the configuration check), once
+        started (on the leader)."""
         self.facts = node_facts(manager.informer(NODES), config.manufacturers)
         """Per-Node derived data shared by all five controllers and the Node indexes."""
         self.settling = FleetSettling(self.facts)
@@ -229,6 +242,7 @@ class Worker:
             self.writer,
             workers=workers,
             batch_window=window,
+            tolerations=config.flavor_tolerations,
         )
         build_cohort_controller(
             ControllerBuilder(host, COHORT),
@@ -259,11 +273,22 @@ class Worker:
             excluded_namespaces=config.excluded_namespaces,
             batch_window=window,
         )
+        kueue_configmap = kueue_configmap_informer(
+            host, config.kueue_namespace, config.kueue_configmap
+        )
+        build_kueue_config_controller(
+            ControllerBuilder(host, KUEUE_CONFIG),
+            caches,
+            kueue_configmap,
+            host.recorder,
+            namespace=config.kueue_namespace,
+            name=config.kueue_configmap,
+        )
         # Batched watches are not sources the controllers wait for: every cache a reconciler
         # reads must be full before the first reconcile (an empty flavor cache would make
         # every ClusterQueue look orphaned).
         timeout = self.manager.options.cache_sync_timeout
-        for informer in caches.informers():
+        for informer in (*caches.informers(), kueue_configmap):
             if not await informer.wait_for_sync(timeout):
                 raise CacheSyncTimeoutError(
                     f"the cache of {informer.resource} did not sync within {timeout:g}s; check "
@@ -271,7 +296,7 @@ class Worker:
                 )
         self.queue_controllers = host.controllers
         # Listed with the manager's own so that its shutdown treats them alike (no drain
-        # after a lost Lease) and tools that inspect manager.controllers see all five.
+        # after a lost Lease) and tools that inspect manager.controllers see all six.
         self.manager.controllers.extend(host.controllers)
         log.info("starting Kueue controllers", controllers=[c.name for c in host.controllers])
         async with anyio.create_task_group() as tg:
@@ -280,7 +305,7 @@ class Worker:
 
 
 def setup_worker(manager: Manager, config: WorkerConfig) -> Worker:
-    """Register the worker's five reconcilers and Kueue discovery on *manager*.
+    """Register the worker's six reconcilers and Kueue discovery on *manager*.
 
     Call before ``manager.run()``. The capacity controller is a regular controller of the
     manager; the four Kueue controllers start on the leader once Kueue is discovered. Adds the
