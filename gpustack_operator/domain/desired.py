@@ -108,7 +108,7 @@ def desired_state(
         flavors, merged, manufacturers, cohort_uids=cohort_uids, version=kueue_version
     )
     locals_ = desired_local_queues(
-        list(queues),
+        list(queues.values()),
         namespaces,
         system_namespace=system_namespace,
         excluded=excluded_namespaces,

@@ -77,9 +77,16 @@ def versions(sim: SimServer) -> dict[str, str]:
 
 
 def reconciles() -> float:
-    """Successful reconciles of the five controllers so far (process-wide metric)."""
+    """Successful reconciles of the six controllers so far (process-wide metric)."""
     total = 0.0
-    for name in ("capacity", "resourceflavor", "cohort", "clusterqueue", "localqueue"):
+    for name in (
+        "capacity",
+        "resourceflavor",
+        "cohort",
+        "clusterqueue",
+        "localqueue",
+        "kueueconfig",
+    ):
         value = REGISTRY.get_sample_value(
             "controller_runtime_reconcile_total", {"controller": name, "result": "success"}
         )
@@ -125,6 +132,7 @@ async def test_the_chain_follows_the_cluster(sim: SimServer, sim_kubeconfig: Pat
             "cohort": caches.cohorts.indexer.keys(),
             "clusterqueue": caches.cluster_queues.indexer.keys(),
             "localqueue": caches.namespaces.indexer.keys(),
+            "kueueconfig": ["kueue-system/kueue-manager-config"],
         }
         runs_before = reconciles()
         for controller in running.manager.controllers:
