@@ -102,3 +102,18 @@ async def test_missing_transformation_is_reported_and_cleared(
     assert (
         after is not None and "transformations" in after["data"]["controller_manager_config.yaml"]
     )
+
+
+async def test_default_configuration_is_reported_as_such(
+    sim: SimServer, sim_kubeconfig: Path
+) -> None:
+    """No ConfigMap at all: Kueue's defaults, named as such in the Warning Event."""
+    config = fast_config()
+    sim.store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NS}})
+    put_node(sim, node("gpu-a", cards=("Tesla T4", 1)))
+    async with nfd_master(sim), worker_running(sim_kubeconfig, config):
+        await converged(sim, config)
+        await eventually(lambda: warnings_on_configmap(sim), "a Warning Event about the defaults")
+    (event,) = warnings_on_configmap(sim)
+    assert "Kueue runs with its default configuration" in event["message"]
+    assert sim.store.get("v1", "ConfigMap", "kueue-manager-config", KUEUE_NS) is None
