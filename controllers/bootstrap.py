@@ -20,15 +20,19 @@ Rules:
   deleted; NFD is never uninstalled by the worker, because that would strip every Node label
   the queues are built from.
 - RuntimeClasses are created only when missing, and never updated afterwards.
+- NFD's CRDs and every ServiceAccount, role and binding are prerequisites shipped with deploy/
+  (``gpustack_operator.domain.bootstrap.prerequisites``): the bootstrap checks they exist and
+  never writes them, so the worker needs no right to write RBAC or CRDs (docs/security.md,
+  "No escalation path"). While some are missing, what needs them is not installed and the
+  reconcile is retried.
 
 The controller runs only while its manager leads (controllers are leader-only in this
-runtime). ``install_nfd_crds`` runs before the manager starts: the worker's own informers on
-NodeFeatures cannot sync before the CRD exists.
+runtime). ``check_nfd_crds`` runs before the manager starts and reports missing NFD CRDs:
+the worker's own informers on NodeFeatures cannot sync before the CRD exists.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -43,6 +47,8 @@ from gpustack_operator.domain.bootstrap import (
     DEVICE_MANAGER,
     NODE_FEATURE_DISCOVERY,
     BootstrapSettings,
+    device_manager_prerequisites,
+    nfd_prerequisites,
     parse_disabled_applications,
     render_cpu_info_rule,
     render_device_manager,
@@ -88,20 +94,24 @@ KEY: Final = "bootstrap"
 ENV_PREFIX: Final = "GPUSTACK_"
 # Without an image the device manager cannot be rendered; look again after this long.
 RETRY_SECONDS: Final = 60.0
-# Every kind the bootstrap writes, by (apiVersion, kind) of the rendered objects.
-NAMESPACED_KINDS: Final = (
+# Every kind the bootstrap writes (besides RuntimeClasses and the NodeFeatureRule).
+NAMESPACED_KINDS: Final = (CONFIGMAPS, DEPLOYMENTS, DAEMONSETS)
+CLUSTER_KINDS: Final[tuple[Resource, ...]] = ()
+# Kinds of the prerequisites it only reads.
+PREREQUISITE_KINDS: Final = (
     SERVICE_ACCOUNTS,
     ROLES,
     ROLE_BINDINGS,
-    CONFIGMAPS,
-    DEPLOYMENTS,
-    DAEMONSETS,
+    CRDS,
+    CLUSTER_ROLES,
+    CLUSTER_ROLE_BINDINGS,
 )
-CLUSTER_KINDS: Final = (CRDS, CLUSTER_ROLES, CLUSTER_ROLE_BINDINGS)
 _KINDS: Final = {
     (r.api_version, r.kind): r
-    for r in (*NAMESPACED_KINDS, *CLUSTER_KINDS, RUNTIME_CLASSES, NODE_FEATURE_RULES)
+    for r in (*NAMESPACED_KINDS, *PREREQUISITE_KINDS, RUNTIME_CLASSES, NODE_FEATURE_RULES)
 }
+_NFD_COMPONENT: Final = "deploy/components/node-feature-discovery"
+_DEVICE_MANAGER_RBAC: Final = "deploy/base/device-manager.yaml"
 
 
 @dataclass(frozen=True)
@@ -132,6 +142,7 @@ class BootstrapConfig:
         nfd_image: str = DEFAULT_NFD_IMAGE,
         device_manager_image: str | None = None,
         manufacturers: Iterable[str] | None = None,
+        coexistence: bool = True,
     ) -> BootstrapConfig:
         """Read ``GPUSTACK_*`` overrides, the PCI classes and the Downward-API variables.
 
@@ -155,6 +166,7 @@ class BootstrapConfig:
             pci_class_prefixes=load_pci_class_prefixes(source),
             manufacturers=load_manufacturers(source),
             propagated_env={k: v for k, v in source.items() if k.startswith(ENV_PREFIX)},
+            coexistence=coexistence,
         )
         return cls(
             namespace=ns,
@@ -310,8 +322,12 @@ class Bootstrap:
         retry: Result | None = None
         nfd_enabled = NODE_FEATURE_DISCOVERY not in config.disabled
         if nfd_enabled and not self.foreign_nfd():
-            objects += render_nfd_crds()
-            objects += render_nfd(config.settings)
+            if await self.prerequisites_present(
+                NODE_FEATURE_DISCOVERY, nfd_prerequisites(config.settings), _NFD_COMPONENT
+            ):
+                objects += render_nfd(config.settings)
+            else:
+                retry = Result(requeue_after=RETRY_SECONDS)
         if self.rules_served():
             objects.append(
                 render_cpu_info_rule(
@@ -320,7 +336,12 @@ class Bootstrap:
             )
         if DEVICE_MANAGER not in config.disabled:
             found = await self.device_manager_image()
-            if found is None:
+            present = await self.prerequisites_present(
+                DEVICE_MANAGER, device_manager_prerequisites(config.settings), _DEVICE_MANAGER_RBAC
+            )
+            if not present:
+                retry = Result(requeue_after=RETRY_SECONDS)
+            elif found is None:
                 log.error(
                     "device-manager image unknown: pass --device-manager-image, or run the "
                     "worker in a Pod with KUBERNETES_POD_NAME set (Downward API); retrying",
@@ -334,6 +355,28 @@ class Bootstrap:
                 chosen = [settings.manufacturers[m] for m in config.manufacturers]
                 create_only += render_runtime_classes(chosen)
         return objects, create_only, retry
+
+    async def prerequisites_present(
+        self, application: str, prerequisites: list[JSON], shipped_in: str
+    ) -> bool:
+        """Whether every prerequisite of *application* exists (read by name); logs the
+        missing ones and how to install them."""
+        missing = []
+        for obj in prerequisites:
+            meta = obj["metadata"]
+            try:
+                await self.client.get(self._resource(obj), meta["name"], meta.get("namespace"))
+            except NotFound:
+                missing.append(f"{obj['kind']} {_key(obj)}")
+        if missing:
+            log.error(
+                "prerequisites missing: not installing the application until they exist",
+                application=application,
+                missing=missing,
+                fix=f"kubectl apply -k on an overlay that includes {shipped_in} (docs/deploy.md)",
+                retry_seconds=RETRY_SECONDS,
+            )
+        return not missing
 
     # --- the reconcile -------------------------------------------------------------------------
 
@@ -425,27 +468,27 @@ def setup_bootstrap(manager: Manager, config: BootstrapConfig) -> Bootstrap:
     return bootstrap
 
 
-async def install_nfd_crds(client: Client, config: BootstrapConfig) -> bool:
-    """Apply NFD's CRDs before the manager starts, unless disabled or NFD is foreign.
-
-    Returns whether they were applied. Safe on every replica: the manifests are identical
-    and applied by the same field manager, so concurrent applies converge.
-    """
+async def check_nfd_crds(client: Client, config: BootstrapConfig) -> bool:
+    """Before the manager starts: whether NFD's CRDs are installed (the worker's informers on
+    NodeFeatures need them). Missing ones are logged with the fix; the worker never creates
+    them (they ship with deploy/components/node-feature-discovery)."""
     if NODE_FEATURE_DISCOVERY in config.disabled:
         return False
-    try:
-        existing = await client.get(CRDS, NODE_FEATURES_CRD)
-    except NotFound:
-        existing = None
-    if existing is not None and not _is_ours(existing):
-        log.info("NFD is installed by someone else; using it", crd=NODE_FEATURES_CRD)
-        return False
+    missing = []
     for crd in render_nfd_crds():
-        have = None
-        with contextlib.suppress(NotFound):
-            have = await client.get(CRDS, crd["metadata"]["name"])
-        if have is not None and _is_ours(have) and is_up_to_date(have, crd):
+        name = crd["metadata"]["name"]
+        try:
+            existing = await client.get(CRDS, name)
+        except NotFound:
+            missing.append(name)
             continue
-        await client.apply(CRDS, crd, field_manager=FIELD_MANAGER, force=True)
-        log.info("created NFD CRD", name=crd["metadata"]["name"])
-    return True
+        if name == NODE_FEATURES_CRD and not _is_ours(existing):
+            log.info("NFD is installed by someone else; using it", crd=NODE_FEATURES_CRD)
+            return False
+    if missing:
+        log.error(
+            "NFD's CRDs are missing; the worker does not create them",
+            missing=missing,
+            fix=f"kubectl apply -k on an overlay that includes {_NFD_COMPONENT} (docs/deploy.md)",
+        )
+    return not missing

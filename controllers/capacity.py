@@ -7,12 +7,14 @@ worker-relevant view changes (labels under the gpustack prefixes, CPU annotation
 capacity/allocatable of host and accelerator resources); a NodeFeature changed or deleted by
 someone else enqueues its Node again. Nothing is written while the cache already holds the
 desired labels. This reconciler needs no Kueue and runs while Kueue is still missing.
+Where the cluster serves ``resource.k8s.io/v1``, the Node's DRA ``ResourceSlice`` objects
+(``spec.nodeName``) are read too and a slice change enqueues its Node (docs/devices.md, "DRA").
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final
+from typing import Any, Final
 
 from controllers.common import NodeChanged, Writer, is_up_to_date
 from controllers.nodefacts import NodeFacts
@@ -23,9 +25,10 @@ from gpustack_operator.domain.nodefeature import worker_node_feature
 from gpustack_operator.runtime.controller import Request
 from gpustack_operator.runtime.informer import Informer
 from gpustack_operator.runtime.manager import Manager
-from gpustack_operator.runtime.resources import NODES
+from gpustack_operator.runtime.resources import NODES, RESOURCE_SLICES
 
 NAME: Final = "capacity"
+BY_SLICE_NODE: Final = "resourceslice-node"
 WORKER_NODE_FEATURES: Final = f"{PART_OF_LABEL}={PART_OF_WORKER}"
 
 
@@ -38,8 +41,10 @@ class CapacityReconciler:
         *,
         system_namespace: str,
         manufacturers: Mapping[str, Manufacturer],
+        slices: Informer | None = None,
     ) -> None:
         self.nodes = nodes
+        self.slices = slices
         self.features = features
         self.writer = writer
         self.system_namespace = system_namespace
@@ -49,7 +54,12 @@ class CapacityReconciler:
         node = self.nodes.indexer.get(request.key)
         if node is None:
             return  # gone: the garbage collector removes its NodeFeature
-        want = worker_node_feature(node, self.system_namespace, self.manufacturers)
+        slices = (
+            self.slices.indexer.by_index(BY_SLICE_NODE, request.key)
+            if self.slices is not None
+            else ()
+        )
+        want = worker_node_feature(node, self.system_namespace, self.manufacturers, slices)
         if want is None:
             return  # being deleted, or a name NFD cannot attribute (over 63 characters)
         name = want["metadata"]["name"]
@@ -66,24 +76,37 @@ def setup_capacity(
     system_namespace: str,
     facts: NodeFacts,
     max_concurrent_reconciles: int,
+    dra: bool = False,
 ) -> None:
     """Register the capacity reconciler on *manager* (shared Node informer; *facts* is its
-    :class:`NodeFacts`)."""
+    :class:`NodeFacts`). *dra*: the cluster serves ``resource.k8s.io/v1`` ResourceSlices."""
     nodes = manager.informer(NODES)
     features = manager.informer(
         NODE_FEATURES, namespace=system_namespace, label_selector=WORKER_NODE_FEATURES
     )
+    slices = manager.informer(RESOURCE_SLICES) if dra else None
+    if slices is not None:
+        slices.add_index(BY_SLICE_NODE, slice_node)
     reconciler = CapacityReconciler(
         nodes,
         features,
         writer,
         system_namespace=system_namespace,
         manufacturers=facts.manufacturers,
+        slices=slices,
     )
-    (
+    builder = (
         manager.controller(NAME)
         .for_(NODES, NodeChanged(facts))
         .owns(NODE_FEATURES, namespace=system_namespace, label_selector=WORKER_NODE_FEATURES)
-        .with_options(max_concurrent_reconciles=max_concurrent_reconciles)
-        .complete(reconciler)
     )
+    if slices is not None:
+        builder = builder.watches(RESOURCE_SLICES, slice_node)
+    builder.with_options(max_concurrent_reconciles=max_concurrent_reconciles).complete(reconciler)
+
+
+def slice_node(resource_slice: Mapping[str, Any]) -> list[str]:
+    """The Node a ResourceSlice describes (``spec.nodeName``), as an index value or key."""
+    spec = resource_slice.get("spec")
+    node = spec.get("nodeName") if isinstance(spec, Mapping) else None
+    return [node] if isinstance(node, str) and node else []

@@ -37,7 +37,12 @@ from gpustack_operator.domain.kueue import OwnerReference
 from gpustack_operator.domain.labels import QUEUE_ANNOTATION
 from gpustack_operator.domain.nodeview import annotations_of, is_deleting, name_of, uid_of
 from gpustack_operator.domain.quantities import parse_quantity
-from gpustack_operator.domain.queues import cluster_queue_cohort, desired_cluster_queue
+from gpustack_operator.domain.queues import (
+    DEFAULT_QUOTA_RESOURCES,
+    QuotaResources,
+    cluster_queue_cohort,
+    desired_cluster_queue,
+)
 from gpustack_operator.runtime.client import NotFound
 from gpustack_operator.runtime.controller import ControllerBuilder, Request, Result
 
@@ -85,8 +90,10 @@ class ClusterQueueReconciler:
         *,
         reserved_requeue: float,
         waiting_requeue: float,
+        quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES,
     ) -> None:
         self.caches = caches
+        self.quota_resources = quota_resources
         self.writer = writer
         self.resource = caches.kueue.cluster_queues
         self.reserved_requeue = reserved_requeue
@@ -112,6 +119,7 @@ class ClusterQueueReconciler:
             caches.manufacturers,
             version=caches.kueue.version,
             flavor_index=index,
+            quota_resources=self.quota_resources,
         )
         if want is None:
             return await self._delete(have)
@@ -162,6 +170,7 @@ def build_cluster_queue_controller(
     batch_max_delay: float,
     settling: FleetSettling | None = None,
     settling_max_delay: float | None = None,
+    quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES,
 ) -> None:
     facts = caches.facts
 
@@ -184,7 +193,11 @@ def build_cluster_queue_controller(
         return sorted(q for q in queues if q)
 
     reconciler = ClusterQueueReconciler(
-        caches, writer, reserved_requeue=reserved_requeue, waiting_requeue=waiting_requeue
+        caches,
+        writer,
+        reserved_requeue=reserved_requeue,
+        waiting_requeue=waiting_requeue,
+        quota_resources=quota_resources,
     )
     # A queue's quotas are sums over its nodes: while nodes keep arriving, wait for a quiet
     # moment (at most batch_max_delay, longer while nodes still await their labels) rather

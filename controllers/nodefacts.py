@@ -17,6 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from gpustack_operator.domain.capacity import worker_capacity_labels
+from gpustack_operator.domain.devicesources.merge import (
+    VENDOR_LABEL_PREFIXES,
+    VENDOR_RESOURCE_PREFIXES,
+)
 from gpustack_operator.domain.flavors import Profile, dedication_taints, is_managed, node_profiles
 from gpustack_operator.domain.labels import (
     ACCELERATABLE_PREFIX,
@@ -42,6 +46,7 @@ _NODE_LABEL_PREFIXES: Final = (
     FEATURE_PREFIX,
     GENERAL_PREFIX,
     ACCELERATABLE_PREFIX,
+    *VENDOR_LABEL_PREFIXES,
 )
 _NODE_LABELS: Final = frozenset(
     {NFD_CPU_VENDOR_LABEL, NFD_CPU_FAMILY_LABEL, NFD_CPU_ID_LABEL, OS_LABEL, ARCH_LABEL}
@@ -82,7 +87,9 @@ def node_view(
             values = status.get(section)
             if isinstance(values, Mapping):
                 amounts.extend(
-                    (section, r, str(values[r])) for r in sorted(resources) if r in values
+                    (section, r, str(values[r]))
+                    for r in sorted(k for k in values if isinstance(k, str))
+                    if r in resources or r.startswith(VENDOR_RESOURCE_PREFIXES)
                 )
     return (
         uid_of(node),

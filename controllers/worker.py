@@ -48,7 +48,11 @@ from gpustack_operator.domain.kueueconfig import DEFAULT_KUEUE_CONFIGMAP, DEFAUL
 from gpustack_operator.domain.labels import MANAGED_BY_VALUE
 from gpustack_operator.domain.manufacturers import Manufacturer, load_manufacturers
 from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
-from gpustack_operator.domain.queues import DEFAULT_EXCLUDED_NAMESPACES
+from gpustack_operator.domain.queues import (
+    DEFAULT_EXCLUDED_NAMESPACES,
+    DEFAULT_QUOTA_RESOURCES,
+    QuotaResources,
+)
 from gpustack_operator.runtime.client import ApiError, Client
 from gpustack_operator.runtime.controller import (
     CacheSyncTimeoutError,
@@ -59,7 +63,7 @@ from gpustack_operator.runtime.controller import (
 from gpustack_operator.runtime.events import EventRecorder
 from gpustack_operator.runtime.informer import InformerFactory
 from gpustack_operator.runtime.manager import Manager, ManagerOptions
-from gpustack_operator.runtime.resources import NODES, Resource
+from gpustack_operator.runtime.resources import NODES, RESOURCE_SLICES, Resource
 
 log = structlog.get_logger(__name__)
 
@@ -83,6 +87,11 @@ class WorkerConfig:
     kueue_version: str = KueueVersion.V1BETA2.value
     """``v1beta2``, ``v1beta1`` or ``auto`` (the newest served). A pinned version still
     waits until the cluster serves it."""
+    quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES
+    """What device ClusterQueues cover (docs/devices.md, "Quota resources")."""
+    dra: bool = False
+    """Read DRA ResourceSlices (set when the cluster serves ``resource.k8s.io/v1``; see
+    :func:`serves_dra`)."""
     field_manager: str = MANAGED_BY_VALUE
     flavor_tolerations: TolerationPolicy = None
     """Which dedication taints flavors tolerate: None every one common to the flavor's nodes,
@@ -263,6 +272,7 @@ class Worker:
             batch_max_delay=config.batch_max_delay,
             settling=self.settling,
             settling_max_delay=config.settling_max_delay,
+            quota_resources=config.quota_resources,
         )
         build_local_queue_controller(
             ControllerBuilder(host, LOCAL_QUEUE),
@@ -304,6 +314,18 @@ class Worker:
                 tg.start_soon(controller.run, name=f"controller {controller.name}")
 
 
+async def serves_dra(client: Client) -> bool:
+    """Whether the cluster serves DRA ``resource.k8s.io/v1`` (ResourceSlices); a failed
+    discovery counts as no, with a warning."""
+    try:
+        return "v1" in await client.served_versions(RESOURCE_SLICES.group)
+    except ApiError as exc:
+        log.warning(
+            "cannot discover resource.k8s.io; DRA ResourceSlices are not read", error=str(exc)
+        )
+        return False
+
+
 def setup_worker(manager: Manager, config: WorkerConfig) -> Worker:
     """Register the worker's six reconcilers and Kueue discovery on *manager*.
 
@@ -320,6 +342,7 @@ def setup_worker(manager: Manager, config: WorkerConfig) -> Worker:
         system_namespace=config.system_namespace,
         facts=worker.facts,
         max_concurrent_reconciles=config.max_concurrent_reconciles,
+        dra=config.dra,
     )
     manager.add_readyz_check("kueue", worker.kueue_ready)
     manager.add_runnable(worker.discover_kueue, name="kueue discovery", needs_leader=False)

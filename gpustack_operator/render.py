@@ -19,6 +19,7 @@ from gpustack_operator.domain.flavors import flavor_nodes, is_managed
 from gpustack_operator.domain.keys import cpu_node_key
 from gpustack_operator.domain.labels import note
 from gpustack_operator.domain.nodeview import annotations_of, labels_of, name_of
+from gpustack_operator.domain.queues import pool_resource_label
 
 FORMATS = ("table", "yaml", "json")
 
@@ -45,7 +46,8 @@ def render_yaml(state: DesiredState) -> str:
 
 
 def _quota_text(resources: list[Mapping[str, Any]]) -> str:
-    """``cpu=16 memory=32Gi ... credits=4``, flagging sliced queues' zero borrowing limit."""
+    """``cpu=16 memory=32Gi ... nvidia.com/gpu=4`` (``credits=4`` in credits mode), flagging
+    sliced queues' zero borrowing limit."""
     parts = []
     for res in resources:
         name = str(res.get("name", ""))
@@ -61,6 +63,7 @@ def _node_rows(state: DesiredState, manufacturers: Mapping[str, Any]) -> list[li
         labels = labels_of(node)
         devices = [
             f"{akey} x{labels.get(f'acceleratable.feature.gpustack.ai/{akey}.count', '?')}"
+            + (f" ({resource})" if (resource := pool_resource_label(labels, akey)) else "")
             for akey in device_keys(labels, manufacturers)
         ]
         rows.append(

@@ -11,7 +11,7 @@ import argparse
 
 import structlog
 
-from controllers.bootstrap import BootstrapConfig, install_nfd_crds, setup_bootstrap
+from controllers.bootstrap import BootstrapConfig, check_nfd_crds, setup_bootstrap
 from gpustack_operator.domain.bootstrap import APPLICATIONS, DEFAULT_NFD_IMAGE
 from gpustack_operator.runtime.client import ApiError, Client
 from gpustack_operator.runtime.manager import Manager
@@ -41,6 +41,14 @@ def add_bootstrap_flags(parser: argparse._ActionsContainer) -> None:
         help="image of the device-manager DaemonSets (default: the worker's own, read from "
         "its Pod named by $KUBERNETES_POD_NAME)",
     )
+    parser.add_argument(
+        "--coexistence",
+        choices=("auto", "off"),
+        default="auto",
+        help="auto: no device-manager agent on nodes whose devices GPU Feature Discovery or "
+        "the AMD node labeller already describe (their labels are used instead); off: an "
+        "agent on every node with the vendor's PCI device (default: auto)",
+    )
 
 
 def bootstrap_config(args: argparse.Namespace) -> BootstrapConfig:
@@ -51,21 +59,22 @@ def bootstrap_config(args: argparse.Namespace) -> BootstrapConfig:
         nfd_image=args.nfd_image,
         device_manager_image=args.device_manager_image,
         manufacturers=args.manufacturer,
+        coexistence=args.coexistence == "auto",
     )
 
 
 async def start_bootstrap(client: Client, manager: Manager, config: BootstrapConfig) -> None:
-    """Install NFD's CRDs now (the worker's informers need them to sync), then register the
-    bootstrap controller, which runs while *manager* leads.
+    """Check NFD's CRDs are installed (the worker's informers need them to sync; they ship
+    with deploy/), then register the bootstrap controller, which runs while *manager* leads.
 
-    A failed CRD install is logged, not fatal: the bootstrap controller retries it, and the
+    A failed check is logged, not fatal: the bootstrap controller checks again, and the
     manager's cache-sync timeout names the kinds that stay missing.
     """
     try:
-        await install_nfd_crds(client, config)
+        await check_nfd_crds(client, config)
     except ApiError as exc:
         log.error(
-            "cannot install the NFD CRDs before start-up; the bootstrap controller retries",
+            "cannot read the NFD CRDs before start-up; the bootstrap controller retries",
             error=str(exc),
             hint="check the worker's RBAC for customresourcedefinitions (deploy/base)",
         )

@@ -19,7 +19,9 @@ import yaml
 
 from gpustack_operator.commands.argtypes import comma_list
 from gpustack_operator.commands.helptext import env_epilog
+from gpustack_operator.commands.quota_flags import add_quota_resources_flag
 from gpustack_operator.domain.desired import plan_state
+from gpustack_operator.domain.devicesources.dra import KIND as DRA_KIND
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.manufacturers import load_manufacturers
 from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
@@ -27,7 +29,7 @@ from gpustack_operator.domain.nodeview import (
     has_status,
     name_of,
 )
-from gpustack_operator.domain.queues import DEFAULT_EXCLUDED_NAMESPACES
+from gpustack_operator.domain.queues import DEFAULT_EXCLUDED_NAMESPACES, QuotaResources
 from gpustack_operator.domain.settings import load_group_id_with_memory
 from gpustack_operator.domain.validation import is_valid_dns_subdomain
 from gpustack_operator.render import FORMATS, render
@@ -93,6 +95,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=KueueVersion.V1BETA2.value,
         help="Kueue API version to render (default: %(default)s)",
     )
+    add_quota_resources_flag(parser)
     parser.set_defaults(handler=run)
 
 
@@ -118,6 +121,14 @@ def parse_nodes_text(
     text: str, source: str
 ) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
     """Nodes and Namespaces in *text*; :class:`PlanInputError` names *source* and the object."""
+    nodes, namespaces, _ = parse_cluster_text(text, source)
+    return nodes, namespaces
+
+
+def parse_cluster_text(
+    text: str, source: str
+) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]], list[Mapping[str, Any]]]:
+    """Nodes, Namespaces and DRA ResourceSlices (docs/devices.md, "DRA") in *text*."""
     try:
         documents = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as exc:
@@ -127,11 +138,15 @@ def parse_nodes_text(
         raise PlanInputError(f"{source}: not valid YAML{where}: {problem}") from None
     nodes: list[Mapping[str, Any]] = []
     namespaces: list[Mapping[str, Any]] = []
+    slices: list[Mapping[str, Any]] = []
     for d, document in enumerate(documents):
         for obj in _objects_of(document, f"{source}: document {d + 1}"):
             kind = obj.get("kind")
             if kind == "Namespace":
                 namespaces.append(obj)
+                continue
+            if kind == DRA_KIND and str(obj.get("apiVersion", "")).startswith("resource.k8s.io/"):
+                slices.append(obj)
                 continue
             if kind != "Node":
                 label = f"kind {kind}" if isinstance(kind, str) else "an object without kind"
@@ -158,16 +173,24 @@ def parse_nodes_text(
             raise PlanInputError(
                 f"{source}: Node {name} has no status (plan needs status.capacity)"
             )
-    return nodes, namespaces
+    return nodes, namespaces, slices
 
 
 def read_nodes_file(path: Path) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
     """The Nodes and Namespaces in a YAML/JSON file; :class:`PlanInputError` if unreadable."""
+    nodes, namespaces, _ = read_cluster_file(path)
+    return nodes, namespaces
+
+
+def read_cluster_file(
+    path: Path,
+) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]], list[Mapping[str, Any]]]:
+    """The Nodes, Namespaces and ResourceSlices in a YAML/JSON file."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise PlanInputError(f"{path}: cannot read: {exc}") from None
-    return parse_nodes_text(text, str(path))
+    return parse_cluster_text(text, str(path))
 
 
 async def read_cluster(
@@ -204,7 +227,7 @@ def run(args: argparse.Namespace) -> int:
         if args.nodes is not None:
             if args.kubeconfig or args.context:
                 raise PlanInputError("give either --nodes or --kubeconfig/--context, not both")
-            nodes, found = read_nodes_file(args.nodes)
+            nodes, found, slices = read_cluster_file(args.nodes)
             live = False
         elif args.kubeconfig or args.context:
             try:
@@ -217,6 +240,7 @@ def run(args: argparse.Namespace) -> int:
             for node in nodes:
                 if not has_status(node):
                     raise PlanInputError(f"cluster: Node {name_of(node)} has no status")
+            slices = []
             live = True
         else:
             raise PlanInputError("give --nodes FILE, or --kubeconfig FILE to read a cluster")
@@ -229,6 +253,8 @@ def run(args: argparse.Namespace) -> int:
             excluded_namespaces=comma_list(args.excluded_namespaces),
             kueue_version=KueueVersion(args.kueue_api_version),
             with_memory=load_group_id_with_memory(),
+            quota_resources=QuotaResources(args.quota_resources),
+            resource_slices=slices,
         )
     except (PlanInputError, ValueError) as exc:
         source = f"{args.nodes}: " if args.nodes is not None and isinstance(exc, ValueError) else ""

@@ -29,9 +29,11 @@ import yaml
 from gpustack_operator.commands.argtypes import comma_list
 from gpustack_operator.commands.helptext import env_epilog
 from gpustack_operator.commands.plan import DEFAULT_NAMESPACES as PLAN_DEFAULT_NAMESPACES
-from gpustack_operator.commands.plan import PlanInputError, read_nodes_file
+from gpustack_operator.commands.plan import PlanInputError, read_cluster_file
+from gpustack_operator.commands.quota_flags import add_quota_resources_flag
 from gpustack_operator.domain.desired import plan_state
 from gpustack_operator.domain.manufacturers import load_manufacturers
+from gpustack_operator.domain.queues import QuotaResources
 from gpustack_operator.domain.settings import load_group_id_with_memory
 from gpustack_operator.render import FORMATS, render
 
@@ -73,7 +75,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "not within --timeout), and prints the chain read back from the API. With --serve "
             "it then keeps running, with a kubeconfig for kubectl, until interrupted "
             "(SIGINT/SIGTERM); --serve alone serves an empty cluster "
-            f"(namespaces {', '.join(DEFAULT_NAMESPACES)}) with an NFD-master stand-in."
+            f"(namespaces {', '.join(DEFAULT_NAMESPACES)}) with NFD-master and Kueue "
+            "admission stand-ins."
         ),
         epilog=env_epilog(["sim"], "--timeout", "120"),
     )
@@ -133,6 +136,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--port", type=int, default=0, help="port to listen on (default: 0, a free port)"
     )
+    add_quota_resources_flag(parser)
     parser.set_defaults(handler=run)
 
 
@@ -194,7 +198,7 @@ def build_cluster(args: argparse.Namespace, crds: list[dict[str, Any]]) -> SimCl
     from gpustack_operator.simcluster.cluster import SimCluster
     from gpustack_operator.simcluster.crds import stand_in_crds
 
-    nodes, found = read_nodes_file(args.cluster)
+    nodes, found, slices = read_cluster_file(args.cluster)
     if args.namespaces is not None:
         namespaces: list[str | Mapping[str, Any]] = list(comma_list(args.namespaces))
     else:
@@ -202,7 +206,15 @@ def build_cluster(args: argparse.Namespace, crds: list[dict[str, Any]]) -> SimCl
     manufacturers = load_manufacturers()
     with_memory = load_group_id_with_memory()
     # The same checks plan makes (invalid sim.gpustack.ai/devices annotations, names, ...).
-    plan_state(nodes, namespaces, manufacturers=manufacturers, with_memory=with_memory)
+    quota_resources = QuotaResources(args.quota_resources)
+    plan_state(
+        nodes,
+        namespaces,
+        manufacturers=manufacturers,
+        with_memory=with_memory,
+        quota_resources=quota_resources,
+        resource_slices=slices,
+    )
     given = {crd["metadata"]["name"] for crd in crds if isinstance(crd.get("metadata"), dict)}
     stand_ins = [c for c in stand_in_crds() if c["metadata"]["name"] not in given]
     return SimCluster(
@@ -211,6 +223,8 @@ def build_cluster(args: argparse.Namespace, crds: list[dict[str, Any]]) -> SimCl
         crds=[*crds, *stand_ins],
         manufacturers=manufacturers,
         with_memory=with_memory,
+        quota_resources=quota_resources,
+        resource_slices=slices,
         host=args.bind_address,
         port=args.port,
     )
@@ -289,7 +303,8 @@ async def _converge_and_print(
 
 
 async def serve_empty(crds: list[dict[str, Any]], kubeconfig: Path, host: str, port: int) -> int:
-    """``--serve`` alone: an empty cluster (CRDs, NFD stand-in) until SIGINT/SIGTERM; exit code."""
+    """``--serve`` alone: an empty cluster (CRDs, NFD and Kueue stand-ins) until
+    SIGINT/SIGTERM; exit code."""
     from gpustack_operator.sim.server import SimServer
 
     sim = SimServer(namespaces=DEFAULT_NAMESPACES, host=host, port=port)
@@ -307,8 +322,9 @@ async def serve_empty(crds: list[dict[str, Any]], kubeconfig: Path, host: str, p
 async def _serve_started(
     sim: SimServer, crds: list[dict[str, Any]], kubeconfig: Path, stop: asyncio.Event
 ) -> int:
-    """Load the CRDs, run the NFD stand-in, write the kubeconfig, and wait for *stop*."""
+    """Load the CRDs, run the NFD and Kueue stand-ins, write the kubeconfig, and wait for *stop*."""
     from gpustack_operator.sim.errors import ApiError
+    from gpustack_operator.sim.kueue import KueueStandIn
     from gpustack_operator.sim.nfdmaster import NfdMaster
 
     try:
@@ -321,7 +337,7 @@ async def _serve_started(
     except OSError as exc:
         sys.stderr.write(f"gpustack-operator sim: cannot write the kubeconfig: {exc}\n")
         return 1
-    async with NfdMaster(sim, namespace=SYSTEM_NAMESPACE):
+    async with NfdMaster(sim, namespace=SYSTEM_NAMESPACE), KueueStandIn(sim):
         sys.stdout.write(
             BANNER + f"  API server: {sim.url}\n"
             f"  kubeconfig: {path}\n"

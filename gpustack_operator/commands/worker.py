@@ -16,7 +16,13 @@ import sys
 import structlog
 
 from controllers.bootstrap import BootstrapConfig
-from controllers.worker import KUEUE_AUTO, WorkerConfig, new_worker_manager, setup_worker
+from controllers.worker import (
+    KUEUE_AUTO,
+    WorkerConfig,
+    new_worker_manager,
+    serves_dra,
+    setup_worker,
+)
 from gpustack_operator.commands.argtypes import comma_list, duration, positive_int, positive_number
 from gpustack_operator.commands.bootstrap_flags import (
     add_bootstrap_flags,
@@ -30,12 +36,13 @@ from gpustack_operator.commands.cluster_flags import (
     connect,
 )
 from gpustack_operator.commands.helptext import env_epilog
+from gpustack_operator.commands.quota_flags import add_quota_resources_flag
 from gpustack_operator.domain.flavors import TolerationPolicy
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.kueueconfig import DEFAULT_KUEUE_CONFIGMAP, DEFAULT_KUEUE_NAMESPACE
 from gpustack_operator.domain.manufacturers import KNOWN_MANUFACTURERS, load_manufacturers
 from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
-from gpustack_operator.domain.queues import DEFAULT_EXCLUDED_NAMESPACES
+from gpustack_operator.domain.queues import DEFAULT_EXCLUDED_NAMESPACES, QuotaResources
 from gpustack_operator.runtime.leaderelection import LeaderElectionConfig
 from gpustack_operator.runtime.manager import ManagerOptions, run_async
 
@@ -169,6 +176,7 @@ def _add_controller_flags(group: argparse._ArgumentGroup) -> None:
         help="Kueue API version to write; auto: the newest served "
         "(v1beta2, else v1beta1) (default: auto)",
     )
+    add_quota_resources_flag(group)
     _add_durations(
         group,
         ("kueue-discovery-interval", 10.0, "time between checks for Kueue while it is missing"),
@@ -233,6 +241,7 @@ def build_config(args: argparse.Namespace) -> WorkerConfig:
         manufacturers={name: manufacturers[name] for name in sorted(set(chosen))},
         excluded_namespaces=excluded,
         kueue_version=args.kueue_version,
+        quota_resources=QuotaResources(args.quota_resources),
         max_concurrent_reconciles=args.max_concurrent_reconciles,
         kueue_discovery_interval=args.kueue_discovery_interval,
         flavor_tolerations=args.flavor_tolerations,
@@ -289,6 +298,7 @@ async def serve(
         return 1
     try:
         manager = new_worker_manager(client, options)
+        config.dra = await serves_dra(client)
         setup_worker(manager, config)
         if bootstrap is not None:  # Stage 1 (SPEC §3): NFD and the device managers
             await start_bootstrap(client, manager, bootstrap)

@@ -17,6 +17,7 @@ from gpustack_operator.gateway.api import ApiOptions
 from gpustack_operator.gateway.cluster import RunnerSettings
 from gpustack_operator.gateway.config import ConfigError, collect_clusters
 from gpustack_operator.gateway.gateway import Gateway
+from gpustack_operator.gateway.guard import ConnectionLimits
 from gpustack_operator.gateway.server import (
     GatewayServer,
     ServerOptions,
@@ -63,6 +64,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="allow POST/DELETE /apis/v1/clusters/{name} to add and remove clusters at run time",
     )
+    clusters.add_argument(
+        "--allowed-registration-server",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="an API server a registered kubeconfig may name (repeatable); the servers of the "
+        "clusters given at start-up are always allowed, no other by default",
+    )
     server = parser.add_argument_group("server")
     server.add_argument(
         "--bind-address",
@@ -90,6 +99,34 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=Path,
         metavar="FILE",
         help="bearer tokens, one a line: every path but /healthz and /readyz then needs one",
+    )
+    server.add_argument(
+        "--read-header-timeout",
+        type=positive_number,
+        default=10.0,
+        metavar="SECONDS",
+        help="close a connection that takes longer to send a request's headers (default: 10)",
+    )
+    server.add_argument(
+        "--idle-timeout",
+        type=positive_number,
+        default=120.0,
+        metavar="SECONDS",
+        help="close a kept-alive connection idle for longer between requests (default: 120)",
+    )
+    server.add_argument(
+        "--max-connections",
+        type=positive_int,
+        default=1024,
+        metavar="N",
+        help="open connections at most; more are answered 503 and closed (default: 1024)",
+    )
+    server.add_argument(
+        "--max-watchers-per-token",
+        type=positive_int,
+        default=64,
+        metavar="N",
+        help="watch streams one token may hold open; more get 429 (default: 64)",
     )
     tuning = parser.add_argument_group("tuning")
     tuning.add_argument(
@@ -143,14 +180,28 @@ def run(args: argparse.Namespace) -> int:
             else None
         )
         tokens = load_tokens(args.token_file) if args.token_file else []
+        api = ApiOptions(
+            tokens=tokens,
+            allow_registration=args.allow_cluster_registration,
+            heartbeat=args.heartbeat,
+            allowed_servers=args.allowed_registration_server,
+            max_watchers_per_token=args.max_watchers_per_token,
+        )
     except ValueError as exc:
         return _fail(str(exc))
-    api = ApiOptions(
-        tokens=tokens,
-        allow_registration=args.allow_cluster_registration,
-        heartbeat=args.heartbeat,
+    options = ServerOptions(
+        bind_address=args.bind_address,
+        port=args.port,
+        tls=tls,
+        api=api,
+        limits=ConnectionLimits(
+            header_timeout=args.read_header_timeout,
+            idle_timeout=args.idle_timeout,
+            max_connections=args.max_connections,
+        ),
+        tls_files=(args.tls_cert_file, args.tls_private_key_file) if tls else None,
+        token_file=args.token_file,
     )
-    options = ServerOptions(bind_address=args.bind_address, port=args.port, tls=tls, api=api)
 
     async def main() -> int:
         gateway = Gateway(

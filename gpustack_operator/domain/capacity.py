@@ -13,10 +13,11 @@ worker reads its own labels back on the next pass, so this makes its output a fi
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
+from gpustack_operator.domain.devicesources.merge import effective_device_labels
 from gpustack_operator.domain.keys import cpu_node_key
 from gpustack_operator.domain.labels import (
     ACCELERATABLE_PREFIX,
@@ -33,7 +34,7 @@ from gpustack_operator.domain.labels import (
     general_key,
 )
 from gpustack_operator.domain.manufacturers import Manufacturer
-from gpustack_operator.domain.nodeview import annotations_of, labels_of, status_field
+from gpustack_operator.domain.nodeview import annotations_of, labels_of, name_of, status_field
 from gpustack_operator.domain.quantities import ceil_value, floor_gi, parse_count, parse_quantity
 from gpustack_operator.domain.validation import is_valid_label_key, is_valid_label_value
 
@@ -178,15 +179,25 @@ def capacity_labels(
     manufacturers: Mapping[str, Manufacturer],
     *,
     ram_gi_per_cpu: int = 0,
+    slices: Iterable[Mapping[str, Any]] = (),
 ) -> dict[str, str]:
     """``ConstructNodeCapacityLabels``: every label the worker publishes for *node*, sorted.
+
+    Device labels derived from vendor labels (docs/devices.md, "Precedence") are published
+    too and count as the node's own for the accelerated views.
 
     *ram_gi_per_cpu* > 0 sets the general view's RAM to that many GiB per CPU unless the node
     carries its own ``.ram`` label (the worker uses 2, :data:`WORKER_RAM_GI_PER_CPU`).
     """
-    labels = labels_of(node)
+    labels, derived = effective_device_labels(
+        labels_of(node),
+        status_field(node, "allocatable"),
+        manufacturers,
+        node_name=name_of(node),
+        slices=slices,
+    )
     capacity = status_field(node, "capacity")
-    result = {MANAGED_LABEL: managed_value(labels)}
+    result = {MANAGED_LABEL: managed_value(labels), **derived.labels}
     result.update(
         general_labels(labels, annotations_of(node), capacity, ram_gi_per_cpu=ram_gi_per_cpu)
     )
@@ -195,7 +206,10 @@ def capacity_labels(
 
 
 def worker_capacity_labels(
-    node: object, manufacturers: Mapping[str, Manufacturer]
+    node: object,
+    manufacturers: Mapping[str, Manufacturer],
+    slices: Iterable[Mapping[str, Any]] = (),
 ) -> dict[str, str]:
-    """What the worker's NodeFeature carries: :func:`capacity_labels` with 2 GiB per CPU."""
-    return capacity_labels(node, manufacturers, ram_gi_per_cpu=WORKER_RAM_GI_PER_CPU)
+    """What the worker's NodeFeature carries: :func:`capacity_labels` with 2 GiB per CPU;
+    *slices* are the DRA ResourceSlices of the cluster (or of the node)."""
+    return capacity_labels(node, manufacturers, ram_gi_per_cpu=WORKER_RAM_GI_PER_CPU, slices=slices)

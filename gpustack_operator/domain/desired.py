@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpustack_operator.domain.devices import device_labels
+from gpustack_operator.domain.devicesources.dra import node_slices
 from gpustack_operator.domain.flavors import desired_resource_flavors
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.manufacturers import Manufacturer
@@ -26,6 +27,8 @@ from gpustack_operator.domain.nodefeature import (
 from gpustack_operator.domain.nodeview import annotations_of, name_of, uid_of
 from gpustack_operator.domain.queues import (
     DEFAULT_EXCLUDED_NAMESPACES,
+    DEFAULT_QUOTA_RESOURCES,
+    QuotaResources,
     desired_cluster_queues,
     desired_cohorts,
     desired_local_queues,
@@ -87,6 +90,8 @@ def desired_state(
     kueue_version: KueueVersion = KueueVersion.V1BETA2,
     cohort_uids: Mapping[str, str] | None = None,
     extra_node_features: Iterable[dict[str, Any]] = (),
+    quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES,
+    resource_slices: Sequence[Mapping[str, Any]] = (),
 ) -> DesiredState:
     """The chain for *nodes* as the cluster holds them (device labels already present).
 
@@ -98,14 +103,20 @@ def desired_state(
     features: list[dict[str, Any]] = []
     merged: list[dict[str, Any]] = []
     for node in ordered:
-        feature = worker_node_feature(node, system_namespace, manufacturers)
+        slices = node_slices(name_of(node), resource_slices) if resource_slices else ()
+        feature = worker_node_feature(node, system_namespace, manufacturers, slices)
         own = [feature] if feature is not None else []
         features.extend(own)
         merged.append(merge_node_features(node, own, owned="worker"))
     flavors = desired_resource_flavors(merged, manufacturers, kueue_version)
     cohorts = desired_cohorts(merged, manufacturers, kueue_version)
     queues = desired_cluster_queues(
-        flavors, merged, manufacturers, cohort_uids=cohort_uids, version=kueue_version
+        flavors,
+        merged,
+        manufacturers,
+        cohort_uids=cohort_uids,
+        version=kueue_version,
+        quota_resources=quota_resources,
     )
     locals_ = desired_local_queues(
         list(queues.values()),
@@ -175,8 +186,12 @@ def plan_state(
     excluded_namespaces: Sequence[str] = DEFAULT_EXCLUDED_NAMESPACES,
     kueue_version: KueueVersion = KueueVersion.V1BETA2,
     with_memory: bool = False,
+    quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES,
+    resource_slices: Sequence[Mapping[str, Any]] = (),
 ) -> DesiredState:
-    """What ``plan`` prints: simulated devices first, then :func:`desired_state`."""
+    """What ``plan`` prints: simulated devices first, then :func:`desired_state`.
+
+    *resource_slices* are DRA ``ResourceSlice`` objects (docs/devices.md, "DRA")."""
     with_devices, dm_features = apply_sim_devices(
         nodes, manufacturers, system_namespace=system_namespace, with_memory=with_memory
     )
@@ -188,4 +203,6 @@ def plan_state(
         excluded_namespaces=excluded_namespaces,
         kueue_version=kueue_version,
         extra_node_features=dm_features,
+        quota_resources=quota_resources,
+        resource_slices=resource_slices,
     )

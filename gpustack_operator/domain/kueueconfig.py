@@ -25,10 +25,7 @@ import yaml
 
 from gpustack_operator.domain.labels import CREDITS_PREFIX
 from gpustack_operator.domain.manufacturers import Manufacturer
-
-QUOTA_DEVICE: Final = "device"
-QUOTA_CREDITS: Final = "credits"
-QUOTA_MODES: Final = (QUOTA_DEVICE, QUOTA_CREDITS)
+from gpustack_operator.domain.queues import QuotaResources
 
 DEFAULT_KUEUE_NAMESPACE: Final = "kueue-system"
 DEFAULT_KUEUE_CONFIGMAP: Final = "kueue-manager-config"
@@ -115,13 +112,13 @@ def credits_transformation(resource: str, manufacturer: Manufacturer) -> dict[st
 
 
 def recommended_configuration(
-    quota_resources: str, manufacturers: Mapping[str, Manufacturer]
+    quota_resources: QuotaResources | str, manufacturers: Mapping[str, Manufacturer]
 ) -> dict[str, Any]:
-    """The Configuration fragment the chain needs (deploy/components/kueue-config)."""
-    if quota_resources not in QUOTA_MODES:
-        raise ValueError(f"quota resources {quota_resources!r}: expected one of {QUOTA_MODES}")
+    """The Configuration fragment queues measured in *quota_resources* need
+    (``credits``: deploy/components/kueue-config); ``ValueError`` for an unknown mode."""
+    mode = QuotaResources(quota_resources)
     fragment: dict[str, Any] = {"integrations": {"frameworks": [JOB_FRAMEWORK]}}
-    if quota_resources == QUOTA_CREDITS:
+    if mode is QuotaResources.CREDITS:
         fragment["resources"] = {
             "transformations": [
                 credits_transformation(name, mfr)

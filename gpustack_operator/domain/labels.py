@@ -63,6 +63,8 @@ SUFFIX_COMCAP: Final = ".comcap"
 SUFFIX_SLICED: Final = ".sliced.partitions"
 SUFFIX_DRIVER_VERSION: Final = ".driver-version"
 SUFFIX_RUNTIME_VERSION: Final = ".runtime-version"
+SUFFIX_RESOURCE: Final = ".resource"
+SUFFIX_DRA: Final = ".dra"
 
 # The longest suffix each key family carries; SPEC §0.6 truncates keys so that it still fits
 # in the 63-character name part of a label key.

@@ -113,6 +113,7 @@ def worker_node_feature(
     node: object,
     system_namespace: str,
     manufacturers: Mapping[str, Manufacturer],
+    slices: Iterable[Mapping[str, Any]] = (),
 ) -> dict[str, Any] | None:
     """The worker's NodeFeature ``<node>-gpustack-worker`` for *node* (SPEC §5).
 
@@ -123,7 +124,7 @@ def worker_node_feature(
     return build_node_feature(
         name_of(node),
         uid_of(node),
-        worker_capacity_labels(node, manufacturers),
+        worker_capacity_labels(node, manufacturers, slices),
         system_namespace=system_namespace,
         suffix=WORKER_SUFFIX,
         part_of=PART_OF_WORKER,

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from enum import StrEnum
 from fractions import Fraction
 from typing import Any, Final
 
+from gpustack_operator.domain.devicesources.merge import decode_resource
 from gpustack_operator.domain.flavors import (
     ProfilesOf,
     first_profile,
@@ -46,9 +48,12 @@ from gpustack_operator.domain.labels import (
     RESOURCE_TYPE_NODES,
     SUFFIX_COMCAP,
     SUFFIX_CORES,
+    SUFFIX_COUNT,
+    SUFFIX_DRA,
     SUFFIX_FAMILY,
     SUFFIX_MEMORY,
     SUFFIX_PRODUCT,
+    SUFFIX_RESOURCE,
     accelerated_key,
     note,
 )
@@ -67,11 +72,24 @@ from gpustack_operator.domain.profiles import NodeProfile, local_queue_name, par
 from gpustack_operator.domain.quantities import (
     format_binary_quantity,
     format_decimal_quantity,
+    parse_count,
     parse_quantity,
 )
 from gpustack_operator.domain.validation import is_valid_dns_label
 
 DEFAULT_EXCLUDED_NAMESPACES: Final = ("kube-system", "kube-public", "kube-node-lease")
+
+
+class QuotaResources(StrEnum):
+    """What device ClusterQueues are measured in (docs/devices.md, "Quota resources")."""
+
+    DEVICE = "device"
+    """The pool's own extended resource (``nvidia.com/gpu``, ``nvidia.com/mig-1g.10gb``)."""
+    CREDITS = "credits"
+    """``credits.gpustack.ai/<manufacturer>``, counted from the same allocatable."""
+
+
+DEFAULT_QUOTA_RESOURCES: Final = QuotaResources.DEVICE
 HOST_RESOURCES: Final = ("cpu", "memory", "ephemeral-storage")
 OMITTED_FLAVORS_NOTE: Final = note("omittedFlavors")
 _CPU_DETAIL: Final = (
@@ -188,12 +206,62 @@ def _credits(nodes: list[object], resource: str) -> int:
     return total
 
 
+def pool_resource(node: object | None, akey: str, manufacturer: Manufacturer) -> str:
+    """The extended resource a node's device pool *akey* is advertised as (docs/devices.md,
+    "Quota resources"): its ``.resource`` label, else the manufacturer's resource."""
+    if node is not None:
+        decoded = pool_resource_label(labels_of(node), akey)
+        if decoded:
+            return decoded
+    return manufacturer.resource_name
+
+
+def pool_amount(node: object, akey: str, resource: str) -> int:
+    """Devices of pool *akey* a node adds to a quota in *resource*: its allocatable count,
+    or for a DRA pool (``.dra`` label; no allocatable count) its ``.count``."""
+    labels = labels_of(node)
+    if labels.get(accelerated_key(akey, SUFFIX_DRA)) == "true":
+        if pool_resource_label(labels, akey) != resource:
+            return 0
+        return parse_count(labels.get(accelerated_key(akey, SUFFIX_COUNT))) or 0
+    return _credits([node], resource)
+
+
+def pool_resource_label(labels: Mapping[str, str], akey: str) -> str:
+    return decode_resource(labels.get(accelerated_key(akey, SUFFIX_RESOURCE), ""))
+
+
+def queue_pool_resource(nodes: Iterable[object], akey: str, manufacturer: Manufacturer) -> str:
+    """The one device resource a queue of *akey* covers (docs/devices.md, "Quota resources").
+
+    Kueue lets a ClusterQueue's flavors share one list of covered resources, so when the
+    nodes of one model advertise it under different names (``nvidia.com/gpu`` here,
+    ``renameByDefault``'s ``nvidia.com/gpu.shared`` there) the name with the most allocatable
+    devices wins (ties: the smaller name); nodes using another name add no quota. The choice
+    depends on the nodes alone, never on their order.
+    """
+    totals: dict[str, int] = {}
+    for node in nodes:
+        resource = pool_resource(node, akey, manufacturer)
+        totals[resource] = totals.get(resource, 0) + pool_amount(node, akey, resource)
+    if not totals:
+        return manufacturer.resource_name
+    return min(totals, key=lambda r: (-totals[r], r))
+
+
+def quota_resource(pool: str, manufacturer: Manufacturer, quota_resources: QuotaResources) -> str:
+    """The resource a device ClusterQueue covers: the pool's own (``device``) or the
+    manufacturer's credits (``credits``)."""
+    return pool if quota_resources == QuotaResources.DEVICE else manufacturer.credits_resource
+
+
 def _flavor_quotas(
     flavor: object,
     nodes: list[object],
     resources: tuple[str, ...],
     credits_source: str | None,
     borrowing_limit: str | None,
+    akey: str = "",
 ) -> FlavorQuotas | None:
     count = len(nodes)
     amounts: list[int] = []
@@ -204,9 +272,13 @@ def _flavor_quotas(
                 return None
             amounts.append(int(scaled) if scaled.denominator == 1 else int(scaled) + 1)
         if credits_source is not None:
-            amounts.append(_credits(nodes, credits_source))
+            amounts.append(sum(pool_amount(n, akey, credits_source) for n in nodes))
     else:
         amounts = [0] * len(resources)
+    if credits_source is not None and amounts[-1] == 0:
+        # docs/devices.md, "Quota resources": a device resource is never covered with a
+        # zero quota; a flavor whose nodes advertise none of it is left out of the queue.
+        return None
     formats = (format_decimal_quantity, format_binary_quantity, format_binary_quantity)
     quotas = []
     for i, (resource, amount) in enumerate(zip(resources, amounts, strict=True)):
@@ -289,6 +361,7 @@ def desired_cluster_queue(
     cohort_uid: str = "",
     version: KueueVersion = KueueVersion.V1BETA2,
     flavor_index: Mapping[str, list[object]] | None = None,
+    quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES,
 ) -> dict[str, Any] | None:
     """The ClusterQueue *name* for the ResourceFlavors targeting it (SPEC §6.4).
 
@@ -297,7 +370,8 @@ def desired_cluster_queue(
     controller then deletes it once nothing is reserved) or the name is not a profile name.
     Without *cohort_uid* the owner reference to the Cohort is left out. *flavor_index*
     (flavor name -> managed nodes, as :func:`flavor_nodes` builds it) saves recomputing it
-    from *nodes* when many queues are built at once.
+    from *nodes* when many queues are built at once. *quota_resources* picks the resource a
+    device queue covers (docs/devices.md, "Quota resources").
     """
     matching = queue_flavors(name, flavors)
     profile = parse_node_profile(name)
@@ -305,21 +379,27 @@ def desired_cluster_queue(
         return None
     credits_source: str | None = None
     resources: tuple[str, ...] = HOST_RESOURCES
+    index = flavor_nodes(nodes, manufacturers) if flavor_index is None else flavor_index
     if profile.acceleratable:
         mfr = manufacturers.get(profile.manufacturer)
         if mfr is None:
             return None
-        credits_source = mfr.resource_name
-        resources = (*HOST_RESOURCES, mfr.credits_resource)
+        members = [n for f in matching for n in index.get(name_of(f), [])]
+        credits_source = queue_pool_resource(members, profile.akey, mfr)
+        resources = (*HOST_RESOURCES, quota_resource(credits_source, mfr, quota_resources))
     borrowing_limit = "0" if profile.sliced else None
     cohort = _annotation(matching[0], COHORT_ANNOTATION)
-    index = flavor_nodes(nodes, manufacturers) if flavor_index is None else flavor_index
     quotas = [
         q
         for f in matching
         if (
             q := _flavor_quotas(
-                f, index.get(name_of(f), []), resources, credits_source, borrowing_limit
+                f,
+                index.get(name_of(f), []),
+                resources,
+                credits_source,
+                borrowing_limit,
+                profile.akey,
             )
         )
         is not None
@@ -358,6 +438,7 @@ def desired_cluster_queues(
     *,
     cohort_uids: Mapping[str, str] | None = None,
     version: KueueVersion = KueueVersion.V1BETA2,
+    quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES,
 ) -> dict[str, dict[str, Any]]:
     """Every ClusterQueue the *flavors* target, by name (sorted)."""
     node_list = list(nodes)
@@ -378,6 +459,7 @@ def desired_cluster_queues(
             cohort_uid=(cohort_uids or {}).get(cohort, ""),
             version=version,
             flavor_index=index,
+            quota_resources=quota_resources,
         )
         if queue is not None:
             result[name] = queue

@@ -18,14 +18,17 @@ seconds). A watcher that falls ``watch_buffer`` events (or 64 MiB) behind gets o
 line (a ``Status`` with reason :data:`~.hub.OVERFLOW_REASON`) and is disconnected.
 
 With tokens configured every path but ``/healthz`` and ``/readyz`` needs
-``Authorization: Bearer <token>`` (compared in constant time).
+``Authorization: Bearer <token>`` (compared in constant time); each token (or, without tokens,
+all clients together) may hold ``max_watchers_per_token`` watch streams. Registration accepts
+only servers of the static clusters or of ``allowed_servers``, and no ``proxy-url``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hmac
-from collections.abc import Awaitable, Callable, Sequence
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Final
 
 import anyio
@@ -41,9 +44,13 @@ from gpustack_operator.gateway.hub import OVERFLOW_REASON, Event, Subscription, 
 from gpustack_operator.gateway.kinds import KIND_NAMES
 from gpustack_operator.gateway.kubeconfig import (
     ConfigError,
+    check_allowed_server,
     check_context,
     check_inline_credentials,
+    context_server,
+    normalize_server,
     parse_kubeconfig,
+    read_kubeconfig,
 )
 from gpustack_operator.runtime.metrics import REGISTRY
 from gpustack_operator.runtime.probes import HealthChecks, probes_app
@@ -58,6 +65,8 @@ UNAUTHENTICATED_PATHS: Final = frozenset({"/healthz", "/readyz"})
 NDJSON: Final = "application/x-ndjson"
 _SNAPSHOT_CHUNK: Final = 256
 GATEWAY_KEY: Final = web.AppKey("gateway", Gateway)
+CLIENT_KEY: Final = web.RequestKey("gateway_client", bytes)
+"""Request key: the token that authenticated the request, or ``None`` when the API is open."""
 
 
 class ApiOptions:
@@ -70,13 +79,25 @@ class ApiOptions:
         allow_registration: bool = False,
         heartbeat: float = 30.0,
         abort_grace: float = 5.0,
+        allowed_servers: Iterable[str] = (),
+        max_watchers_per_token: int = 64,
     ) -> None:
-        self.tokens = [t.encode() for t in tokens if t]
+        self.tokens: list[bytes] = []
+        self.set_tokens(tokens)
         self.allow_registration = allow_registration
+        self.allowed_servers = frozenset(normalize_server(url) for url in allowed_servers)
+        """Servers a registered kubeconfig may name besides those of the static clusters."""
+        self.max_watchers_per_token = max_watchers_per_token
+        self.watchers: Counter[bytes | None] = Counter()
+        """Open watch streams per client (its token; ``None`` without tokens)."""
         self.heartbeat = heartbeat
         """Seconds of silence after which a watch gets an empty BOOKMARK (finds dead peers)."""
         self.abort_grace = abort_grace
         """Seconds a dropped slow watcher gets to read its ERROR line before the socket closes."""
+
+    def set_tokens(self, tokens: Sequence[str]) -> None:
+        """Accept these bearer tokens from now on (the token file was reloaded)."""
+        self.tokens = [t.encode() for t in tokens if t]
 
 
 def _status(code: int, reason: str, message: str) -> JSON:
@@ -110,7 +131,7 @@ def build_app(gateway: Gateway, options: ApiOptions | None = None) -> web.Applic
     readyz.add("clusters-settled", gateway.settled)
     app = probes_app(healthz, readyz)
     app[GATEWAY_KEY] = gateway
-    app.middlewares.append(_bearer_auth(opts.tokens))
+    app.middlewares.append(_bearer_auth(opts))
     api = _Handlers(gateway, opts)
     app.router.add_get("/metrics", _metrics)
     app.router.add_get(f"{PREFIX}/clusters", api.list_clusters)
@@ -122,24 +143,29 @@ def build_app(gateway: Gateway, options: ApiOptions | None = None) -> web.Applic
     return app
 
 
-def _bearer_auth(tokens: Sequence[bytes]) -> Middleware:
-    """Middleware asking for one of *tokens* on every path but the probes (none: open)."""
+def _bearer_auth(opts: ApiOptions) -> Middleware:
+    """Middleware asking for one of the tokens on every path but the probes (none: open).
+
+    Reads ``opts.tokens`` at each request, so a reloaded token file applies at once."""
 
     @web.middleware
     async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
+        tokens = opts.tokens
         if not tokens or request.path in UNAUTHENTICATED_PATHS:
             return await handler(request)
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
         presented = token.strip().encode()
         # Compare against every token, always: the time taken does not tell which matched.
-        matched = False
+        matched: bytes | None = None
         for known in tokens:
-            matched |= hmac.compare_digest(presented, known)
-        if scheme.lower() != "bearer" or not matched:
+            if hmac.compare_digest(presented, known) and matched is None:
+                matched = known
+        if scheme.lower() != "bearer" or matched is None:
             response = _error(401, "Unauthorized", "a valid 'Authorization: Bearer <token>' "
                               "header is required")  # fmt: skip
             response.headers["WWW-Authenticate"] = 'Bearer realm="worker-gateway"'
             return response
+        request[CLIENT_KEY] = matched
         return await handler(request)
 
     return authenticate
@@ -187,6 +213,7 @@ class _Handlers:
             config = parse_kubeconfig(text, "request body")
             check_inline_credentials(config)
             context = check_context(config, request.query.get("context") or None, "request body")
+            check_allowed_server(config, context, self._allowed_servers())
             runner = self.gateway.add(ClusterSpec(name, None, context), kubeconfig_text=text)
         except ClusterExists as exc:
             return _error(409, "AlreadyExists", f"{exc}: DELETE it first to replace it")
@@ -208,6 +235,21 @@ class _Handlers:
         except UnknownCluster:
             return _unknown_cluster(name)
         return web.json_response(_status(200, "Deleted", f"cluster {name!r} removed"))
+
+    def _allowed_servers(self) -> frozenset[str]:
+        """The flag's servers plus those of the clusters given at start-up (read now)."""
+        allowed = set(self.opts.allowed_servers)
+        for runner in self.gateway.clusters.values():
+            spec = runner.spec
+            if runner.owned_kubeconfig is not None or spec.kubeconfig is None:
+                continue
+            try:
+                server = context_server(read_kubeconfig(spec.kubeconfig), spec.context)
+                if server:
+                    allowed.add(normalize_server(server))
+            except ConfigError:
+                continue  # that cluster reports its own error
+        return frozenset(allowed)
 
     def _registration_refused(self) -> web.Response | None:
         if self.opts.allow_registration:
@@ -257,6 +299,27 @@ async def _stream(
 ) -> web.StreamResponse:
     """Serve one watch: snapshot, then live events, until the client, the gateway or the
     buffer bound ends it."""
+    client = request.get(CLIENT_KEY)
+    if opts.watchers[client] >= opts.max_watchers_per_token:
+        return _error(429, "TooManyRequests", f"this client already holds "
+                      f"{opts.max_watchers_per_token} watch streams (--max-watchers-per-token): "
+                      "close one, or watch all clusters in one stream")  # fmt: skip
+    opts.watchers[client] += 1
+    try:
+        return await _serve_stream(request, gateway, opts, topic, cluster)
+    finally:
+        opts.watchers[client] -= 1
+        if opts.watchers[client] <= 0:
+            del opts.watchers[client]
+
+
+async def _serve_stream(
+    request: web.Request,
+    gateway: Gateway,
+    opts: ApiOptions,
+    topic: str,
+    cluster: str | None,
+) -> web.StreamResponse:
     # Subscribe and take the snapshot with no await between them: no event is lost or doubled.
     sub = gateway.hub.subscribe(topic, cluster)
     snapshot = gateway.snapshot(topic, cluster)

@@ -7,17 +7,21 @@ their credentials inline.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 import yaml
 
 __all__ = [
     "ConfigError",
+    "check_allowed_server",
     "check_context",
     "check_inline_credentials",
     "context_names",
+    "context_server",
+    "normalize_server",
     "parse_kubeconfig",
     "read_kubeconfig",
 ]
@@ -105,3 +109,62 @@ def check_inline_credentials(config: Mapping[str, Any]) -> None:
                         "client-certificate-data, certificate-authority-data); file paths and "
                         "credential plugins are refused"
                     )
+    for item in config.get("clusters") or []:
+        body = item.get("cluster") if isinstance(item, Mapping) else None
+        if isinstance(body, Mapping) and body.get("proxy-url"):
+            raise ConfigError(
+                f"cluster {item.get('name')!r} uses 'proxy-url': a registered kubeconfig must "
+                "reach its API server directly; remove 'proxy-url' (the gateway would send its "
+                "credentials through a proxy the client chose)"
+            )
+
+
+def normalize_server(url: str) -> str:
+    """``scheme://host:port[/path]`` in lower case with the default port made explicit, so
+    equal servers compare equal; :class:`ConfigError` for a URL without scheme or host."""
+    parts = urlsplit(url.strip())
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"server {url!r} is not an http(s)://HOST[:PORT] URL")
+    try:
+        port = parts.port or (443 if scheme == "https" else 80)
+    except ValueError as exc:
+        raise ConfigError(f"server {url!r} has an invalid port") from exc
+    host = parts.hostname.lower()
+    host = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{host}:{port}{parts.path.rstrip('/')}"
+
+
+def context_server(config: Mapping[str, Any], context: str | None) -> str | None:
+    """The ``server`` of the cluster that *context* (or the current context) selects."""
+    name = context or config.get("current-context")
+    contexts = {
+        item.get("name"): item.get("context") or {}
+        for item in config.get("contexts") or []
+        if isinstance(item, Mapping)
+    }
+    selected = contexts.get(name)
+    if not isinstance(selected, Mapping):
+        return None
+    for item in config.get("clusters") or []:
+        if isinstance(item, Mapping) and item.get("name") == selected.get("cluster"):
+            body = item.get("cluster")
+            server = body.get("server") if isinstance(body, Mapping) else None
+            return server if isinstance(server, str) else None
+    return None
+
+
+def check_allowed_server(
+    config: Mapping[str, Any], context: str | None, allowed: Collection[str]
+) -> None:
+    """Refuse a kubeconfig whose selected server is not in *allowed* (normalized URLs)."""
+    server = context_server(config, context)
+    if server is None:
+        raise ConfigError("the selected context names no cluster with a 'server'")
+    if normalize_server(server) not in allowed:
+        raise ConfigError(
+            f"server {server!r} is not allowed for registration: the gateway accepts the "
+            "servers of its static clusters and those given with "
+            "--allowed-registration-server (allowed now: "
+            f"{', '.join(sorted(allowed)) or 'none'})"
+        )

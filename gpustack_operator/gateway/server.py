@@ -14,6 +14,13 @@ from aiohttp import web
 from gpustack_operator.gateway.api import ApiOptions, build_app
 from gpustack_operator.gateway.cluster import ClusterSpec
 from gpustack_operator.gateway.gateway import Gateway
+from gpustack_operator.gateway.guard import ConnectionLimits, GuardedRunner
+from gpustack_operator.gateway.reload import (
+    FileReloader,
+    reload_forever,
+    tls_reloader,
+    token_reloader,
+)
 
 __all__ = ["GatewayServer", "ServerOptions", "load_tokens", "tls_context"]
 
@@ -51,6 +58,12 @@ class ServerOptions:
     port: int = 8090
     tls: ssl.SSLContext | None = None
     api: ApiOptions = field(default_factory=ApiOptions)
+    limits: ConnectionLimits = field(default_factory=ConnectionLimits)
+    tls_files: tuple[Path, Path] | None = None
+    """Certificate and key behind ``tls``: reloaded into it when they change."""
+    token_file: Path | None = None
+    """Where ``api.tokens`` came from: reloaded when it changes."""
+    reload_interval: float = 5.0
 
 
 class GatewayServer:
@@ -75,8 +88,9 @@ class GatewayServer:
     async def run(self) -> None:
         """Serve until cancelled; watch streams end and clusters stop on the way out."""
         opts = self.options
-        runner = web.AppRunner(
+        runner = GuardedRunner(
             build_app(self.gateway, opts.api),
+            opts.limits,
             access_log=None,
             handle_signals=False,
             shutdown_timeout=5.0,
@@ -96,11 +110,24 @@ class GatewayServer:
             self.port = int(addresses[0][1]) if addresses else opts.port
             log.info("serving worker-gateway", url=self.url, clusters=len(self.gateway.clusters))
             self.serving.set()
-            await self.gateway.run()
+            async with anyio.create_task_group() as tg:
+                reloaders = self._reloaders()
+                if reloaders:
+                    tg.start_soon(reload_forever, reloaders, opts.reload_interval)
+                await self.gateway.run()
         finally:
             with anyio.CancelScope(shield=True):
                 self.gateway.hub.close()
                 await runner.cleanup()
+
+    def _reloaders(self) -> list[FileReloader]:
+        opts = self.options
+        reloaders = []
+        if opts.tls is not None and opts.tls_files is not None:
+            reloaders.append(tls_reloader(opts.tls, *opts.tls_files, build=tls_context))
+        if opts.token_file is not None:
+            reloaders.append(token_reloader(opts.token_file, load_tokens, opts.api.set_tokens))
+        return reloaders
 
     async def run_until_signal(self) -> int:
         """Run until SIGTERM/SIGINT; 0 after a clean stop, 1 when serving failed."""

@@ -108,6 +108,9 @@ CLUSTER_ROLE_BINDINGS = Resource(
 )
 ROLES = Resource(_RBAC, "v1", "Role", "roles", namespaced=True)
 ROLE_BINDINGS = Resource(_RBAC, "v1", "RoleBinding", "rolebindings", namespaced=True)
+RESOURCE_SLICES = Resource(
+    "resource.k8s.io", "v1", "ResourceSlice", "resourceslices", namespaced=False
+)
 RUNTIME_CLASSES = Resource("node.k8s.io", "v1", "RuntimeClass", "runtimeclasses", namespaced=False)
 CRDS = Resource(
     "apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", False

@@ -43,7 +43,7 @@ class KindInfo:
 
 
 # The kinds the real API server puts in the "all" category (what `kubectl get all` lists).
-_ALL_CATEGORY = frozenset({"Pod", "Service", "Deployment", "DaemonSet"})
+_ALL_CATEGORY = frozenset({"Pod", "Service", "Deployment", "DaemonSet", "Job"})
 
 
 def _categories(kind: str) -> tuple[str, ...]:
@@ -85,10 +85,12 @@ BUILTIN_KINDS: tuple[KindInfo, ...] = (
     _grp("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", False),
     _grp("rbac.authorization.k8s.io", "v1", "Role", "roles", True),
     _grp("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", True),
+    _grp("batch", "v1", "Job", "jobs", True, status=True),
     _grp("coordination.k8s.io", "v1", "Lease", "leases", True),
     _grp("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies", True, "netpol"),
     _grp("events.k8s.io", "v1", "Event", "events", True, "ev"),
     _grp("node.k8s.io", "v1", "RuntimeClass", "runtimeclasses", False),
+    _grp("resource.k8s.io", "v1", "ResourceSlice", "resourceslices", False),
     _grp(
         "apiextensions.k8s.io",
         "v1",

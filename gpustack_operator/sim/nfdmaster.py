@@ -9,9 +9,16 @@ remembers which labels it manages in the Node annotation
 are written without that prefix, others in full).
 
 This stand-in does the same for labels only (no ``spec.features``, NodeFeatureRules,
-extended resources or taints). It runs as an asyncio task in the sim's loop: a store
-subscription marks nodes dirty on NodeFeature add/update/delete and Node creation, and the
-task reconciles dirty nodes through ``sim.store`` (the write rules of the API, no HTTP).
+extended resources or taints). A Node that arrives already carrying the annotation (a dump
+of a real cluster, where nfd-worker, GPU Feature Discovery or the AMD labeller published
+those labels through nfd-master) keeps the labels it names: they stand for the NodeFeatures
+of those publishers, which the simulated cluster does not run (docs/simulator.md, "Real
+dumps"). ``nfd.node.kubernetes.io/extended-resources`` is left as it is, with the resources
+it names, since no simulated publisher changes them.
+
+It runs as an asyncio task in the sim's loop: a store subscription marks nodes dirty on
+NodeFeature add/update/delete and Node creation, and the task reconciles dirty nodes
+through ``sim.store`` (the write rules of the API, no HTTP).
 """
 
 from __future__ import annotations
@@ -153,12 +160,27 @@ class NfdMaster(NodeStandIn):
         # store events, so a reconcile reads only its node's NodeFeatures at any cluster size.
         self._by_node: dict[str, dict[str, dict[str, Any]]] = {}
         self._node_of: dict[str, str] = {}
+        # node -> the labels its feature-labels annotation named when it arrived: what the
+        # real cluster's publishers (nfd-worker, GFD, ...) keep publishing for it.
+        self._arrived_with: dict[str, dict[str, str]] = {}
 
     def initial_nodes(self) -> list[str]:
         """Every Node, after indexing the NodeFeatures already stored."""
         for feature in self._node_features():
             self._index(feature)
-        return [n["metadata"]["name"] for n in self.sim.store.list("v1", "Node")]
+        nodes = self.sim.store.list("v1", "Node")
+        for node in nodes:
+            self._remember_arrival(node)
+        return [n["metadata"]["name"] for n in nodes]
+
+    def _remember_arrival(self, node: Mapping[str, Any]) -> None:
+        meta = node.get("metadata") or {}
+        name = meta.get("name")
+        if not name or name in self._arrived_with:
+            return
+        labels = meta.get("labels") or {}
+        named = _annotation_names((meta.get("annotations") or {}).get(FEATURE_LABELS_ANNOTATION))
+        self._arrived_with[name] = {k: str(labels[k]) for k in named if k in labels}
 
     # --- events ---------------------------------------------------------------------------
 
@@ -167,7 +189,11 @@ class NfdMaster(NodeStandIn):
         meta = obj.get("metadata") or {}
         if obj.get("kind") == "Node" and obj.get("apiVersion") == "v1":
             if event_type == "ADDED":
+                self._arrived_with.pop(meta.get("name", ""), None)
+                self._remember_arrival(obj)
                 self.mark(meta.get("name"))
+            elif event_type == "DELETED":
+                self._arrived_with.pop(meta.get("name", ""), None)
             return
         if obj.get("kind") != "NodeFeature" or not str(obj.get("apiVersion", "")).startswith(
             "nfd.k8s-sigs.io/"
@@ -212,7 +238,9 @@ class NfdMaster(NodeStandIn):
         if node is None:
             return False
         features = list(self._by_node.get(node_name, {}).values())
-        updated = merge_node_labels(node, desired_labels(features, self.label_namespaces))
+        desired = dict(self._arrived_with.get(node_name, {}))
+        desired.update(desired_labels(features, self.label_namespaces))
+        updated = merge_node_labels(node, desired)
         if updated is None:
             return False
         self.sim.store.update(updated, field_manager="nfd-master")

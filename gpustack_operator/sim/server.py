@@ -35,6 +35,7 @@ from aiohttp import web
 
 from gpustack_operator.sim import apply as ssa
 from gpustack_operator.sim import discovery, protobuf
+from gpustack_operator.sim.authn import ANONYMOUS, TokenAuthenticator
 from gpustack_operator.sim.counters import RequestCounters
 from gpustack_operator.sim.errors import (
     ApiError,
@@ -47,6 +48,7 @@ from gpustack_operator.sim.faults import Fault, Faults
 from gpustack_operator.sim.gc import BackgroundControllers
 from gpustack_operator.sim.kinds import BUILTIN_KINDS, KindInfo, KindRegistry
 from gpustack_operator.sim.patches import json_patch, merge_patch
+from gpustack_operator.sim.rbac import CURRENT_REQUEST, RbacAuthorizer, request_attributes
 from gpustack_operator.sim.selectors import make_matcher, parse_field_selector, parse_label_selector
 from gpustack_operator.sim.store import Event, Store, key_of
 from gpustack_operator.sim.watch import WatchQueue, WatchStream, error_line
@@ -170,9 +172,17 @@ class SimServer:
         watch_queue_limit: int = DEFAULT_WATCH_QUEUE_LIMIT,
         host: str = "127.0.0.1",
         port: int = 0,
+        cel_rules: bool = True,
+        authenticator: TokenAuthenticator | None = None,
     ) -> None:
         self.registry = KindRegistry.with_builtins()
         self.store = Store(self.registry, watch_history)
+        self.store.cel_rules = cel_rules  # CRDs' x-kubernetes-validations (sim/celrules.py)
+        self.authenticator = authenticator
+        """With one, requests are authenticated by bearer token and authorized by RBAC."""
+        self.authorizer = RbacAuthorizer(self.store)
+        if authenticator is not None:
+            self.store.admission.append(self.authorizer.admit)
         self.faults = Faults(seed)
         self.counters = RequestCounters()
         self.controllers = BackgroundControllers(self.store)
@@ -254,13 +264,14 @@ class SimServer:
     ) -> None:
         await self.stop()
 
-    def write_kubeconfig(self, path: Path, context: str = "sim") -> Path:
-        """Write a kubeconfig (cluster, user, context; no auth) selecting this server."""
+    def write_kubeconfig(self, path: Path, context: str = "sim", token: str | None = None) -> Path:
+        """Write a kubeconfig (cluster, user, context) selecting this server; with *token* its
+        requests carry it as a bearer token."""
         config = {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": context, "cluster": {"server": self.url}}],
-            "users": [{"name": context, "user": {}}],
+            "users": [{"name": context, "user": {"token": token} if token else {}}],
             "contexts": [
                 {
                     "name": context,
@@ -286,7 +297,9 @@ class SimServer:
     # ------------------------------------------------------------------ routing
 
     def _build_app(self) -> web.Application:
-        app = web.Application(middlewares=[self._errors], client_max_size=64 * 1024 * 1024)
+        app = web.Application(
+            middlewares=[self._errors, self._authorize], client_max_size=64 * 1024 * 1024
+        )
         discovery.add_discovery_routes(app, self)
         _accept_trailing_slashes(app)
         app.router.add_route("*", "/api/v1/{tail:.+}", self._core)
@@ -314,6 +327,31 @@ class SimServer:
             return _json_response(
                 status_body(500, f"internal error in the simulated API server: {exc!r}"), 500
             )
+
+    @web.middleware
+    async def _authorize(
+        self,
+        request: web.Request,
+        handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+    ) -> web.StreamResponse:
+        """With an authenticator: 401 for an unknown token, 403 for what RBAC does not allow
+        (gpustack_operator/sim/rbac.py); the request's attributes are kept for admission."""
+        if self.authenticator is None:
+            return await handler(request)
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        user = ANONYMOUS
+        if token.strip():
+            found = self.authenticator.authenticate(token.strip())
+            if scheme.lower() != "bearer" or found is None:
+                raise ApiError(401, "Unauthorized", "Unauthorized")
+            user = found
+        attrs = request_attributes(request.method, request.path, request.query, user)
+        self.authorizer.authorize(attrs)
+        reset = CURRENT_REQUEST.set(attrs)
+        try:
+            return await handler(request)
+        finally:
+            CURRENT_REQUEST.reset(reset)
 
     async def _core(self, request: web.Request) -> web.StreamResponse:
         return await self._dispatch(request, "", "v1", request.match_info["tail"])

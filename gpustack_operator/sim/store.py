@@ -44,6 +44,7 @@ from typing import Any
 import structlog
 
 from gpustack_operator.sim import apply as ssa
+from gpustack_operator.sim.celrules import rule_causes
 from gpustack_operator.sim.errors import (
     ApiError,
     already_exists,
@@ -333,7 +334,11 @@ class Store:
         # Called after every commit with (event, resource id); the GC and namespace
         # controller use it to wake up.
         self._commit_hooks: list[Callable[[Event, ResourceId], None]] = []
+        self.admission: list[Callable[[KindInfo, dict[str, Any], dict[str, Any] | None], None]] = []
+        """Called with (kind, new object, old object or None) before a write; may raise."""
         self.schema = _Schema()
+        self.cel_rules = True
+        """Enforce CRDs' ``x-kubernetes-validations`` (CEL) rules (``sim/celrules.py``)."""
 
     # ------------------------------------------------------------------ bookkeeping
 
@@ -668,9 +673,13 @@ class Store:
                 },
             )
 
-    def _validate(self, info: KindInfo, obj: dict[str, Any]) -> None:
+    def _validate(
+        self, info: KindInfo, obj: dict[str, Any], old: dict[str, Any] | None = None
+    ) -> None:
         meta = obj["metadata"]
         causes = metadata_errors(info, meta) or self.schema.causes(info, obj)
+        if not causes and self.cel_rules and info.schema is not None:
+            causes = rule_causes(info, obj, old)
         if causes:
             raise invalid(info, str(meta.get("name") or ""), causes)
 
@@ -740,6 +749,8 @@ class Store:
         obj = self.schema.normalize(info, obj)
         meta = obj["metadata"]
         self._validate(info, obj)
+        for admit in self.admission:
+            admit(info, obj, None)
         key = key_of(obj)
         if key in self.resource(info).objects:
             raise already_exists(info, name)
@@ -800,7 +811,9 @@ class Store:
             self._crd_status(new)
         new = self.schema.normalize(info, new)
         meta = new["metadata"]
-        self._validate(info, new)
+        self._validate(info, new, old)
+        for admit in self.admission:
+            admit(info, new, old)
         if tracks_generation(info) and _content(new, info) != _content(old, info):
             meta["generation"] = int(old_meta.get("generation") or 1) + 1
         if manager and apply_manager is None:

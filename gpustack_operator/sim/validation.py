@@ -5,7 +5,7 @@ fields, (2) applies ``default`` values, then (3) validates against the ``openAPI
 This module does the three steps for the sim, with messages in the apiserver's wording
 (``spec.x: Required value``, ``spec.y: Unsupported value: "Z": supported values: ...``) so
 tests read the same errors a real cluster gives. ``x-kubernetes-validations`` (CEL) rules are
-not evaluated: the sim accepts what only a CEL rule would reject (see docs/simulator.md).
+enforced separately, by ``sim/celrules.py`` (see docs/simulator.md, "CEL rules").
 
 Pure functions of (kind, object): no I/O, no jsonschema dependency (this is product code).
 """

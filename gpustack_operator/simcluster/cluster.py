@@ -27,16 +27,28 @@ import anyio
 import structlog
 from anyio.abc import TaskGroup
 
-from controllers.worker import Worker, WorkerConfig, new_worker_manager, setup_worker
+from controllers.worker import (
+    Worker,
+    WorkerConfig,
+    new_worker_manager,
+    serves_dra,
+    setup_worker,
+)
 from gpustack_operator.apis import kueue_resources
 from gpustack_operator.devicemanager.detection import DetectionConfig
 from gpustack_operator.domain.desired import DesiredState, plan_state
 from gpustack_operator.domain.manufacturers import Manufacturer, load_manufacturers
 from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
 from gpustack_operator.domain.nodeview import name_of
-from gpustack_operator.domain.queues import DEFAULT_EXCLUDED_NAMESPACES
+from gpustack_operator.domain.queues import (
+    DEFAULT_EXCLUDED_NAMESPACES,
+    DEFAULT_QUOTA_RESOURCES,
+    QuotaResources,
+)
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.manager import Manager, ManagerOptions
+from gpustack_operator.sim.authn import TokenAuthenticator
+from gpustack_operator.sim.kueue import KueueStandIn
 from gpustack_operator.sim.nfdmaster import NfdMaster
 from gpustack_operator.sim.server import SimServer
 from gpustack_operator.simcluster.agents import AgentFleet
@@ -108,6 +120,8 @@ class SimCluster:
         excluded_namespaces: Sequence[str] = DEFAULT_EXCLUDED_NAMESPACES,
         manufacturers: Mapping[str, Manufacturer] | None = None,
         with_memory: bool = False,
+        quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES,
+        resource_slices: Sequence[Mapping[str, Any]] = (),
         run_worker: bool = True,
         run_agents: bool = True,
         worker_config: WorkerConfig | None = None,
@@ -115,10 +129,15 @@ class SimCluster:
         agent_monitor_period: float = 30.0,
         agents_per_manager: int | None = None,
         kubeconfig: Path | None = None,
+        kueue_config: Mapping[str, Any] | None = None,
         seed: int | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
+        authenticator: TokenAuthenticator | None = None,
+        token: str | None = None,
     ) -> None:
+        """*authenticator* turns on the server's authentication and RBAC authorization;
+        *token* is then the bearer token of the kubeconfig the agents and worker use."""
         self.nodes: dict[str, dict[str, Any]] = {}
         for node in nodes:
             self.nodes[name_of(node)] = copy.deepcopy(dict(node))
@@ -127,19 +146,33 @@ class SimCluster:
         self.excluded_namespaces = tuple(excluded_namespaces)
         self.manufacturers = manufacturers if manufacturers is not None else load_manufacturers()
         self.with_memory = with_memory
+        self.quota_resources = quota_resources
+        self.resource_slices = [copy.deepcopy(dict(s)) for s in resource_slices]
+        """DRA ResourceSlices created with the Nodes (docs/devices.md, "DRA")."""
         self.crds = list(crds) if crds is not None else stand_in_crds()
         self.server_defaults = any(not is_stand_in(crd) for crd in self.crds)
         """Real CRDs default fields: convergence then tolerates extra ``spec`` fields."""
         self.kueue = kueue_resources()
-        self.sim = SimServer(namespaces=self._base_namespaces(), seed=seed, host=host, port=port)
+        self.sim = SimServer(
+            namespaces=self._base_namespaces(),
+            seed=seed,
+            host=host,
+            port=port,
+            authenticator=authenticator,
+        )
+        self._token = token
         self.nfd = NfdMaster(self.sim, namespace=system_namespace)
         self.kubelet = SimKubelet(self.sim, self.manufacturers, with_memory=with_memory)
+        self.kueue_admission = KueueStandIn(self.sim, kueue_config)
+        """Kueue's admission for Jobs (``sim/kueue.py``); *kueue_config* is a Kueue
+        Configuration (its resource transformations), None for Kueue's default."""
         self._run_worker = run_worker
         self._run_agents = run_agents
         self.worker_config = worker_config or WorkerConfig(
             system_namespace=system_namespace,
             manufacturers=self.manufacturers,
             excluded_namespaces=self.excluded_namespaces,
+            quota_resources=quota_resources,
         )
         self._worker_resync = worker_resync_period
         self._agent_monitor_period = agent_monitor_period
@@ -192,14 +225,17 @@ class SimCluster:
                 self.sim.store.create(obj)
         for node in self.nodes.values():
             self.sim.store.create(_seedable(node))
+        for obj in self.resource_slices:
+            self.sim.store.create(_seedable(obj))
         await stack.enter_async_context(self.sim)
         if self._kubeconfig_path is None:
             tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="gpustack-sim-"))
             path = Path(tmp) / "kubeconfig.yaml"
         else:
             path = self._kubeconfig_path
-        self.kubeconfig = self.sim.write_kubeconfig(path, context="sim")
+        self.kubeconfig = self.sim.write_kubeconfig(path, context="sim", token=self._token)
         await stack.enter_async_context(self.nfd)
+        await stack.enter_async_context(self.kueue_admission)
         await self.kubelet.start()
         stack.push_async_callback(self.kubelet.stop)
         self.fleet = AgentFleet(
@@ -227,6 +263,7 @@ class SimCluster:
                     resync_period=self._worker_resync,
                 ),
             )
+            self.worker_config.dra = await serves_dra(client)
             self.worker = setup_worker(manager, self.worker_config)
             self.worker_manager = manager
             tg.start_soon(self._run_manager, manager)
@@ -249,6 +286,8 @@ class SimCluster:
             system_namespace=self.system_namespace,
             excluded_namespaces=self.excluded_namespaces,
             with_memory=self.with_memory,
+            quota_resources=self.worker_config.quota_resources,
+            resource_slices=self.resource_slices,
         )
 
     def actual(self) -> DesiredState:
@@ -271,7 +310,8 @@ class SimCluster:
         )
         fleet_idle = self.fleet is None or self.fleet.idle()
         worker_up = self.worker is None or self.worker.queue_controllers != []
-        return self.nfd.idle() and self.kubelet.idle() and fleet_idle and worker_up and queues_empty
+        stand_ins = self.nfd.idle() and self.kubelet.idle() and self.kueue_admission.idle()
+        return stand_ins and fleet_idle and worker_up and queues_empty
 
     def problems(self) -> list[str]:
         """Components that stopped (the cluster cannot converge without them)."""

@@ -114,7 +114,23 @@ def stand_in_crds() -> list[dict[str, Any]]:
             versions=kueue,
             storage="v1beta2",
         ),
+        workload_crd(),
     ]
+
+
+def workload_crd() -> dict[str, Any]:
+    """Kueue's Workload (v1beta1 and v1beta2, storing v1beta2), schema-less: the Kueue
+    stand-in (``sim/kueue.py``) serves it when no real Workload CRD was loaded."""
+    return _crd(
+        "kueue.x-k8s.io",
+        "Workload",
+        "workloads",
+        namespaced=True,
+        status=True,
+        short_names=("wl",),
+        versions=("v1beta1", "v1beta2"),
+        storage="v1beta2",
+    )
 
 
 def is_stand_in(crd: Mapping[str, Any]) -> bool:

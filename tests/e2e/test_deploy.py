@@ -33,7 +33,6 @@ from gpustack_operator.domain.bootstrap import (
     render_cpu_info_rule,
     render_device_manager,
     render_nfd,
-    render_nfd_crds,
     render_runtime_classes,
 )
 
@@ -52,11 +51,11 @@ def kustomize(kubectl: Path, directory: Path) -> list[dict[str, Any]]:
 
 
 def bootstrap_objects() -> list[dict[str, Any]]:
-    """Everything the bootstrap can install, for every manufacturer, as the release runs it."""
+    """Everything the bootstrap can install, for every manufacturer, as the release runs it
+    (NFD's CRDs and all RBAC ship with the overlays)."""
     settings = BootstrapSettings(image_pull_policy="Always")
     manufacturers = settings.manufacturers
     return [
-        *render_nfd_crds(),
         *render_nfd(settings),
         render_cpu_info_rule(settings.pci_class_prefixes, manufacturers),
         *render_device_manager(settings, sorted(manufacturers), RELEASE_IMAGE),
@@ -85,6 +84,7 @@ def test_overlay_renders_the_worker(rendered: dict[str, Any], overlay: str) -> N
     assert kinds == [
         "ClusterRole",
         "ClusterRoleBinding",
+        "CustomResourceDefinition",
         "Deployment",
         "Namespace",
         "NetworkPolicy",
@@ -92,9 +92,12 @@ def test_overlay_renders_the_worker(rendered: dict[str, Any], overlay: str) -> N
         "RoleBinding",
         "Service",
         "ServiceAccount",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
     ]
+    cluster_scoped = {k for k in kinds if k.startswith(("Cluster", "Custom", "Validating"))}
     for obj in objects:
-        if obj["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding"):
+        if obj["kind"] not in {"Namespace", *cluster_scoped}:
             assert obj["metadata"]["namespace"] == "gpustack-system", obj["metadata"]["name"]
     deployment = find(objects, "Deployment", "gpustack-operator-worker")
     pod = deployment["spec"]["template"]["spec"]

@@ -9,7 +9,9 @@ validation included) render them without a cluster.
 - :mod:`.nfd` — NFD master, worker, garbage collector, their RBAC and configuration, and the
   NodeFeatureRule ``gpustack-cpu-info``;
 - :mod:`.devicemanager` — one device-manager DaemonSet per manufacturer and the agent's
-  least-privilege RBAC.
+  least-privilege RBAC;
+- :mod:`.prerequisites` — the CRDs and RBAC shipped statically with deploy/, which the
+  bootstrap checks but never writes.
 """
 
 from __future__ import annotations
@@ -28,7 +30,11 @@ from gpustack_operator.domain.bootstrap.devicemanager import (
     render_device_manager_rbac,
     render_runtime_classes,
 )
-from gpustack_operator.domain.bootstrap.nfd import render_cpu_info_rule, render_nfd
+from gpustack_operator.domain.bootstrap.nfd import render_cpu_info_rule, render_nfd, render_nfd_rbac
+from gpustack_operator.domain.bootstrap.prerequisites import (
+    device_manager_prerequisites,
+    nfd_prerequisites,
+)
 
 __all__ = [
     "APPLICATIONS",
@@ -36,11 +42,14 @@ __all__ = [
     "DEVICE_MANAGER",
     "NODE_FEATURE_DISCOVERY",
     "BootstrapSettings",
+    "device_manager_prerequisites",
+    "nfd_prerequisites",
     "parse_disabled_applications",
     "render_cpu_info_rule",
     "render_device_manager",
     "render_device_manager_rbac",
     "render_nfd",
     "render_nfd_crds",
+    "render_nfd_rbac",
     "render_runtime_classes",
 ]

@@ -51,6 +51,9 @@ class BootstrapSettings:
     """Pull policy of the device-manager containers (the worker's own, when known)."""
     propagated_env: Mapping[str, str] = field(default_factory=dict)
     """``GPUSTACK_*`` variables of the worker copied into every agent (SPEC §3.4)."""
+    coexistence: bool = True
+    """Keep a vendor's agent off nodes whose devices that vendor's own stack already labels
+    (docs/devices.md, "Coexistence")."""
 
 
 def parse_disabled_applications(values: Iterable[str]) -> frozenset[str]:

@@ -6,9 +6,15 @@ Deliberate choices, for least privilege (SPEC §0.9):
   (RBAC cannot restrict a DaemonSet's pods to "their own" Node), and write NodeFeatures and
   Events in the system namespace only;
 - the agent has no device plugin, so the kubelet device-plugin and CDI host paths are not
-  mounted; ``/sys`` is mounted read-only;
-- the container keeps a read-only root filesystem and ``RuntimeDefault`` seccomp. It must
-  stay privileged to open the device nodes of every vendor (docs/security.md);
+  mounted; ``/sys`` and the vendor library directories are mounted read-only;
+- vendors with a container runtime of their own (NVIDIA, MThreads) get their device nodes and
+  management library from it through their RuntimeClass: no ``/dev`` mount, not privileged,
+  every capability dropped, no privilege escalation, uid 0 only to own root-owned device
+  nodes whose mode the node chooses. The other vendors' agents stay privileged (the only way
+  into the device cgroup without a device plugin) with the host's ``/dev`` mounted
+  read-only: device nodes still open read-write on a read-only mount (docs/security.md,
+  "The device manager's DaemonSets");
+- every container keeps a read-only root filesystem and ``RuntimeDefault`` seccomp;
 - no Service: the pods carry ``prometheus.io/scrape`` annotations for metrics discovery.
 """
 
@@ -56,6 +62,28 @@ _RUNTIME_ENV: Final[Mapping[str, tuple[tuple[str, str], ...]]] = {
     "mthreads": (("MTHREADS_VISIBLE_DEVICES", "all"), ("MTHREADS_DRIVER_CAPABILITIES", "utility")),
 }
 PCI_LABEL_TEMPLATE: Final = "feature.node.kubernetes.io/pci-{vendor}.present"
+# docs/devices.md, "Coexistence": Node labels that show another stack already describes a
+# vendor's devices; with coexistence on, the vendor's agent is not scheduled where any is set.
+DESCRIBED_BY_OTHERS: Final[Mapping[str, tuple[str, ...]]] = {
+    "nvidia": ("nvidia.com/gpu.product", "nvidia.com/mig.strategy"),
+    "amd": ("amd.com/gpu.product-name",),
+}
+
+
+def coexistence_affinity(manufacturer: str) -> JSON | None:
+    """Node affinity keeping the agent of *manufacturer* off nodes another source describes
+    (GPU Feature Discovery, the AMD node labeller); ``None`` for vendors without one."""
+    keys = DESCRIBED_BY_OTHERS.get(manufacturer)
+    if not keys:
+        return None
+    expressions = [{"key": key, "operator": "DoesNotExist"} for key in keys]
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": expressions}]
+            }
+        }
+    }
 
 
 def daemonset_name(manufacturer: str) -> str:
@@ -67,7 +95,8 @@ def _labels(instance: str | None = None) -> dict[str, str]:
 
 
 def render_device_manager_rbac(settings: BootstrapSettings) -> list[JSON]:
-    """ServiceAccount and the agent's roles: exactly the requests ``serve`` makes."""
+    """ServiceAccount and the agent's roles: exactly the requests ``serve`` makes. Shipped
+    statically in deploy/base: the worker checks they exist, never writes them."""
     ns = settings.namespace
     meta = _labels()
     node_rules = [rule([""], ["nodes"], ["list", "watch"])]
@@ -124,7 +153,9 @@ def _env(manufacturer: Manufacturer, propagated: Mapping[str, str]) -> list[JSON
 
 
 def _volumes(manufacturer: Manufacturer) -> tuple[list[JSON], list[JSON]]:
-    host = [("host-dev", "/dev", "Directory", False), ("host-sys", "/sys", "Directory", True)]
+    host = [("host-sys", "/sys", "Directory", True)]
+    if runtime_class_name(manufacturer) is None:  # else the vendor runtime injects the nodes
+        host.insert(0, ("host-dev", "/dev", "Directory", True))
     for index, path in enumerate(VENDOR_HOST_PATHS.get(manufacturer.name, ())):
         host.append((f"vendor-{index}", path, "", True))
     volumes: list[JSON] = []
@@ -149,6 +180,20 @@ def _probe(path: str, failure_threshold: int) -> JSON:
     }
 
 
+def _security_context(manufacturer: Manufacturer) -> JSON:
+    """The least each vendor's detection needs (module docstring; docs/security.md)."""
+    base: JSON = {"readOnlyRootFilesystem": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    if runtime_class_name(manufacturer) is None:
+        return {"privileged": True, "runAsUser": 0, **base}
+    return {
+        "privileged": False,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsUser": 0,
+        **base,
+    }
+
+
 def _daemonset(settings: BootstrapSettings, manufacturer: Manufacturer, image: str) -> JSON:
     instance = daemonset_name(manufacturer.name)
     volumes, mounts = _volumes(manufacturer)
@@ -169,12 +214,7 @@ def _daemonset(settings: BootstrapSettings, manufacturer: Manufacturer, image: s
             "requests": {"cpu": "100m", "memory": "128Mi"},
             "limits": {"cpu": "1", "memory": "1Gi"},
         },
-        "securityContext": {
-            "privileged": True,
-            "runAsUser": 0,
-            "readOnlyRootFilesystem": True,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": _security_context(manufacturer),
         "volumeMounts": mounts,
     }
     pod_spec: JSON = {
@@ -186,6 +226,9 @@ def _daemonset(settings: BootstrapSettings, manufacturer: Manufacturer, image: s
         "containers": [container],
         "volumes": volumes,
     }
+    affinity = coexistence_affinity(manufacturer.name) if settings.coexistence else None
+    if affinity is not None:
+        pod_spec["affinity"] = affinity
     runtime_class = runtime_class_name(manufacturer)
     if runtime_class:
         pod_spec["runtimeClassName"] = runtime_class
@@ -229,7 +272,8 @@ def _selector_base() -> dict[str, str]:
 def render_device_manager(
     settings: BootstrapSettings, manufacturers: Iterable[str], image: str
 ) -> list[JSON]:
-    """RBAC plus one DaemonSet ``gpustack-operator-device-manager-<mfr>`` per manufacturer.
+    """One DaemonSet ``gpustack-operator-device-manager-<mfr>`` per manufacturer (its RBAC is
+    a prerequisite: :func:`render_device_manager_rbac`).
 
     *manufacturers* are names from ``settings.manufacturers`` (an unknown name raises
     ``KeyError``); *image* is the worker's own image or ``--device-manager-image``.
@@ -237,7 +281,4 @@ def render_device_manager(
     are created only when missing.
     """
     chosen = [settings.manufacturers[name] for name in sorted(set(manufacturers))]
-    return [
-        *render_device_manager_rbac(settings),
-        *(_daemonset(settings, m, image) for m in chosen),
-    ]
+    return [_daemonset(settings, m, image) for m in chosen]

@@ -196,7 +196,10 @@ def _config_volume(config_map: str, key: str) -> JSON:
     }
 
 
-def _rbac(settings: BootstrapSettings) -> list[JSON]:
+def render_nfd_rbac(settings: BootstrapSettings) -> list[JSON]:
+    """NFD's ServiceAccounts and roles, as its own chart grants them. Shipped statically in
+    deploy/components/node-feature-discovery: the worker checks they exist, never writes them
+    (docs/security.md, "No escalation path")."""
     ns = settings.namespace
     master_rules = [
         rule([""], ["nodes"], ["get", "list", "watch", "patch", "update"]),
@@ -342,10 +345,10 @@ def _gc(settings: BootstrapSettings) -> JSON:
 
 
 def render_nfd(settings: BootstrapSettings) -> list[JSON]:
-    """NFD's namespaced and cluster-scoped objects, without its CRDs (see ``crds``)."""
+    """What the worker installs of NFD: its configuration and workloads. Its CRDs (``crds``)
+    and RBAC (:func:`render_nfd_rbac`) are prerequisites shipped with deploy/."""
     ns = settings.namespace
     return [
-        *_rbac(settings),
         _config_map(f"{MASTER}-conf", "nfd-master.conf", master_config(ns), ns),
         _config_map(
             f"{WORKER}-conf", "nfd-worker.conf", worker_config(settings.pci_class_prefixes), ns

@@ -12,13 +12,19 @@ from typing import Any
 import anyio
 import yaml
 
-from controllers.bootstrap import Bootstrap, BootstrapConfig, install_nfd_crds, setup_bootstrap
+from controllers.bootstrap import Bootstrap, BootstrapConfig, check_nfd_crds, setup_bootstrap
+from gpustack_operator.domain.bootstrap import (
+    BootstrapSettings,
+    device_manager_prerequisites,
+    nfd_prerequisites,
+)
 from gpustack_operator.runtime import metrics
 from gpustack_operator.runtime.backoff import BackoffPolicy
 from gpustack_operator.runtime.client import Client, NotFound
 from gpustack_operator.runtime.informer import ReflectorSettings
 from gpustack_operator.runtime.manager import Manager, ManagerOptions
 from gpustack_operator.runtime.resources import Resource
+from gpustack_operator.sim.authn import TokenAuthenticator
 from gpustack_operator.sim.server import SimServer
 
 NS = "gpustack-system"
@@ -136,13 +142,57 @@ def config(**overrides: Any) -> BootstrapConfig:
     return BootstrapConfig.from_environment(env, namespace=NS, **overrides)
 
 
+def install_prerequisites(sim: SimServer, *, nfd: bool = True) -> None:
+    """What ``kubectl apply -k deploy/overlays/...`` installs besides the worker: NFD's CRDs
+    and RBAC (the component) and the device manager's RBAC (docs/security.md)."""
+    settings = BootstrapSettings(namespace=NS)
+    objects = device_manager_prerequisites(settings)
+    if nfd:
+        objects = [*nfd_prerequisites(settings), *objects]
+    crds = [o for o in objects if o["kind"] == "CustomResourceDefinition"]
+    sim.load_crds(crds)
+    for obj in objects:
+        if obj["kind"] != "CustomResourceDefinition":
+            sim.store.create(obj)
+
+
+WORKER_TOKEN = "worker-token"
+ADMIN_TOKEN = "admin-token"
+REPO = Path(__file__).resolve().parents[3]
+
+
+def worker_rbac() -> list[dict[str, Any]]:
+    """The worker's roles and bindings as deploy/base/rbac.yaml installs them."""
+    documents = yaml.safe_load_all((REPO / "deploy" / "base" / "rbac.yaml").read_text())
+    objects = [d for d in documents if d]
+    for obj in objects:
+        if obj["kind"] in ("Role", "RoleBinding"):
+            obj["metadata"]["namespace"] = NS
+    return objects
+
+
 @asynccontextmanager
-async def started_sim(crd_docs: Iterable[dict[str, Any]] = ()) -> AsyncIterator[SimServer]:
-    sim = SimServer(namespaces=("default", "kube-system", NS))
+async def started_sim(
+    crd_docs: Iterable[dict[str, Any]] = (), *, prerequisites: bool = True
+) -> AsyncIterator[SimServer]:
+    """A simulated cluster with authorization on and the worker's RBAC installed: use
+    ``write_kubeconfig(path, token=WORKER_TOKEN)`` (or ``ADMIN_TOKEN``). With
+    *prerequisites*, deploy/'s NFD and device-manager RBAC too. A request outside the
+    worker's RBAC is a 403 and fails the test (docs/security.md, "How the RBAC is checked")."""
+    auth = TokenAuthenticator()
+    auth.add(WORKER_TOKEN, f"system:serviceaccount:{NS}:gpustack-operator-worker")
+    auth.add(ADMIN_TOKEN, "cluster-admin", groups=["system:masters"])
+    sim = SimServer(namespaces=("default", "kube-system", NS), authenticator=auth)
     await sim.start()
     sim.load_crds(list(crd_docs))
+    for obj in worker_rbac():
+        sim.store.create(obj)
+    if prerequisites:
+        install_prerequisites(sim)
     try:
         yield sim
+        denied = list(sim.authorizer.denials)
+        assert not denied, "requests outside the worker's RBAC:\n" + "\n".join(denied)
     finally:
         await sim.stop()
 
@@ -156,7 +206,7 @@ async def bootstrap_running(
     """The worker's start-up as the command runs it: CRDs first, then the manager."""
     client = await Client.connect(kubeconfig)
     try:
-        await install_nfd_crds(client, cfg)
+        await check_nfd_crds(client, cfg)
         manager = Manager(client, options())
         bootstrap = setup_bootstrap(manager, cfg)
         if extra is not None:

@@ -20,19 +20,20 @@ from gpustack_operator.runtime.resources import (
     DEPLOYMENTS,
     EVENTS,
     PODS,
-    ROLES,
     RUNTIME_CLASSES,
-    SERVICE_ACCOUNTS,
 )
 from tests.conftest import shared_crds_dir
 from tests.integration.bootstrap.support import (
+    ADMIN_TOKEN,
     IMAGE,
     NS,
+    WORKER_TOKEN,
     bootstrap_running,
     config,
     eventually,
     get_or_none,
     idle,
+    install_prerequisites,
     reconciles,
     started_sim,
 )
@@ -42,6 +43,14 @@ pytestmark = pytest.mark.anyio
 NVIDIA_DS = "gpustack-operator-device-manager-nvidia"
 AMD_DS = "gpustack-operator-device-manager-amd"
 MANAGED = {"app.kubernetes.io/managed-by": "gpustack-operator"}
+RBAC_AND_CRD_KINDS = (
+    "ServiceAccount",
+    "Role",
+    "RoleBinding",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "CustomResourceDefinition",
+)
 
 
 def env_of(ds: dict[str, Any]) -> dict[str, Any]:
@@ -65,7 +74,7 @@ async def installed(client: Client) -> bool:
 
 async def test_installs_nfd_rule_and_device_managers(tmp_path: Path) -> None:
     async with started_sim() as sim:
-        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
+        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig", token=WORKER_TOKEN)
         cfg = config(
             env={
                 "GPUSTACK_PCI_CLASS_PREFIXES": "03,12",
@@ -126,7 +135,7 @@ async def test_installs_nfd_rule_and_device_managers(tmp_path: Path) -> None:
 
 async def test_steady_state_makes_no_writes(tmp_path: Path) -> None:
     async with started_sim() as sim:
-        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
+        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig", token=WORKER_TOKEN)
         async with bootstrap_running(kubeconfig, config()) as bootstrap:
             await eventually(lambda: installed(bootstrap.client), "every bootstrap object")
             await eventually(lambda: idle(bootstrap), "the bootstrap queue to drain")
@@ -140,7 +149,7 @@ async def test_steady_state_makes_no_writes(tmp_path: Path) -> None:
 
 async def test_deleted_and_drifted_objects_are_restored(tmp_path: Path) -> None:
     async with started_sim() as sim:
-        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
+        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig", token=WORKER_TOKEN)
         async with bootstrap_running(kubeconfig, config()) as bootstrap:
             client = bootstrap.client
             await eventually(lambda: installed(client), "every bootstrap object")
@@ -188,30 +197,41 @@ async def test_deleted_and_drifted_objects_are_restored(tmp_path: Path) -> None:
 
             await eventually(config_restored, "the master configuration to be restored")
 
-            await client.delete(NODE_FEATURE_RULES, "gpustack-cpu-info")
+            admin_config = sim.write_kubeconfig(tmp_path / "admin", token=ADMIN_TOKEN)
+            async with await Client.connect(admin_config) as admin:
+                await admin.delete(NODE_FEATURE_RULES, "gpustack-cpu-info")
             await eventually(
                 lambda: get_or_none(client, NODE_FEATURE_RULES, "gpustack-cpu-info"),
                 "the NodeFeatureRule to be re-created",
             )
-            role = await client.get(ROLES, "gpustack-operator-device-manager", NS)
-            await client.patch(
-                ROLES,
-                role["metadata"]["name"],
-                {"rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]},
-                namespace=NS,
-                field_manager="kubectl-edit",
+
+
+async def test_missing_prerequisites_hold_back_what_needs_them(tmp_path: Path) -> None:
+    """NFD's CRDs and every role ship with deploy/: the bootstrap never writes them, installs
+    nothing that needs them while they are missing, and goes on once they appear
+    (docs/security.md, "No escalation path")."""
+    async with started_sim(prerequisites=False) as sim:
+        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig", token=WORKER_TOKEN)
+        before = reconciles("requeue_after")
+        async with bootstrap_running(kubeconfig, config()) as bootstrap:
+            client = bootstrap.client
+            await eventually(
+                lambda: reconciles("requeue_after") > before, "a reconcile that waits for them"
             )
-
-            async def role_restored() -> bool:
-                now = await client.get(ROLES, "gpustack-operator-device-manager", NS)
-                return bool(now["rules"] == role["rules"])
-
-            await eventually(role_restored, "the widened Role to be narrowed back")
+            master = await get_or_none(client, DEPLOYMENTS, "node-feature-discovery-master", NS)
+            assert master is None
+            assert (await client.list(DAEMONSETS, NS)).items == []
+            for kind in RBAC_AND_CRD_KINDS:
+                assert sim.counters.writes(kind) == 0, kind
+            install_prerequisites(sim)  # kubectl apply -k deploy/overlays/...
+            await eventually(lambda: installed(client), "every bootstrap object")
+            for kind in RBAC_AND_CRD_KINDS:
+                assert sim.counters.writes(kind) == 0, kind
 
 
 async def test_disabled_applications_are_not_installed(tmp_path: Path) -> None:
     async with started_sim() as sim:
-        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
+        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig", token=WORKER_TOKEN)
         cfg = config(disabled=["device-manager"])
         async with bootstrap_running(kubeconfig, cfg) as bootstrap:
             client = bootstrap.client
@@ -225,11 +245,10 @@ async def test_disabled_applications_are_not_installed(tmp_path: Path) -> None:
             assert [d["metadata"]["name"] for d in listed.items] == [
                 "node-feature-discovery-worker"
             ]
-            assert await get_or_none(client, SERVICE_ACCOUNTS, NVIDIA_DS, NS) is None
             assert await get_or_none(client, RUNTIME_CLASSES, "nvidia") is None
 
-    async with started_sim() as sim:
-        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig2")
+    async with started_sim(prerequisites=False) as sim:
+        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig2", token=WORKER_TOKEN)
         async with bootstrap_running(kubeconfig, config(disabled=["*"])) as bootstrap:
             client = bootstrap.client
             before = reconciles()
@@ -252,7 +271,8 @@ def foreign_nfd_crds() -> list[dict[str, Any]]:
 
 
 async def test_pre_existing_nfd_is_used_and_left_alone(tmp_path: Path) -> None:
-    async with started_sim(foreign_nfd_crds()) as sim:
+    async with started_sim(foreign_nfd_crds(), prerequisites=False) as sim:
+        install_prerequisites(sim, nfd=False)
         foreign_cm = {
             "apiVersion": "v1",
             "kind": "ConfigMap",
@@ -260,7 +280,7 @@ async def test_pre_existing_nfd_is_used_and_left_alone(tmp_path: Path) -> None:
             "data": {"nfd-worker.conf": "core: {}\n"},
         }
         sim.store.create(foreign_cm)
-        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
+        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig", token=WORKER_TOKEN)
         async with bootstrap_running(kubeconfig, config()) as bootstrap:
             client = bootstrap.client
             await eventually(
@@ -291,8 +311,9 @@ async def test_foreign_object_of_a_desired_name_is_left_alone(tmp_path: Path) ->
     async with started_sim() as sim:
         foreign = {
             "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": {"name": "gpustack-operator-device-manager", "namespace": NS},
+            "kind": "ConfigMap",
+            "metadata": {"name": "node-feature-discovery-master-conf", "namespace": NS},
+            "data": {"nfd-master.conf": "{}"},
         }
         sim.store.create(foreign)
         # A DaemonSet of ours for a manufacturer no longer configured is removed.
@@ -313,7 +334,7 @@ async def test_foreign_object_of_a_desired_name_is_left_alone(tmp_path: Path) ->
             },
         }
         sim.store.create(stale)
-        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
+        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig", token=WORKER_TOKEN)
         async with bootstrap_running(kubeconfig, config()) as bootstrap:
             client = bootstrap.client
             await eventually(lambda: installed(client), "every bootstrap object")
@@ -322,18 +343,21 @@ async def test_foreign_object_of_a_desired_name_is_left_alone(tmp_path: Path) ->
                 await get_or_none(client, DAEMONSETS, "gpustack-operator-device-manager-metax", NS)
                 is None
             )
-            sa = await client.get(SERVICE_ACCOUNTS, "gpustack-operator-device-manager", NS)
-            assert "labels" not in sa["metadata"] or not sa["metadata"]["labels"]
+            cm = await client.get(CONFIGMAPS, "node-feature-discovery-master-conf", NS)
+            assert cm["data"] == {"nfd-master.conf": "{}"}
+
+            admin_config = sim.write_kubeconfig(tmp_path / "admin", token=ADMIN_TOKEN)
 
             async def warned() -> bool:
-                events = await client.list(EVENTS, NS)
+                async with await Client.connect(admin_config) as admin:
+                    events = await admin.list(EVENTS, NS)
                 return any(
                     e.get("reason") == "NotManaged"
-                    and e["involvedObject"]["name"] == "gpustack-operator-device-manager"
+                    and e["involvedObject"]["name"] == "node-feature-discovery-master-conf"
                     for e in events.items
                 )
 
-            await eventually(warned, "a NotManaged Warning Event on the foreign ServiceAccount")
+            await eventually(warned, "a NotManaged Warning Event on the foreign ConfigMap")
 
 
 async def test_image_is_read_from_the_worker_pod(tmp_path: Path) -> None:
@@ -349,7 +373,7 @@ async def test_image_is_read_from_the_worker_pod(tmp_path: Path) -> None:
             },
         }
         sim.store.create(pod)
-        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
+        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig", token=WORKER_TOKEN)
         cfg = config(
             device_manager_image=None,
             env={"KUBERNETES_POD_NAME": "gpustack-operator-worker-abc"},

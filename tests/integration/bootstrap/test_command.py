@@ -13,7 +13,13 @@ import pytest
 
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.resources import DAEMONSETS, DEPLOYMENTS
-from tests.integration.bootstrap.support import NS, eventually, get_or_none, started_sim
+from tests.integration.bootstrap.support import (
+    NS,
+    WORKER_TOKEN,
+    eventually,
+    get_or_none,
+    started_sim,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -22,7 +28,7 @@ IMAGE = "registry.example.com/op:2.0"
 
 async def test_worker_command_installs_nfd_and_device_managers(tmp_path: Path) -> None:
     async with started_sim() as sim:
-        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
+        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig", token=WORKER_TOKEN)
         env = {
             **{k: v for k, v in os.environ.items() if not k.startswith("GPUSTACK_")},
             "GPUSTACK_WORKER_NO_LEADER_ELECT": "true",

@@ -136,3 +136,37 @@ async def test_the_chain_is_accepted_by_the_real_crd_schemas() -> None:
     # The schemas default fields the worker does not set; the worker leaves them alone.
     queue = back.cluster_queues[0]
     assert queue["spec"]["queueingStrategy"] == "BestEffortFIFO"
+
+
+def test_sim_converges_on_a_dump_of_real_gpu_stacks() -> None:
+    """docs/devices.md: GFD (plain, MIG, time-slicing, MPS), the AMD labeller and our agent
+    beside GFD, read from a `kubectl get nodes` dump with NFD's feature-labels annotations.
+    The live controllers converge to plan's chain; every device quota is positive and equals
+    the allocatable of the resource the queue covers."""
+    dump = str(EXAMPLE.parent / "mixed-stacks.yaml")
+    planned = _run_json("plan", "--nodes", dump, "-o", "json")
+    simulated = _run_json("sim", "--cluster", dump, "-o", "json")
+    assert [_normalised(i) for i in simulated["items"]] == [
+        _normalised(i) for i in planned["items"]
+    ]
+    queues = [i for i in simulated["items"] if i["kind"] == "ClusterQueue"]
+    covered: dict[str, int] = {}
+    for queue in queues:
+        for group in queue["spec"]["resourceGroups"]:
+            for flavor in group["flavors"]:
+                for res in flavor["resources"]:
+                    if res["name"] in ("cpu", "memory", "ephemeral-storage"):
+                        continue
+                    assert int(res["nominalQuota"]) > 0, queue["metadata"]["name"]
+                    covered[res["name"]] = covered.get(res["name"], 0) + int(res["nominalQuota"])
+    # Each card once: 8+8 A100 (one node also run by our agent), 56 MIG 1g.5gb (single),
+    # 16 T4 and 8 L4 replicas; the mixed MIG profiles, AMD and the DRA-only node's H100s
+    # (counted from its ResourceSlice) under their own resources.
+    assert covered == {
+        "nvidia.com/gpu": 96,
+        "nvidia.com/gpu.shared": 16,
+        "nvidia.com/mig-1g.10gb": 28,
+        "nvidia.com/mig-3g.40gb": 8,
+        "amd.com/gpu": 8,
+        "gpu.nvidia.com/gpu": 4,
+    }

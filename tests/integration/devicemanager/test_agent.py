@@ -131,9 +131,9 @@ async def settled(agent: DeviceManagerAgent) -> None:
 
 
 async def test_creates_updates_and_prunes_the_node_feature(
-    sim: SimServer, sim_kubeconfig: Path
+    sim: SimServer, sim_kubeconfig: Path, admin_kubeconfig: Path
 ) -> None:
-    async with await Client.connect(sim_kubeconfig) as client:
+    async with await Client.connect(admin_kubeconfig) as client:  # the test's own steps
         created = await client.create(NODES, node("node-a", devices=T4))
         async with agent_running(sim_kubeconfig, "node-a"):
             await eventually(lambda: feature(client, "node-a"), "the NodeFeature")
@@ -171,9 +171,9 @@ async def test_creates_updates_and_prunes_the_node_feature(
 
 
 async def test_a_restart_makes_no_writes_when_nothing_changed(
-    sim: SimServer, sim_kubeconfig: Path
+    sim: SimServer, sim_kubeconfig: Path, admin_kubeconfig: Path
 ) -> None:
-    async with await Client.connect(sim_kubeconfig) as client:
+    async with await Client.connect(admin_kubeconfig) as client:  # the test's own steps
         await client.create(NODES, node("node-a", devices=T4))
         async with agent_running(sim_kubeconfig, "node-a") as agent:
             await eventually(lambda: feature(client, "node-a"), "the NodeFeature")
@@ -186,9 +186,9 @@ async def test_a_restart_makes_no_writes_when_nothing_changed(
 
 
 async def test_other_nodes_and_unmanaged_nodes_are_left_alone(
-    sim: SimServer, sim_kubeconfig: Path
+    sim: SimServer, sim_kubeconfig: Path, admin_kubeconfig: Path
 ) -> None:
-    async with await Client.connect(sim_kubeconfig) as client:
+    async with await Client.connect(admin_kubeconfig) as client:  # the test's own steps
         await client.create(NODES, node("node-a", managed=False, devices=T4))
         await client.create(NODES, node("node-b", devices=T4))
         async with agent_running(sim_kubeconfig, "node-a") as agent:
@@ -211,14 +211,14 @@ async def settled_or_skipped(agent: DeviceManagerAgent) -> None:
 
 
 async def test_the_monitor_republishes_when_cards_change(
-    sim: SimServer, sim_kubeconfig: Path, tmp_path: Path
+    sim: SimServer, sim_kubeconfig: Path, admin_kubeconfig: Path, tmp_path: Path
 ) -> None:
     nvml = FakeNvml([tesla_t4("GPU-0")])
     config = DetectionConfig.from_environment(
         ["nvidia"], pci_root=tmp_path, no_pci_check=True, env={}
     )
     registry = CollectorRegistry()
-    async with await Client.connect(sim_kubeconfig) as client:
+    async with await Client.connect(admin_kubeconfig) as client:  # the test's own steps
         await client.create(NODES, node("node-a"))
         async with agent_running(
             sim_kubeconfig,
@@ -247,10 +247,10 @@ async def test_the_monitor_republishes_when_cards_change(
 
 
 async def test_serve_publishes_and_stops_cleanly_on_sigterm(
-    sim: SimServer, sim_kubeconfig: Path, tmp_path: Path
+    sim: SimServer, sim_kubeconfig: Path, admin_kubeconfig: Path, tmp_path: Path
 ) -> None:
     """The real command on a machine without accelerators: it says so and publishes nothing."""
-    async with await Client.connect(sim_kubeconfig) as client:
+    async with await Client.connect(admin_kubeconfig) as client:  # the test's own steps
         await client.create(NODES, node("node-a"))
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSTACK_")}
         command = [

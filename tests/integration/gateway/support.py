@@ -145,9 +145,13 @@ async def running_gateway(
     api: ApiOptions | None = None,
     watch_buffer: int = 1024,
     tls: Any = None,
+    **server_options: Any,
 ) -> AsyncIterator[GatewayServer]:
+    """A gateway on a free port; *server_options* go to :class:`ServerOptions`."""
     gateway = Gateway(FAST, watch_buffer=watch_buffer)
-    options = ServerOptions(bind_address="127.0.0.1", port=0, tls=tls, api=api or ApiOptions())
+    options = ServerOptions(
+        bind_address="127.0.0.1", port=0, tls=tls, api=api or ApiOptions(), **server_options
+    )
     server = GatewayServer(gateway, list(clusters), options)
     async with anyio.create_task_group() as tg:
         tg.start_soon(server.run)

@@ -52,7 +52,7 @@ async def test_clusters_and_pools_aggregate_every_cluster(clusters: list[SimClus
         assert t4["acceleratable"] is True
         assert t4["unit"] == {"cpu": "4", "memory": "16Gi", "accelerators": 1}
         # gpu-t4-1 and gpu-t4-2 each bring one flavor of 8 CPUs, 32Gi and 2 cards.
-        assert t4["nominalQuota"]["credits.gpustack.ai/nvidia"] == "4"
+        assert t4["nominalQuota"]["nvidia.com/gpu"] == "4"
         assert t4["nominalQuota"]["cpu"] == "16"
         assert t4["nominalQuota"]["memory"] == "64Gi"
         assert t4["usage"] is None and t4["workloads"] is None
@@ -110,7 +110,7 @@ async def test_usage_comes_from_the_cluster_queue_status(clusters: list[SimClust
                     "resources": [
                         {"name": "cpu", "total": "4", "borrowed": "0"},
                         {"name": "memory", "total": "16Gi", "borrowed": "0"},
-                        {"name": "credits.gpustack.ai/nvidia", "total": "1", "borrowed": "0"},
+                        {"name": "nvidia.com/gpu", "total": "1", "borrowed": "0"},
                     ],
                 }
             ],
@@ -126,6 +126,6 @@ async def test_usage_comes_from_the_cluster_queue_status(clusters: list[SimClust
             return found
 
         t4 = await until(pool, lambda p: p["usage"] is not None, "the usage of the T4 pool")
-        assert t4["usage"] == {"cpu": "4", "credits.gpustack.ai/nvidia": "1", "memory": "16Gi"}
+        assert t4["usage"] == {"cpu": "4", "nvidia.com/gpu": "1", "memory": "16Gi"}
         assert t4["reservation"] == {"cpu": "8"}
         assert t4["workloads"] == {"pending": 2, "reserving": 1, "admitted": 1}

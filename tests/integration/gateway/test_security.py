@@ -60,14 +60,14 @@ def test_a_token_file_without_tokens_is_refused(tmp_path: Path) -> None:
         load_tokens(tmp_path / "missing")
 
 
-def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
+def _self_signed(tmp_path: Path, common_name: str = "worker-gateway-test") -> tuple[Path, Path]:
     x509 = pytest.importorskip("cryptography.x509", reason="cryptography builds the test cert")
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
 
     key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "worker-gateway-test")])
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     now = datetime.datetime.now(datetime.UTC)
     cert = (
         x509.CertificateBuilder()

@@ -160,8 +160,10 @@ async def test_removing_a_cluster_streams_a_delete_for_everything_it_had(
 
 async def test_clusters_are_registered_at_run_time(clusters: list[SimCluster]) -> None:
     east, west, legacy = clusters
+    # The allow-list names the servers registered below (docs/worker-gateway.md, "Security").
+    api = ApiOptions(allow_registration=True, allowed_servers=[legacy.sim.url, west.sim.url])
     async with (
-        running_gateway([east.spec], api=ApiOptions(allow_registration=True)) as server,
+        running_gateway([east.spec], api=api) as server,
         httpx.AsyncClient(base_url=server.url, timeout=10) as client,
     ):
         await all_ready(client, 1)

@@ -11,6 +11,7 @@ import pytest
 import yaml
 from structlog.testing import capture_logs
 
+from gpustack_operator.domain.queues import QuotaResources
 from gpustack_operator.runtime.metrics import REGISTRY
 from gpustack_operator.sim.server import SimServer
 from tests.conftest import shared_crds_dir
@@ -18,6 +19,7 @@ from tests.integration.worker.support import (
     converged,
     eventually,
     fast_config,
+    idle,
     nfd_master,
     node,
     put_node,
@@ -62,14 +64,14 @@ def missing_gauge(piece: str) -> float | None:
 async def test_missing_transformation_is_reported_and_cleared(
     sim: SimServer, sim_kubeconfig: Path
 ) -> None:
-    config = fast_config()
+    # Credits queues need Kueue to turn nvidia.com/gpu into credits; device ones would not.
+    config = fast_config(quota_resources=QuotaResources.CREDITS)
     sim.store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NS}})
     # Kueue's own default: frameworks listed, no resources section.
     sim.store.create(kueue_configmap({"integrations": {"frameworks": ["batch/job", "pod"]}}))
     put_node(sim, node("gpu-a", cards=("Tesla T4", 2)))
     with capture_logs() as logs:
         async with nfd_master(sim), worker_running(sim_kubeconfig, config):
-            await converged(sim, config)
             await eventually(lambda: warnings_on_configmap(sim), "a Warning Event on the ConfigMap")
             (event,) = warnings_on_configmap(sim)
             assert "nvidia.com/gpu -> credits.gpustack.ai/nvidia" in event["message"]
@@ -108,12 +110,27 @@ async def test_default_configuration_is_reported_as_such(
     sim: SimServer, sim_kubeconfig: Path
 ) -> None:
     """No ConfigMap at all: Kueue's defaults, named as such in the Warning Event."""
-    config = fast_config()
+    config = fast_config(quota_resources=QuotaResources.CREDITS)
     sim.store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NS}})
     put_node(sim, node("gpu-a", cards=("Tesla T4", 1)))
     async with nfd_master(sim), worker_running(sim_kubeconfig, config):
-        await converged(sim, config)
         await eventually(lambda: warnings_on_configmap(sim), "a Warning Event about the defaults")
     (event,) = warnings_on_configmap(sim)
     assert "Kueue runs with its default configuration" in event["message"]
     assert sim.store.get("v1", "ConfigMap", "kueue-manager-config", KUEUE_NS) is None
+
+
+async def test_device_queues_need_nothing_from_kueues_defaults(
+    sim: SimServer, sim_kubeconfig: Path
+) -> None:
+    """The default --quota-resources=device: the queues cover nvidia.com/gpu itself, which
+    Kueue's default configuration counts as is; the check reports nothing."""
+    config = fast_config()
+    sim.store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NS}})
+    put_node(sim, node("gpu-a", cards=("Tesla T4", 1)))
+    with capture_logs() as logs:
+        async with nfd_master(sim), worker_running(sim_kubeconfig, config) as running:
+            await converged(sim, config)
+            await eventually(lambda: idle(running.manager), "the controllers to go idle")
+    assert warnings_on_configmap(sim) == []
+    assert any(e["event"] == "Kueue's configuration has what the queues need" for e in logs)

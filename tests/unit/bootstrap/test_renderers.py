@@ -16,6 +16,7 @@ from gpustack_operator.domain.bootstrap import (
     parse_disabled_applications,
     render_cpu_info_rule,
     render_device_manager,
+    render_device_manager_rbac,
     render_nfd,
     render_runtime_classes,
 )
@@ -138,11 +139,14 @@ def test_device_manager_daemonsets() -> None:
     assert container["startupProbe"]["httpGet"]["path"] == "/readyz"
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert container["resources"]["requests"] == {"cpu": "100m", "memory": "128Mi"}
-    assert container["securityContext"]["privileged"] is True
+    assert container["securityContext"]["privileged"] is False
+    assert "/dev" not in {m["mountPath"] for m in container["volumeMounts"]}
     thead = daemonsets["gpustack-operator-device-manager-thead"]["spec"]["template"]["spec"]
+    assert thead["containers"][0]["securityContext"]["privileged"] is True
     assert "runtimeClassName" not in thead
     mounts = {m["mountPath"]: m.get("readOnly") for m in thead["containers"][0]["volumeMounts"]}
     assert mounts["/usr/local/PPU_SDK"] is True and mounts["/sys"] is True
+    assert mounts["/dev"] is True
     with pytest.raises(KeyError):
         render_device_manager(settings, ["nvidiaa"], IMAGE)
 
@@ -159,7 +163,7 @@ def test_agent_command_line_is_accepted_by_the_real_parser() -> None:
 
 
 def test_agent_rbac_is_least_privilege() -> None:
-    objects = render_device_manager(BootstrapSettings(namespace="gs"), ["nvidia"], IMAGE)
+    objects = render_device_manager_rbac(BootstrapSettings(namespace="gs"))
     cluster_role = by_name(objects, "ClusterRole")["gpustack-operator-device-manager"]
     assert cluster_role["rules"] == [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]}
@@ -244,3 +248,51 @@ def test_spec_changed_ignores_status_and_bookkeeping() -> None:
     assert predicate.update(old, {**old, "spec": {"a": 2}})
     assert predicate.update(old, {**old, "data": {"x": "y"}})
     assert predicate.update(old, {**old, "metadata": {"name": "x", "labels": {"l": "v"}}})
+
+
+def _schedulable(pod: dict[str, Any], labels: dict[str, str]) -> bool:
+    """Whether a Node with *labels* passes the pod's nodeSelector and required affinity
+    (Kubernetes: every selector entry matches; one term's expressions all hold)."""
+    if any(labels.get(k) != v for k, v in pod.get("nodeSelector", {}).items()):
+        return False
+    terms = (
+        pod.get("affinity", {})
+        .get("nodeAffinity", {})
+        .get("requiredDuringSchedulingIgnoredDuringExecution", {})
+        .get("nodeSelectorTerms")
+    )
+    if not terms:
+        return True
+    return any(
+        all(
+            (e["key"] not in labels) if e["operator"] == "DoesNotExist" else False
+            for e in term["matchExpressions"]
+        )
+        for term in terms
+    )
+
+
+@pytest.mark.parametrize("coexistence", [True, False])
+def test_device_manager_stays_off_nodes_vendor_stacks_describe(coexistence: bool) -> None:
+    """docs/devices.md, "Coexistence": by default no agent on a node GFD or the AMD labeller
+    already labels; with coexistence off, one on every node with the vendor's PCI device."""
+    settings = BootstrapSettings(coexistence=coexistence)
+    daemonsets = by_name(
+        render_device_manager(settings, ["nvidia", "amd", "thead"], IMAGE), "DaemonSet"
+    )
+
+    def pod(mfr: str) -> dict[str, Any]:
+        spec: dict[str, Any] = daemonsets[f"gpustack-operator-device-manager-{mfr}"]["spec"]
+        return spec["template"]["spec"]
+
+    nvidia_pci = {"feature.node.kubernetes.io/pci-10de.present": "true"}
+    amd_pci = {"feature.node.kubernetes.io/pci-1002.present": "true"}
+    gfd = {**nvidia_pci, "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}
+    mig_mixed = {**nvidia_pci, "nvidia.com/mig.strategy": "mixed"}
+    labeller = {**amd_pci, "amd.com/gpu.product-name": "AMD_Instinct_MI300X_OAM"}
+    assert _schedulable(pod("nvidia"), nvidia_pci)
+    assert _schedulable(pod("amd"), amd_pci)
+    assert _schedulable(pod("nvidia"), gfd) is not coexistence
+    assert _schedulable(pod("nvidia"), mig_mixed) is not coexistence
+    assert _schedulable(pod("amd"), labeller) is not coexistence
+    assert "affinity" not in pod("thead")

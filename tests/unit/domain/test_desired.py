@@ -22,6 +22,7 @@ from gpustack_operator.domain.nodefeature import (
     worker_node_feature,
 )
 from gpustack_operator.domain.queues import (
+    QuotaResources,
     cohort_may_be_deleted,
     desired_cluster_queue,
     desired_cohorts,
@@ -197,7 +198,7 @@ def test_cluster_queue_aggregates_nodes() -> None:
                 "cpu",
                 "memory",
                 "ephemeral-storage",
-                "credits.gpustack.ai/nvidia",
+                "nvidia.com/gpu",
             ],
             "flavors": [
                 {
@@ -206,7 +207,7 @@ def test_cluster_queue_aggregates_nodes() -> None:
                         {"name": "cpu", "nominalQuota": "24"},
                         {"name": "memory", "nominalQuota": "96Gi"},
                         {"name": "ephemeral-storage", "nominalQuota": "288Gi"},
-                        {"name": "credits.gpustack.ai/nvidia", "nominalQuota": "6"},
+                        {"name": "nvidia.com/gpu", "nominalQuota": "6"},
                     ],
                 }
             ],
@@ -236,8 +237,16 @@ def test_sliced_queue_has_zero_borrowing_limit_and_shares_cohort() -> None:
         memory="188Gi",
         storage="196Gi",
         labels=a10g(4, **{A + "nvidia-a10g.sliced.partitions": "8"}),
+        allocatable={"nvidia.com/gpu": "32"},
     )
-    plain = make_node("p", cpu="48", memory="188Gi", storage="196Gi", labels=a10g(4))
+    plain = make_node(
+        "p",
+        cpu="48",
+        memory="188Gi",
+        storage="196Gi",
+        labels=a10g(4),
+        allocatable={"nvidia.com/gpu": "4"},
+    )
     state = desired_state([sliced, plain], [], manufacturers=MFRS)
     queues = {q["metadata"]["name"]: q for q in state.cluster_queues}
     sq = queues["gpustack--amd-25-1-12c-47g--nvidia-a10g-1d-8s"]
@@ -258,8 +267,56 @@ def test_sliced_queue_has_zero_borrowing_limit_and_shares_cohort() -> None:
         for r in f["resources"]
     )
     assert sq["metadata"]["annotations"]["note.gpustack.ai/slicedAccelerator"] == "8"
-    # credits: no allocatable on these nodes -> 0
-    assert sq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][3]["nominalQuota"] == "0"
+    # docs/devices.md, "Quota resources": the device quota is the allocatable of the resource
+    assert sq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][3] == {
+        "name": "nvidia.com/gpu",
+        "nominalQuota": "32",
+        "borrowingLimit": "0",
+    }
+
+
+def test_credits_mode_measures_device_queues_in_credits() -> None:
+    """docs/devices.md, "Quota resources": --quota-resources=credits keeps the credits."""
+    nodes = [
+        make_node(
+            "n1",
+            cpu="8",
+            memory="31Gi",
+            storage="97Gi",
+            labels=t4(2),
+            allocatable={"nvidia.com/gpu": "2"},
+        ),
+    ]
+    state = desired_state(nodes, [], manufacturers=MFRS, quota_resources=QuotaResources.CREDITS)
+    queues = {q["metadata"]["name"]: q for q in state.cluster_queues}
+    group = queues["gpustack--amd-25-1-4c-16g--nvidia-tesla-t4-1d"]["spec"]["resourceGroups"][0]
+    assert group["coveredResources"][3] == "credits.gpustack.ai/nvidia"
+    assert group["flavors"][0]["resources"][3] == {
+        "name": "credits.gpustack.ai/nvidia",
+        "nominalQuota": "2",
+    }
+
+
+def test_device_queue_never_covers_its_resource_with_zero_quota() -> None:
+    """docs/devices.md, "Quota resources": a flavor whose nodes advertise none of the
+    device resource (our agent on a MIG node, a plugin not registered yet) is left out."""
+    with_gpus = make_node(
+        "a",
+        cpu="8",
+        memory="31Gi",
+        storage="97Gi",
+        labels=t4(2),
+        allocatable={"nvidia.com/gpu": "2"},
+    )
+    without = make_node("b", cpu="16", memory="63Gi", storage="97Gi", labels=t4(2))
+    for mode in QuotaResources:
+        state = desired_state([with_gpus, without], [], manufacturers=MFRS, quota_resources=mode)
+        for queue in state.cluster_queues:
+            for group in queue["spec"]["resourceGroups"]:
+                for flavor in group["flavors"]:
+                    for res in flavor["resources"]:
+                        if res["name"] not in ("cpu", "memory", "ephemeral-storage"):
+                            assert res["nominalQuota"] != "0", (mode, queue["metadata"]["name"])
 
 
 def test_cluster_queue_flavor_order_and_zero_node_flavors() -> None:

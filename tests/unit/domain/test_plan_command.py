@@ -37,7 +37,7 @@ def test_table_reads_as_a_tree(capsys: pytest.CaptureFixture[str]) -> None:
         "└─ ClusterQueue gpustack--intel-xeon-platinum-8358-ln-x64-4c-16g--nvidia-tesla-t4-1d"
         in out
     )
-    assert "nodes=2  cpu=16 memory=64Gi ephemeral-storage=192Gi credits=4" in out
+    assert "nodes=2  cpu=16 memory=64Gi ephemeral-storage=192Gi nvidia.com/gpu=4" in out
     assert "(no borrowing: sliced)" in out
     assert "in default, team-a" in out
     assert "cpu-opted-out" in out and "cpu-opted-out    no" in out

@@ -41,7 +41,7 @@ def test_a_sliced_device_queue() -> None:
         "flavors": ["gpustack--amd-25-1-ln-x64-48c-188g-196g--nvidia-a10g-4d-8s"],
         "nominalQuota": {
             "cpu": "48",
-            "credits.gpustack.ai/nvidia": "4",
+            "nvidia.com/gpu": "4",
             "ephemeral-storage": "196Gi",
             "memory": "188Gi",
         },

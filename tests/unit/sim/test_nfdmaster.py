@@ -185,3 +185,38 @@ async def test_start_reconciles_existing_objects(nfd_sim: SimServer) -> None:
     assert labels_of(nfd_sim, "n1") == {}
     async with NfdMaster(nfd_sim, namespace=SYSTEM):
         await eventually(lambda: labels_of(nfd_sim, "n1") == {"gpustack.ai/a": "1"})
+
+
+@pytest.mark.anyio
+async def test_labels_a_real_dump_names_stay(nfd_sim: SimServer, nfd: NfdMaster) -> None:
+    """docs/simulator.md, "Real dumps": labels named by the feature-labels annotation a Node
+    arrives with stand for publishers the simulator does not run, so they are kept (and
+    still listed) while NodeFeature labels come and go beside them."""
+    real = node(
+        "gpu-1",
+        {
+            "feature.node.kubernetes.io/cpu-model.vendor_id": "AMD",
+            "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
+            "kubernetes.io/hostname": "gpu-1",
+        },
+    )
+    real["metadata"]["annotations"] = {
+        FEATURE_LABELS_ANNOTATION: "cpu-model.vendor_id,nvidia.com/gpu.product",
+        "nfd.node.kubernetes.io/extended-resources": "",
+    }
+    nfd_sim.store.create(real)
+    nfd_sim.store.create(node_feature("gpu-1-w", "gpu-1", {"gpustack.ai/a": "1"}))
+    await eventually(lambda: labels_of(nfd_sim, "gpu-1").get("gpustack.ai/a") == "1")
+    labels = labels_of(nfd_sim, "gpu-1")
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-80GB"
+    assert labels["feature.node.kubernetes.io/cpu-model.vendor_id"] == "AMD"
+    stored = nfd_sim.store.get("v1", "Node", "gpu-1")
+    assert stored is not None
+    annotations = stored["metadata"]["annotations"]
+    assert annotations[FEATURE_LABELS_ANNOTATION] == (
+        "cpu-model.vendor_id,gpustack.ai/a,nvidia.com/gpu.product"
+    )
+    assert "nfd.node.kubernetes.io/extended-resources" in annotations
+    nfd_sim.store.delete("nfd.k8s-sigs.io/v1alpha1", "NodeFeature", "gpu-1-w", SYSTEM)
+    await eventually(lambda: "gpustack.ai/a" not in labels_of(nfd_sim, "gpu-1"))
+    assert labels_of(nfd_sim, "gpu-1")["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-80GB"
