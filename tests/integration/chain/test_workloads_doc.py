@@ -11,9 +11,12 @@ import anyio
 import httpx
 import pytest
 
+from gpustack_operator.domain.desired import desired_state
+from gpustack_operator.sim.server import SimServer
 from gpustack_operator.simcluster.cluster import SimCluster
+from tests.conftest import shared_crds_dir
 from tests.integration.chain.test_kueue_admission import KUEUE, get, quota_reserved
-from tests.integration.worker.support import node
+from tests.integration.worker.support import MANUFACTURERS, NS, node
 from tests.unit.domain.test_workloads_doc import job_example
 
 pytestmark = pytest.mark.anyio
@@ -39,8 +42,8 @@ async def admitted_workload(
     raise AssertionError(f"{job_name} was not admitted: {last}")
 
 
-def tainted(obj: dict[str, Any]) -> dict[str, Any]:
-    obj["spec"] = {"taints": [TAINT]}
+def tainted(obj: dict[str, Any], *taints: dict[str, str]) -> dict[str, Any]:
+    obj["spec"] = {"taints": list(taints or (TAINT,))}
     return obj
 
 
@@ -68,3 +71,20 @@ async def test_the_documented_job_is_admitted_pinned_and_tolerated() -> None:
             assert started["spec"]["suspend"] is False
             assert pod["nodeSelector"] == flavor["spec"]["nodeLabels"]
             assert {**TAINT, "operator": "Equal"} in pod["tolerations"]
+
+
+@pytest.mark.skipif(shared_crds_dir() is None, reason="needs the real Kueue CRDs (CEL rules)")
+async def test_flavor_tolerations_pass_kueues_cel_rules(sim: SimServer) -> None:
+    """Both toleration shapes the worker writes (Equal with a value, Exists without one)
+    are accepted by the real ResourceFlavor CRD's rules."""
+    team = {"key": "team", "effect": "NoExecute"}
+    nodes = [
+        tainted(node("gpu-a", cards=("Tesla T4", 2)), TAINT, team),
+        tainted(node("gpu-b", cards=("Tesla T4", 2)), team, TAINT),
+    ]
+    state = desired_state(nodes, [], manufacturers=MANUFACTURERS, system_namespace=NS)
+    (flavor,) = [f for f in state.resource_flavors if "nvidia" in f["metadata"]["name"]]
+    assert [t["operator"] for t in flavor["spec"]["tolerations"]] == ["Equal", "Exists"]
+    async with httpx.AsyncClient(base_url=sim.url) as http:
+        resp = await http.post(f"{KUEUE}/resourceflavors", json=flavor)
+    assert resp.status_code == 201, resp.text
