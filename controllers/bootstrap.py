@@ -40,7 +40,7 @@ from typing import Any, Final
 
 import structlog
 
-from controllers.common import contains
+from gpustack_operator.controllers.common import contains
 from gpustack_operator.apis import NODE_FEATURE_RULES
 from gpustack_operator.domain.bootstrap import (
     DEFAULT_NFD_IMAGE,

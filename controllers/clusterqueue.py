@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from controllers.caches import BY_COHORT, BY_FLAVOR, BY_QUEUE, KueueCaches
-from controllers.common import (
+from gpustack_operator.controllers.caches import BY_COHORT, BY_FLAVOR, BY_QUEUE, KueueCaches
+from gpustack_operator.controllers.common import (
     METADATA_OR_SPEC_CHANGED,
     Debounced,
     Debouncer,
@@ -32,7 +32,7 @@ from controllers.common import (
     is_up_to_date,
     watch_batched,
 )
-from controllers.nodefacts import FleetSettling
+from gpustack_operator.controllers.nodefacts import FleetSettling
 from gpustack_operator.domain.kueue import OwnerReference
 from gpustack_operator.domain.labels import QUEUE_ANNOTATION
 from gpustack_operator.domain.nodeview import annotations_of, is_deleting, name_of, uid_of

@@ -13,7 +13,7 @@ from typing import Any, Final
 
 import structlog
 
-from controllers.nodefacts import NodeFacts
+from gpustack_operator.controllers.nodefacts import NodeFacts
 from gpustack_operator.domain.labels import (
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from controllers.caches import BY_FLAVOR, KueueCaches
-from controllers.common import (
+from gpustack_operator.controllers.caches import BY_FLAVOR, KueueCaches
+from gpustack_operator.controllers.common import (
     METADATA_OR_SPEC_CHANGED,
     NodeChanged,
     Writer,

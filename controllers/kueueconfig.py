@@ -15,7 +15,7 @@ from typing import Any, Final
 import structlog
 from prometheus_client import Gauge
 
-from controllers.caches import KueueCaches
+from gpustack_operator.controllers.caches import KueueCaches
 from gpustack_operator.domain.kueueconfig import Finding, missing_pieces, parse_configuration
 from gpustack_operator.domain.queues import is_owned
 from gpustack_operator.runtime.controller import ControllerBuilder, EventRecorderLike, Request

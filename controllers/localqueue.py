@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-from controllers.caches import BY_NAMESPACE, KueueCaches
-from controllers.common import (
+from gpustack_operator.controllers.caches import BY_NAMESPACE, KueueCaches
+from gpustack_operator.controllers.common import (
     METADATA_OR_SPEC_CHANGED,
     Writer,
     is_managed_object,

@@ -111,7 +111,7 @@ def _usage() -> dict[str, float]:
 
 def worker_child(kubeconfig: str, report: Path, resync: float) -> int:
     """Run the worker until SIGTERM; SIGUSR1 appends a getrusage snapshot to *report*."""
-    from controllers.worker import WorkerConfig, new_worker_manager, setup_worker
+    from gpustack_operator.controllers.worker import WorkerConfig, new_worker_manager, setup_worker
     from gpustack_operator.runtime.client import Client
     from gpustack_operator.runtime.logs import configure_logging
     from gpustack_operator.runtime.manager import ManagerOptions, run_async

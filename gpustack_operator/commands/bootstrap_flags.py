@@ -11,7 +11,7 @@ import argparse
 
 import structlog
 
-from controllers.bootstrap import BootstrapConfig, check_nfd_crds, setup_bootstrap
+from gpustack_operator.controllers.bootstrap import BootstrapConfig, check_nfd_crds, setup_bootstrap
 from gpustack_operator.domain.bootstrap import APPLICATIONS, DEFAULT_NFD_IMAGE
 from gpustack_operator.runtime.client import ApiError, Client
 from gpustack_operator.runtime.manager import Manager

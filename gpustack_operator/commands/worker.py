@@ -15,8 +15,8 @@ import sys
 
 import structlog
 
-from controllers.bootstrap import BootstrapConfig
-from controllers.worker import (
+from gpustack_operator.controllers.bootstrap import BootstrapConfig
+from gpustack_operator.controllers.worker import (
     KUEUE_AUTO,
     WorkerConfig,
     new_worker_manager,

@@ -27,7 +27,7 @@ import anyio
 import structlog
 from anyio.abc import TaskGroup
 
-from controllers.worker import (
+from gpustack_operator.controllers.worker import (
     Worker,
     WorkerConfig,
     new_worker_manager,

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from structlog.testing import capture_logs
 
-from controllers.worker import KUEUE_MISSING_MESSAGE
+from gpustack_operator.controllers.worker import KUEUE_MISSING_MESSAGE
 from gpustack_operator.domain.desired import desired_state
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.sim.server import SimServer

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from controllers.common import Debounced, Debouncer
-from controllers.nodefacts import FleetSettling, NodeFacts, node_view
+from gpustack_operator.controllers.common import Debounced, Debouncer
+from gpustack_operator.controllers.nodefacts import FleetSettling, NodeFacts, node_view
 from gpustack_operator.commands.plan import read_nodes_file
 from gpustack_operator.domain.desired import plan_state
 from gpustack_operator.domain.flavors import (
