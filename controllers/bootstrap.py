@@ -40,8 +40,8 @@ from typing import Any, Final
 
 import structlog
 
-from gpustack_operator.controllers.common import contains
 from gpustack_operator.apis import NODE_FEATURE_RULES
+from gpustack_operator.controllers.common import contains
 from gpustack_operator.domain.bootstrap import (
     DEFAULT_NFD_IMAGE,
     DEVICE_MANAGER,

@@ -12,9 +12,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from gpustack_operator.apis import KueueResources
 from gpustack_operator.controllers.common import index_values
 from gpustack_operator.controllers.nodefacts import NodeFacts, Part
-from gpustack_operator.apis import KueueResources
 from gpustack_operator.domain.labels import COHORT_ANNOTATION, QUEUE_ANNOTATION
 from gpustack_operator.domain.manufacturers import Manufacturer
 from gpustack_operator.domain.nodeview import annotations_of

@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from gpustack_operator.apis import NODE_FEATURES
 from gpustack_operator.controllers.common import NodeChanged, Writer, is_up_to_date
 from gpustack_operator.controllers.nodefacts import NodeFacts
-from gpustack_operator.apis import NODE_FEATURES
 from gpustack_operator.domain.labels import PART_OF_LABEL, PART_OF_WORKER
 from gpustack_operator.domain.manufacturers import Manufacturer
 from gpustack_operator.domain.nodefeature import worker_node_feature

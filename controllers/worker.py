@@ -27,6 +27,7 @@ from typing import Final
 import anyio
 import structlog
 
+from gpustack_operator.apis import KUEUE_GROUP, KueueResources, kueue_resources
 from gpustack_operator.controllers.caches import KueueCaches, add_node_indexes, node_facts
 from gpustack_operator.controllers.capacity import setup_capacity
 from gpustack_operator.controllers.clusterqueue import NAME as CLUSTER_QUEUE
@@ -37,11 +38,13 @@ from gpustack_operator.controllers.common import Writer, trim_for_worker
 from gpustack_operator.controllers.flavor import NAME as FLAVOR
 from gpustack_operator.controllers.flavor import build_flavor_controller
 from gpustack_operator.controllers.kueueconfig import NAME as KUEUE_CONFIG
-from gpustack_operator.controllers.kueueconfig import build_kueue_config_controller, kueue_configmap_informer
+from gpustack_operator.controllers.kueueconfig import (
+    build_kueue_config_controller,
+    kueue_configmap_informer,
+)
 from gpustack_operator.controllers.localqueue import NAME as LOCAL_QUEUE
 from gpustack_operator.controllers.localqueue import build_local_queue_controller
 from gpustack_operator.controllers.nodefacts import FleetSettling
-from gpustack_operator.apis import KUEUE_GROUP, KueueResources, kueue_resources
 from gpustack_operator.domain.flavors import TolerationPolicy
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.kueueconfig import DEFAULT_KUEUE_CONFIGMAP, DEFAULT_KUEUE_NAMESPACE

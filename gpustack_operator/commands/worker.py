@@ -15,14 +15,6 @@ import sys
 
 import structlog
 
-from gpustack_operator.controllers.bootstrap import BootstrapConfig
-from gpustack_operator.controllers.worker import (
-    KUEUE_AUTO,
-    WorkerConfig,
-    new_worker_manager,
-    serves_dra,
-    setup_worker,
-)
 from gpustack_operator.commands.argtypes import comma_list, duration, positive_int, positive_number
 from gpustack_operator.commands.bootstrap_flags import (
     add_bootstrap_flags,
@@ -37,6 +29,14 @@ from gpustack_operator.commands.cluster_flags import (
 )
 from gpustack_operator.commands.helptext import env_epilog
 from gpustack_operator.commands.quota_flags import add_quota_resources_flag
+from gpustack_operator.controllers.bootstrap import BootstrapConfig
+from gpustack_operator.controllers.worker import (
+    KUEUE_AUTO,
+    WorkerConfig,
+    new_worker_manager,
+    serves_dra,
+    setup_worker,
+)
 from gpustack_operator.domain.flavors import TolerationPolicy
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.kueueconfig import DEFAULT_KUEUE_CONFIGMAP, DEFAULT_KUEUE_NAMESPACE

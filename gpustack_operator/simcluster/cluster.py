@@ -27,6 +27,7 @@ import anyio
 import structlog
 from anyio.abc import TaskGroup
 
+from gpustack_operator.apis import kueue_resources
 from gpustack_operator.controllers.worker import (
     Worker,
     WorkerConfig,
@@ -34,7 +35,6 @@ from gpustack_operator.controllers.worker import (
     serves_dra,
     setup_worker,
 )
-from gpustack_operator.apis import kueue_resources
 from gpustack_operator.devicemanager.detection import DetectionConfig
 from gpustack_operator.domain.desired import DesiredState, plan_state
 from gpustack_operator.domain.manufacturers import Manufacturer, load_manufacturers

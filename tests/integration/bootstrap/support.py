@@ -12,7 +12,12 @@ from typing import Any
 import anyio
 import yaml
 
-from gpustack_operator.controllers.bootstrap import Bootstrap, BootstrapConfig, check_nfd_crds, setup_bootstrap
+from gpustack_operator.controllers.bootstrap import (
+    Bootstrap,
+    BootstrapConfig,
+    check_nfd_crds,
+    setup_bootstrap,
+)
 from gpustack_operator.domain.bootstrap import (
     BootstrapSettings,
     device_manager_prerequisites,

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpustack_operator.controllers.bootstrap import FIELD_MANAGER, KEY
 from gpustack_operator.apis import NODE_FEATURE_RULES
+from gpustack_operator.controllers.bootstrap import FIELD_MANAGER, KEY
 from gpustack_operator.domain.bootstrap import render_nfd_crds
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.resources import (

@@ -15,9 +15,14 @@ import anyio
 import pytest
 import yaml
 
-from gpustack_operator.controllers.worker import WorkerConfig, new_worker_manager, serves_dra, setup_worker
 from gpustack_operator.apis import NODE_FEATURE_RULES
 from gpustack_operator.commands.bootstrap_flags import start_bootstrap
+from gpustack_operator.controllers.worker import (
+    WorkerConfig,
+    new_worker_manager,
+    serves_dra,
+    setup_worker,
+)
 from gpustack_operator.domain.bootstrap import (
     render_nfd_crds,
 )

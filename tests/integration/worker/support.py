@@ -10,7 +10,12 @@ from typing import Any
 
 import anyio
 
-from gpustack_operator.controllers.worker import Worker, WorkerConfig, new_worker_manager, setup_worker
+from gpustack_operator.controllers.worker import (
+    Worker,
+    WorkerConfig,
+    new_worker_manager,
+    setup_worker,
+)
 from gpustack_operator.domain.desired import DesiredState, desired_state
 from gpustack_operator.domain.manufacturers import load_manufacturers
 from gpustack_operator.runtime.client import Client

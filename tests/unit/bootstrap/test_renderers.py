@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 import yaml
 
+from gpustack_operator.cli import build_parser
 from gpustack_operator.controllers.bootstrap import BootstrapConfig, SpecChanged, is_up_to_date
 from gpustack_operator.controllers.common import contains
-from gpustack_operator.cli import build_parser
 from gpustack_operator.domain.bootstrap import (
     DEFAULT_NFD_IMAGE,
     BootstrapSettings,

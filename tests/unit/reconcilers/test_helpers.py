@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
+from gpustack_operator.apis import kueue_resources
+from gpustack_operator.cli import build_parser
+from gpustack_operator.commands.worker import build_config, build_options
 from gpustack_operator.controllers.clusterqueue import has_reservations
 from gpustack_operator.controllers.common import NodeChanged, is_up_to_date, trim_for_worker
 from gpustack_operator.controllers.nodefacts import node_view
 from gpustack_operator.controllers.worker import WorkerConfig, choose_kueue_version
-from gpustack_operator.apis import kueue_resources
-from gpustack_operator.cli import build_parser
-from gpustack_operator.commands.worker import build_config, build_options
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.manufacturers import load_manufacturers
 

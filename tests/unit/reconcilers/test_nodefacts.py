@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from gpustack_operator.commands.plan import read_nodes_file
 from gpustack_operator.controllers.common import Debounced, Debouncer
 from gpustack_operator.controllers.nodefacts import FleetSettling, NodeFacts, node_view
-from gpustack_operator.commands.plan import read_nodes_file
 from gpustack_operator.domain.desired import plan_state
 from gpustack_operator.domain.flavors import (
     desired_resource_flavor,
@@ -63,7 +63,9 @@ def test_facts_equal_the_domain_and_are_computed_once_per_version(
         for part in ("flavor", "queue", "cohort"):
             assert facts.index_names(node, part) == node_profile_names(node, MFRS, part)
     calls = []
-    monkeypatch.setattr("controllers.nodefacts.node_profiles", lambda n, m: calls.append(n) or [])
+    monkeypatch.setattr(
+        "gpustack_operator.controllers.nodefacts.node_profiles", lambda n, m: calls.append(n) or []
+    )
     node = nodes[0]
     same = copy.deepcopy(node)  # a relist decodes the same version into a new object
     assert facts.profiles(same) == facts.profiles(node) != ()
