@@ -150,7 +150,9 @@ def is_up_to_date(have: Mapping[str, Any] | None, want: Mapping[str, Any]) -> bo
     Compared: the labels and annotations the worker sets (its ``note.``, ``schedule.`` and
     ``resource.gpustack.ai/`` keys exactly, so a dropped note counts as a difference), the
     owner references, and the spec. The spec may hold more than desired (API-server
-    defaults), except ``spec.labels`` and ``spec.nodeLabels``, maps the worker owns whole.
+    defaults), except ``spec.labels``, ``spec.nodeLabels`` and ``spec.tolerations``, which the
+    worker owns whole (an absent list equals an empty one: a flavor that needs no toleration
+    any more must lose the ones it had).
     """
     if have is None:
         return False
@@ -163,7 +165,13 @@ def is_up_to_date(have: Mapping[str, Any] | None, want: Mapping[str, Any]) -> bo
     if not _owners(want) <= _owners(have):
         return False
     want_spec, have_spec = want.get("spec") or {}, have.get("spec") or {}
-    if not isinstance(have_spec, Mapping) or not contains(have_spec, want_spec):
+    partial = {k: v for k, v in want_spec.items() if k != "tolerations"}
+    if not isinstance(have_spec, Mapping) or not contains(have_spec, partial):
+        return False
+    if (
+        "tolerations" in want_spec
+        and (have_spec.get("tolerations") or []) != want_spec["tolerations"]
+    ):
         return False
     return all(have_spec.get(k) == want_spec[k] for k in ("labels", "nodeLabels") if k in want_spec)
 

@@ -2,7 +2,8 @@
 
 Key: the flavor name. The managed Nodes whose profiles name the flavor come from the Node
 index; with at least one, the flavor is applied as ``desired_resource_flavor`` renders it
-from the first node by name (it provides the notes; the others are not looked at). With
+from the first node by name (it provides the notes) with the tolerations the dedication
+taints of all those nodes need (docs/worker.md, "Tolerations"). With
 none, a flavor carrying the managed-by label is deleted (Kueue's ``resource-in-use``
 finalizer keeps it until no ClusterQueue lists it). A flavor of the same name without the
 label was made by a person: it is left alone and reported with a Warning Event. Node
@@ -22,7 +23,7 @@ from gpustack_operator.controllers.common import (
     is_managed_object,
     is_up_to_date,
 )
-from gpustack_operator.domain.flavors import desired_resource_flavor
+from gpustack_operator.domain.flavors import TolerationPolicy, desired_resource_flavor
 from gpustack_operator.domain.nodeview import is_deleting
 from gpustack_operator.runtime.coalesce import Coalesce
 from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request
@@ -32,9 +33,12 @@ NAME: Final = "resourceflavor"
 
 
 class FlavorReconciler:
-    def __init__(self, caches: KueueCaches, writer: Writer) -> None:
+    def __init__(
+        self, caches: KueueCaches, writer: Writer, tolerations: TolerationPolicy = None
+    ) -> None:
         self.caches = caches
         self.writer = writer
+        self.tolerations = tolerations
         self.resource = caches.kueue.resource_flavors
 
     async def __call__(self, request: Request) -> None:
@@ -47,6 +51,7 @@ class FlavorReconciler:
             self.caches.manufacturers,
             self.caches.kueue.version,
             profiles_of=self.caches.facts.profiles,
+            tolerations=self.tolerations,
         )
         if want is None:
             if have is not None and is_managed_object(have) and not is_deleting(have):
@@ -68,6 +73,7 @@ def build_flavor_controller(
     *,
     workers: int,
     batch_window: float,
+    tolerations: TolerationPolicy = None,
 ) -> Controller:
     facts = caches.facts
 
@@ -78,5 +84,5 @@ def build_flavor_controller(
         builder.for_(caches.kueue.resource_flavors, METADATA_OR_SPEC_CHANGED)
         .watches(NODES, by_node, NodeChanged(facts), coalesce=Coalesce(batch_window))
         .with_options(max_concurrent_reconciles=workers)
-        .complete(FlavorReconciler(caches, writer))
+        .complete(FlavorReconciler(caches, writer, tolerations))
     )

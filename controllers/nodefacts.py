@@ -20,7 +20,7 @@ from gpustack_operator.domain.devicesources.merge import (
     VENDOR_LABEL_PREFIXES,
     VENDOR_RESOURCE_PREFIXES,
 )
-from gpustack_operator.domain.flavors import Profile, is_managed, node_profiles
+from gpustack_operator.domain.flavors import Profile, dedication_taints, is_managed, node_profiles
 from gpustack_operator.domain.labels import (
     ACCELERATABLE_PREFIX,
     ARCH_LABEL,
@@ -96,6 +96,7 @@ def node_view(
         labels,
         annotations,
         tuple(amounts),
+        tuple(sorted(dedication_taints(node))),
     )
 
 

@@ -1,9 +1,11 @@
 """The worker's reconcilers on one manager: capacity profiling and the Kueue chain.
 
-``setup_worker(manager, config)`` registers five independent controllers (each with its
+``setup_worker(manager, config)`` registers six independent controllers (each with its
 own work queue and workers) on the manager's shared informers:
 
 - ``capacity`` (NodeFeatures, SPEC §5) at once: it needs no Kueue;
+- ``kueueconfig`` (docs/workloads.md) beside the queue controllers: it reads Kueue's own
+  configuration and reports what the queues need from it;
 - ``resourceflavor``, ``cohort``, ``clusterqueue``, ``localqueue`` (SPEC §6) once Kueue is
   found. Kueue is a prerequisite the worker checks for, not installs (SPEC §0.1): a
   discovery loop (on every replica, leader or not) asks which ``kueue.x-k8s.io`` versions the
@@ -40,9 +42,16 @@ from gpustack_operator.controllers.cohort import build_cohort_controller
 from gpustack_operator.controllers.common import Writer, trim_for_worker
 from gpustack_operator.controllers.flavor import NAME as FLAVOR
 from gpustack_operator.controllers.flavor import build_flavor_controller
+from gpustack_operator.controllers.kueueconfig import NAME as KUEUE_CONFIG
+from gpustack_operator.controllers.kueueconfig import (
+    build_kueue_config_controller,
+    kueue_configmap_informer,
+)
 from gpustack_operator.controllers.localqueue import NAME as LOCAL_QUEUE
 from gpustack_operator.controllers.localqueue import build_local_queue_controller
+from gpustack_operator.domain.flavors import TolerationPolicy
 from gpustack_operator.domain.kueue import KueueVersion
+from gpustack_operator.domain.kueueconfig import DEFAULT_KUEUE_CONFIGMAP, DEFAULT_KUEUE_NAMESPACE
 from gpustack_operator.domain.labels import MANAGED_BY_VALUE
 from gpustack_operator.domain.manufacturers import Manufacturer
 from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
@@ -88,6 +97,12 @@ class WorkerConfig:
     """Read DRA ResourceSlices (set when the cluster serves ``resource.k8s.io/v1``; see
     :func:`serves_dra`)."""
     field_manager: str = MANAGED_BY_VALUE
+    flavor_tolerations: TolerationPolicy = None
+    """Which dedication taints flavors tolerate: None every one common to the flavor's nodes,
+    else only these keys (docs/worker.md, "Tolerations")."""
+    kueue_namespace: str = DEFAULT_KUEUE_NAMESPACE
+    kueue_configmap: str = DEFAULT_KUEUE_CONFIGMAP
+    """Where Kueue's configuration is read from (docs/workloads.md, "Kueue's configuration")."""
     max_concurrent_reconciles: int = 2
     kueue_discovery_interval: float = 10.0
     """Seconds between Kueue discovery attempts while Kueue is missing."""
@@ -144,7 +159,8 @@ class Worker:
         self.kueue_found = anyio.Event()
         self.caches: KueueCaches | None = None
         self.queue_controllers: list[Controller] = []
-        """The four Kueue controllers, once Kueue is discovered (they run on the leader)."""
+        """The Kueue controllers (four queue controllers and the configuration check), once
+        Kueue is discovered (they run on the leader)."""
         self.facts = node_facts(manager.informer(NODES), config.manufacturers)
         """Per-Node derived data shared by all five controllers and the Node indexes."""
         self.settling = fleet_settling(manager.informer(NODES))
@@ -191,7 +207,8 @@ class Worker:
             await anyio.sleep(self.config.kueue_discovery_interval)
 
     def _add_queue_controllers(self, caches: KueueCaches) -> list[Controller]:
-        """Add the four queue controllers to the manager (started at once when it leads)."""
+        """Add the four queue controllers and the Kueue configuration check to the manager
+        (started at once when it leads)."""
         config = self.config
         manager = self.manager
         workers = config.max_concurrent_reconciles
@@ -203,6 +220,7 @@ class Worker:
                 self.writer,
                 workers=workers,
                 batch_window=window,
+                tolerations=config.flavor_tolerations,
             ),
             build_cohort_controller(
                 manager.controller(COHORT),
@@ -234,6 +252,14 @@ class Worker:
                 excluded_namespaces=config.excluded_namespaces,
                 batch_window=window,
             ),
+            build_kueue_config_controller(
+                manager.controller(KUEUE_CONFIG),
+                caches,
+                kueue_configmap_informer(manager, config.kueue_namespace, config.kueue_configmap),
+                manager.recorder,
+                namespace=config.kueue_namespace,
+                name=config.kueue_configmap,
+            ),
         ]
 
 
@@ -250,7 +276,7 @@ async def serves_dra(client: Client) -> bool:
 
 
 def setup_worker(manager: Manager, config: WorkerConfig) -> Worker:
-    """Register the worker's five reconcilers and Kueue discovery on *manager*.
+    """Register the worker's six reconcilers and Kueue discovery on *manager*.
 
     Call before ``manager.run()``. The capacity controller is added at once; the four Kueue
     controllers are added once Kueue is discovered (on every replica; they run on the

@@ -55,6 +55,11 @@ COMMANDS: tuple[Command, ...] = (
         "run a simulated Kubernetes cluster with the operator (a test double and a demo)",
     ),
     Command(
+        "queues",
+        "queues",
+        "list the pools a namespace can submit to: device, unit, quota, usage, LocalQueue",
+    ),
+    Command(
         "plan",
         "plan",
         "print the Kueue chain the worker would build for some nodes (writes nothing)",

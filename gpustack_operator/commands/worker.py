@@ -37,7 +37,9 @@ from gpustack_operator.controllers.worker import (
     serves_dra,
     setup_worker,
 )
+from gpustack_operator.domain.flavors import TolerationPolicy
 from gpustack_operator.domain.kueue import KueueVersion
+from gpustack_operator.domain.kueueconfig import DEFAULT_KUEUE_CONFIGMAP, DEFAULT_KUEUE_NAMESPACE
 from gpustack_operator.domain.manufacturers import KNOWN_MANUFACTURERS
 from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
 from gpustack_operator.domain.queues import DEFAULT_EXCLUDED_NAMESPACES, QuotaResources
@@ -65,6 +67,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_serving_flags(parser.add_argument_group("probes and metrics"))
     _add_leader_election_flags(parser.add_argument_group("leader election"))
     _add_controller_flags(parser.add_argument_group("controllers"))
+    _add_workload_flags(parser.add_argument_group("what workloads meet (docs/workloads.md)"))
     add_bootstrap_flags(parser.add_argument_group("installation of NFD and the device managers"))
     parser.set_defaults(handler=run_worker)
 
@@ -183,6 +186,47 @@ def _add_controller_flags(group: argparse._ArgumentGroup) -> None:
     )
 
 
+def tolerations_policy(raw: str) -> TolerationPolicy:
+    """``common`` (None), ``none`` (()) or a comma-separated list of taint keys."""
+    value = raw.strip()
+    if value == "common":
+        return None
+    if value == "none":
+        return ()
+    keys = tuple(k for k in comma_list(value) if k)
+    if not keys:
+        raise argparse.ArgumentTypeError(
+            f"{raw!r}: expected common, none or a comma-separated list of taint keys"
+        )
+    return keys
+
+
+def _add_workload_flags(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--flavor-tolerations",
+        type=tolerations_policy,
+        default=None,
+        metavar="common|none|KEY,...",
+        help="which NoSchedule/NoExecute taints common to a flavor's nodes its tolerations "
+        "cover: all of them, none, or only these keys; node-lifecycle taints never "
+        "(default: common)",
+    )
+    group.add_argument(
+        "--kueue-namespace",
+        default=DEFAULT_KUEUE_NAMESPACE,
+        metavar="NAMESPACE",
+        help=f"Kueue's namespace, where its configuration is read (default: "
+        f"{DEFAULT_KUEUE_NAMESPACE})",
+    )
+    group.add_argument(
+        "--kueue-configmap",
+        default=DEFAULT_KUEUE_CONFIGMAP,
+        metavar="NAME",
+        help="the ConfigMap holding Kueue's configuration; read, never written "
+        f"(default: {DEFAULT_KUEUE_CONFIGMAP})",
+    )
+
+
 def build_config(args: argparse.Namespace) -> WorkerConfig:
     """The worker configuration the flags describe; ``ValueError`` for bad values."""
     manufacturers = load_manufacturers()
@@ -201,6 +245,9 @@ def build_config(args: argparse.Namespace) -> WorkerConfig:
         quota_resources=QuotaResources(args.quota_resources),
         max_concurrent_reconciles=args.max_concurrent_reconciles,
         kueue_discovery_interval=args.kueue_discovery_interval,
+        flavor_tolerations=args.flavor_tolerations,
+        kueue_namespace=args.kueue_namespace,
+        kueue_configmap=args.kueue_configmap,
     )
 
 

@@ -122,7 +122,7 @@ def desired_state(
         quota_resources=quota_resources,
     )
     locals_ = desired_local_queues(
-        list(queues),
+        list(queues.values()),
         namespaces,
         system_namespace=system_namespace,
         excluded=excluded_namespaces,

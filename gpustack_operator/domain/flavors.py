@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from gpustack_operator.domain.capacity import device_keys
-from gpustack_operator.domain.kueue import KueueVersion, Meta, ResourceFlavor
+from gpustack_operator.domain.kueue import KueueVersion, Meta, ResourceFlavor, Toleration
 from gpustack_operator.domain.labels import (
     COHORT_ANNOTATION,
     GENERAL_PREFIX,
@@ -38,6 +38,19 @@ from gpustack_operator.domain.nodeview import is_deleting, labels_of, name_of
 from gpustack_operator.domain.profiles import GENERIC_GKEY, format_node_profile
 from gpustack_operator.domain.quantities import floor_gi, parse_count, parse_quantity
 from gpustack_operator.domain.validation import is_valid_dns_subdomain, is_valid_label_value
+
+DEDICATION_EFFECTS: Final = frozenset({"NoSchedule", "NoExecute"})
+LIFECYCLE_TAINT_PREFIXES: Final = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/")
+LIFECYCLE_TAINT_KEYS: Final = frozenset(
+    {"ToBeDeletedByClusterAutoscaler", "DeletionCandidateOfClusterAutoscaler"}
+)
+"""Taints Kubernetes and its autoscaler set on a node's condition (not-ready, unreachable,
+unschedulable, pressure, shutdown, scale-down): a flavor never tolerates them
+(docs/worker.md, "Tolerations")."""
+
+TolerationPolicy = tuple[str, ...] | None
+"""Which dedication taints flavors tolerate: ``None`` every one common to the flavor's nodes
+(the default), else only those with one of these keys (``()``: none)."""
 
 _VIEW_SUFFIXES: Final = (
     SUFFIX_CPU,
@@ -188,8 +201,48 @@ def managed_profiles(
     return [p for n in managed for p in node_profiles(n, manufacturers)]
 
 
-def resource_flavor(profile: Profile) -> ResourceFlavor:
-    """The ResourceFlavor of one profile (SPEC §6.2, §2.2)."""
+def is_lifecycle_taint(key: str) -> bool:
+    """A taint that says something about the node's health or life, not its purpose."""
+    return key.startswith(LIFECYCLE_TAINT_PREFIXES) or key in LIFECYCLE_TAINT_KEYS
+
+
+def dedication_taints(node: object) -> frozenset[tuple[str, str, str]]:
+    """The node's ``NoSchedule``/``NoExecute`` taints as (key, value, effect), lifecycle
+    taints left out."""
+    spec = node.get("spec") if isinstance(node, Mapping) else None
+    taints = spec.get("taints") if isinstance(spec, Mapping) else None
+    out: set[tuple[str, str, str]] = set()
+    for taint in taints if isinstance(taints, list) else []:
+        if not isinstance(taint, Mapping):
+            continue
+        key, effect = str(taint.get("key") or ""), str(taint.get("effect") or "")
+        if key and effect in DEDICATION_EFFECTS and not is_lifecycle_taint(key):
+            out.add((key, str(taint.get("value") or ""), effect))
+    return frozenset(out)
+
+
+def flavor_tolerations(
+    nodes: Iterable[object], policy: TolerationPolicy = None
+) -> tuple[Toleration, ...]:
+    """What a flavor's pods need to land on any of *nodes*: the dedication taints all of them
+    carry (a taint on some nodes only leaves the others to the pods), filtered by *policy*,
+    sorted. Deterministic in the set of nodes, whatever their order."""
+    common: frozenset[tuple[str, str, str]] | None = None
+    for node in nodes:
+        taints = dedication_taints(node)
+        common = taints if common is None else common & taints
+    if not common:
+        return ()
+    return tuple(
+        Toleration(key=k, value=v, effect=e)
+        for k, v, e in sorted(common)
+        if policy is None or k in policy
+    )
+
+
+def resource_flavor(profile: Profile, tolerations: tuple[Toleration, ...] = ()) -> ResourceFlavor:
+    """The ResourceFlavor of one profile (SPEC §6.2, §2.2) with *tolerations*
+    (:func:`flavor_tolerations` of its nodes)."""
     node_labels = {MANAGED_LABEL: "true", profile.queue_label: profile.queue_spec}
     if profile.pin_general:
         node_labels[general_key(profile.gkey)] = "true"
@@ -211,6 +264,7 @@ def resource_flavor(profile: Profile) -> ResourceFlavor:
             annotations=annotations,
         ),
         node_labels=node_labels,
+        tolerations=tolerations,
     )
 
 
@@ -218,17 +272,25 @@ def desired_resource_flavors(
     nodes: Iterable[object],
     manufacturers: Mapping[str, Manufacturer],
     version: KueueVersion = KueueVersion.V1BETA2,
+    tolerations: TolerationPolicy = None,
 ) -> dict[str, dict[str, Any]]:
     """Every ResourceFlavor the managed *nodes* call for, by name (sorted).
 
     Two nodes with the same flavor name describe the same hardware; the first by node name
-    provides the notes.
+    provides the notes; the tolerations come from all of them.
     """
-    flavors: dict[str, dict[str, Any]] = {}
-    for profile in managed_profiles(nodes, manufacturers):
-        if profile.flavor not in flavors:
-            flavors[profile.flavor] = resource_flavor(profile).manifest(version)
-    return dict(sorted(flavors.items()))
+    firsts: dict[str, Profile] = {}
+    members: dict[str, list[object]] = {}
+    for node in sorted((n for n in nodes if is_managed(n)), key=name_of):
+        for profile in node_profiles(node, manufacturers):
+            firsts.setdefault(profile.flavor, profile)
+            members.setdefault(profile.flavor, []).append(node)
+    return {
+        name: resource_flavor(
+            firsts[name], flavor_tolerations(members[name], tolerations)
+        ).manifest(version)
+        for name in sorted(firsts)
+    }
 
 
 ProfilesOf = Callable[[object], Iterable[Profile]]
@@ -266,10 +328,21 @@ def desired_resource_flavor(
     manufacturers: Mapping[str, Manufacturer],
     version: KueueVersion = KueueVersion.V1BETA2,
     profiles_of: ProfilesOf | None = None,
+    tolerations: TolerationPolicy = None,
 ) -> dict[str, Any] | None:
-    """``desired_resource_flavors(nodes, ...).get(name)``, from one representative node."""
+    """``desired_resource_flavors(nodes, ...).get(name)``: the notes from one representative
+    node, the tolerations from every node of the flavor (pass the flavor's nodes, an index,
+    to keep this proportional to them)."""
+    nodes = list(nodes)
     profile = first_profile("flavor", name, nodes, manufacturers, profiles_of)
-    return resource_flavor(profile).manifest(version) if profile is not None else None
+    if profile is None:
+        return None
+
+    def profiles(node: object) -> Iterable[Profile]:
+        return profiles_of(node) if profiles_of is not None else node_profiles(node, manufacturers)
+
+    members = [n for n in nodes if is_managed(n) and any(p.flavor == name for p in profiles(n))]
+    return resource_flavor(profile, flavor_tolerations(members, tolerations)).manifest(version)
 
 
 def flavor_nodes(

@@ -119,9 +119,23 @@ def _quantity(value: str) -> str:
 
 
 class Toleration(BaseModel):
+    """One toleration of a ResourceFlavor: ``Equal`` with a value, else ``Exists``."""
+
     model_config = ConfigDict(frozen=True)
 
-    operator: str = "Exists"
+    key: str
+    effect: str
+    value: str = ""
+
+    def manifest(self) -> dict[str, str]:
+        if self.value:
+            return {
+                "key": self.key,
+                "operator": "Equal",
+                "value": self.value,
+                "effect": self.effect,
+            }
+        return {"key": self.key, "operator": "Exists", "effect": self.effect}
 
 
 class ResourceFlavor(BaseModel):
@@ -129,7 +143,7 @@ class ResourceFlavor(BaseModel):
 
     metadata: Meta
     node_labels: dict[str, str] = Field(max_length=MAX_NODE_LABELS)
-    tolerations: tuple[Toleration, ...] = (Toleration(),)
+    tolerations: tuple[Toleration, ...] = ()
 
     @field_validator("node_labels")
     @classmethod
@@ -140,14 +154,16 @@ class ResourceFlavor(BaseModel):
         return value
 
     def manifest(self, version: KueueVersion = KueueVersion.V1BETA2) -> dict[str, Any]:
+        spec: dict[str, Any] = {
+            "nodeLabels": dict(sorted(self.node_labels.items())),
+            # Always written (possibly empty): apply then drops tolerations no longer needed.
+            "tolerations": [t.manifest() for t in self.tolerations],
+        }
         return {
             "apiVersion": version.api_version,
             "kind": "ResourceFlavor",
             "metadata": self.metadata.manifest(),
-            "spec": {
-                "nodeLabels": dict(sorted(self.node_labels.items())),
-                "tolerations": [{"operator": t.operator} for t in self.tolerations],
-            },
+            "spec": spec,
         }
 
 

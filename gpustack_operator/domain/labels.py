@@ -102,3 +102,11 @@ def general_key(gkey: str, suffix: str = "") -> str:
 def accelerated_key(akey: str, suffix: str = "") -> str:
     """``acceleratable.feature.gpustack.ai/<aKey><suffix>``."""
     return f"{ACCELERATABLE_PREFIX}{akey}{suffix}"
+
+
+# Readable keys on LocalQueues, so a workload author finds a pool with a label selector
+# (docs/labels.md, "On Kueue objects"; docs/workloads.md, "Finding a pool").
+DEVICE_MODEL_LABEL: Final = "gpustack.ai/device-model"
+MANUFACTURER_LABEL: Final = "gpustack.ai/manufacturer"
+POOL_ACCELERATABLE_LABEL: Final = "gpustack.ai/acceleratable"
+UNIT_ANNOTATION: Final = "gpustack.ai/unit"

@@ -66,6 +66,7 @@ from gpustack_operator.domain.nodeview import (
     status_field,
     uid_of,
 )
+from gpustack_operator.domain.poolinfo import local_queue_metadata
 from gpustack_operator.domain.profiles import NodeProfile, local_queue_name, parse_node_profile
 from gpustack_operator.domain.quantities import (
     format_binary_quantity,
@@ -506,10 +507,12 @@ def desired_local_queues(
         }
     )
     queues: dict[str, str] = {}
+    readable: dict[str, tuple[dict[str, str], dict[str, str]]] = {}
     for cq in cluster_queues:
         cq_name = cq if isinstance(cq, str) else name_of(cq)
         if cq_name and not (isinstance(cq, Mapping) and is_deleting(cq)):
             queues[cq_name] = "" if isinstance(cq, str) else uid_of(cq)
+            readable[cq_name] = local_queue_metadata(cq)
     result: dict[tuple[str, str], dict[str, Any]] = {}
     for namespace in active:
         for cq_name in sorted(queues):
@@ -522,11 +525,13 @@ def desired_local_queues(
                     ),
                 )
             lq_name = local_queue_name(cq_name)
+            labels, annotations = readable[cq_name]
             local = LocalQueue(
                 metadata=_owned_meta(
                     lq_name,
                     namespace=namespace,
-                    annotations={CLUSTER_QUEUE_ANNOTATION: cq_name},
+                    labels=labels,
+                    annotations={CLUSTER_QUEUE_ANNOTATION: cq_name, **annotations},
                     owner_references=owners,
                 ),
                 cluster_queue=cq_name,

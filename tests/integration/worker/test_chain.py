@@ -118,6 +118,7 @@ async def test_the_chain_follows_the_cluster(sim: SimServer, sim_kubeconfig: Pat
             "cohort": set(caches.cohorts.indexer.keys()),
             "clusterqueue": set(caches.cluster_queues.indexer.keys()),
             "localqueue": set(caches.namespaces.indexer.keys()),
+            "kueueconfig": {"kueue-system/kueue-manager-config"},
         }
         assert all(keys.values())
         seen: dict[str, set[str]] = {name: set() for name in keys}

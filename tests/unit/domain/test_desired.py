@@ -145,7 +145,7 @@ def test_resource_flavor_shape() -> None:
     }
     assert general["spec"] == {
         "nodeLabels": {"gpustack.ai/managed": "true", G + "amd-25-1.z-queue": "1c-2g"},
-        "tolerations": [{"operator": "Exists"}],
+        "tolerations": [],
     }
     device = flavors["gpustack--amd-25-1-8c-32g-96g--nvidia-tesla-t4-2d"]
     assert device["metadata"]["annotations"]["note.gpustack.ai/accelerator"] == "2"

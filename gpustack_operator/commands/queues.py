@@ -1,0 +1,148 @@
+"""``gpustack-operator queues``: the pools a namespace can submit to, in readable terms.
+
+For each LocalQueue the worker made in the namespace: the pool's device and unit, the
+resource that counts (the device resource, or cpu for CPU-only pools), its quota, and what
+Kueue reports as reserved and in use in the ClusterQueue's status (docs/workloads.md,
+"Finding a pool"). Read-only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from gpustack_operator.apis import KUEUE_GROUP, kueue_resources
+from gpustack_operator.commands.cluster_flags import add_connection_flags, connect
+from gpustack_operator.domain.kueue import KueueVersion
+from gpustack_operator.domain.nodeview import name_of
+from gpustack_operator.domain.poolinfo import unit_text
+from gpustack_operator.domain.queues import is_owned
+from gpustack_operator.gateway.pools import pool_entry
+from gpustack_operator.runtime.client import ApiError
+
+HOST_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+COLUMNS = ("LOCALQUEUE", "UNIT", "RESOURCE", "QUOTA", "RESERVED", "USED")
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``queues``."""
+    parser = subparsers.add_parser(
+        "queues",
+        help="list the pools a namespace can submit to: device, unit, quota, usage, LocalQueue",
+        description=(
+            "List, for one namespace, every pool (ClusterQueue) the worker built and the "
+            "LocalQueue to name in a workload's kueue.x-k8s.io/queue-name label: the device "
+            "model and unit, the quota of the resource that counts, and the reservation and "
+            "usage Kueue reports. Reads the cluster, writes nothing (docs/workloads.md)."
+        ),
+    )
+    add_connection_flags(parser)
+    parser.add_argument(
+        "-n", "--namespace", default="default", metavar="NS", help="namespace (default: default)"
+    )
+    parser.add_argument(
+        "-o", "--output", choices=("table", "json"), default="table", help="(default: table)"
+    )
+    parser.set_defaults(handler=run_queues)
+
+
+def _counted_resource(entry: Mapping[str, Any]) -> str:
+    quota = entry["nominalQuota"]
+    devices = sorted(r for r in quota if r not in HOST_RESOURCES)
+    return devices[0] if devices else "cpu"
+
+
+def pool_rows(
+    cluster_queues: Iterable[Mapping[str, Any]], local_queues: Iterable[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """One row per LocalQueue of the worker's whose ClusterQueue is known, by name."""
+    queues = {name_of(q): q for q in cluster_queues if is_owned(q)}
+    rows = []
+    for local in sorted(local_queues, key=name_of):
+        target = str((local.get("spec") or {}).get("clusterQueue") or "")
+        if not is_owned(local) or target not in queues:
+            continue
+        entry = pool_entry("", queues[target])
+        unit = entry["unit"]
+        resource = _counted_resource(entry)
+        usage, reservation = entry["usage"] or {}, entry["reservation"] or {}
+        rows.append(
+            {
+                "localQueue": name_of(local),
+                "namespace": (local.get("metadata") or {}).get("namespace", ""),
+                "clusterQueue": target,
+                "acceleratable": entry["acceleratable"],
+                "manufacturer": entry["manufacturer"],
+                "product": entry["product"],
+                "unit": unit_text(
+                    acceleratable=entry["acceleratable"],
+                    product=entry["product"],
+                    cpu=unit.get("cpu"),
+                    memory=unit.get("memory"),
+                    accelerators=unit.get("accelerators", 1),
+                    slices=unit.get("slices"),
+                ),
+                "resource": resource,
+                "quota": entry["nominalQuota"].get(resource, "0"),
+                "reserved": reservation.get(resource, "0"),
+                "used": usage.get(resource, "0"),
+                "nominalQuota": entry["nominalQuota"],
+                "reservation": entry["reservation"],
+                "usage": entry["usage"],
+            }
+        )
+    return rows
+
+
+def render_table(rows: list[dict[str, Any]]) -> str:
+    keys = ("localQueue", "unit", "resource", "quota", "reserved", "used")
+    table = [list(COLUMNS), *([str(row[k]) for k in keys] for row in rows)]
+    widths = [max(len(line[i]) for line in table) for i in range(len(COLUMNS))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
+        for line in table
+    )
+
+
+async def fetch_queues(args: argparse.Namespace) -> tuple[list[Any], list[Any]] | str:
+    """Every ClusterQueue and the namespace's LocalQueues, or why they cannot be read."""
+    client = await connect(args)
+    if client is None:
+        return "cannot connect to the cluster"
+    try:
+        served = await client.served_versions(KUEUE_GROUP)
+        version = next(
+            (v for v in (KueueVersion.V1BETA2, KueueVersion.V1BETA1) if v.value in served), None
+        )
+        if version is None:
+            return "Kueue is not installed in this cluster: install Kueue, then the worker"
+        kueue = kueue_resources(version)
+        cluster_queues = (await client.list_all(kueue.cluster_queues)).items
+        local_queues = (await client.list_all(kueue.local_queues, args.namespace)).items
+        return cluster_queues, local_queues
+    except ApiError as err:
+        return f"cannot read the queues: {err}"
+    finally:
+        await client.close()
+
+
+def run_queues(args: argparse.Namespace) -> int:
+    fetched = asyncio.run(fetch_queues(args))
+    if isinstance(fetched, str):
+        sys.stderr.write(f"gpustack-operator queues: error: {fetched}\n")
+        return 1
+    rows = pool_rows(*fetched)
+    if args.output == "json":
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+    elif rows:
+        sys.stdout.write(render_table(rows) + "\n")
+    else:
+        sys.stderr.write(
+            f"no pools in namespace {args.namespace}: the worker gives every namespace but "
+            "the system and excluded ones a LocalQueue per pool; is it running?\n"
+        )
+    return 0

@@ -1,0 +1,49 @@
+"""docs/workloads.md's Job example fits the chain the worker builds for two-T4 nodes: its
+queue-name label names the T4 pool's LocalQueue and every resource it requests is covered
+by that pool (directly, or through the documented credits transformation)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+from gpustack_operator.domain.desired import desired_state
+from gpustack_operator.domain.kueueconfig import recommended_configuration
+from gpustack_operator.domain.manufacturers import default_manufacturers
+from tests.integration.worker.support import node
+
+DOC = Path(__file__).parents[3] / "docs" / "workloads.md"
+MFRS = default_manufacturers()
+
+
+def job_example() -> dict[str, object]:
+    blocks = re.findall(r"```yaml\n(.*?)```", DOC.read_text(), re.S)
+    jobs = [d for b in blocks if (d := yaml.safe_load(b)) and d.get("kind") == "Job"]
+    assert len(jobs) == 1, "docs/workloads.md should hold exactly one complete Job"
+    return jobs[0]
+
+
+def test_job_example_targets_the_t4_pool_and_its_covered_resources() -> None:
+    job = job_example()
+    namespace = job["metadata"]["namespace"]  # type: ignore[index]
+    nodes = [node("gpu-a", cards=("Tesla T4", 2)), node("gpu-b", cards=("Tesla T4", 2))]
+    state = desired_state(
+        nodes, [namespace], manufacturers=MFRS, system_namespace="gpustack-system"
+    )
+    queue_name = job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]  # type: ignore[index]
+    (local,) = [lq for lq in state.local_queues if lq["metadata"]["name"] == queue_name]
+    assert local["metadata"]["labels"]["gpustack.ai/device-model"] == "tesla-t4"
+    (queue,) = [
+        q for q in state.cluster_queues if q["metadata"]["name"] == local["spec"]["clusterQueue"]
+    ]
+    covered = set(queue["spec"]["resourceGroups"][0]["coveredResources"])
+    transformations = recommended_configuration("credits", MFRS)["resources"]["transformations"]
+    charged_as = {t["input"]: next(iter(t["outputs"])) for t in transformations}
+    assert job["spec"]["suspend"] is True  # type: ignore[index]
+    (container,) = job["spec"]["template"]["spec"]["containers"]  # type: ignore[index]
+    requests = container["resources"]["requests"]
+    assert "nvidia.com/gpu" in requests
+    for resource in requests:
+        assert resource in covered or charged_as.get(resource) in covered, resource
