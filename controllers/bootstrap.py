@@ -1,4 +1,4 @@
-"""Stage 1 (SPEC §3): keep NFD and the device-manager DaemonSets installed.
+"""Stage 1 (docs/worker.md): keep NFD and the device-manager DaemonSets installed.
 
 One reconciler, one work-queue key. It renders every object with the pure functions of
 ``gpustack_operator.domain.bootstrap``, compares each with the informer caches, and
@@ -141,9 +141,9 @@ class BootstrapConfig:
         """Read ``GPUSTACK_*`` overrides, the PCI classes and the Downward-API variables.
 
         Every ``GPUSTACK_*`` variable of *env* (default ``os.environ``) is propagated to the
-        agents (SPEC §3.4). *disabled* takes ``--disable-applications`` values (comma lists,
-        ``*``). Raises ``ValueError`` for an unknown application or manufacturer, or a bad
-        ``GPUSTACK_*`` value.
+        agents (docs/device-manager.md). *disabled* takes ``--disable-applications`` values
+        (comma lists, ``*``). Raises ``ValueError`` for an unknown application or manufacturer,
+        or a bad ``GPUSTACK_*`` value.
         """
         source = dict(os.environ if env is None else env)
         ns = namespace or source.get("KUBERNETES_POD_NAMESPACE") or DEFAULT_SYSTEM_NAMESPACE

@@ -2,7 +2,7 @@
 
 Indexes make every reconcile proportional to the objects it touches: Nodes by the flavor,
 queue and cohort names of their profiles (managed nodes only: the index *is* the node count
-SPEC §6.2 speaks of; profiles come from the shared :class:`NodeFacts`), ResourceFlavors by
+docs/worker.md speaks of; profiles come from the shared :class:`NodeFacts`), ResourceFlavors by
 their target queue and cohort annotations, ClusterQueues by cohort, LocalQueues by namespace.
 """
 

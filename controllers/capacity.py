@@ -1,8 +1,8 @@
-"""Capacity profiling (SPEC §5): the NodeFeature ``<node>-gpustack-worker`` of every Node.
+"""Capacity profiling (docs/labels.md): the NodeFeature ``<node>-gpustack-worker`` of every Node.
 
 Key: the Node's name. The desired NodeFeature (``worker_node_feature``) carries the node's
 capacity labels, is owned by the Node (so it goes with it) and replaces its whole
-``spec.labels`` map on change (SPEC §0.4). Node updates reach the queue only when the node's
+``spec.labels`` map on change (docs/worker.md). Node updates reach the queue only when the node's
 worker-relevant view changes (labels under the gpustack prefixes, CPU annotations,
 capacity/allocatable of host and accelerator resources); a NodeFeature changed or deleted by
 someone else enqueues its Node again. Nothing is written while the cache already holds the

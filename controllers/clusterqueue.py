@@ -1,4 +1,4 @@
-"""ClusterQueues (SPEC §6.4): quotas aggregated over the managed nodes of their flavors.
+"""ClusterQueues (docs/worker.md): quotas aggregated over the managed nodes of their flavors.
 
 Key: the queue name. The ResourceFlavors that target it (annotation index) and the managed
 Nodes of each flavor (Node index) go to ``desired_cluster_queue``, which does all the

@@ -1,4 +1,4 @@
-"""Cohorts (SPEC §6.3) with the safe deletion rule (SPEC §0.5).
+"""Cohorts (docs/worker.md) with the safe deletion rule (docs/worker.md).
 
 Key: the cohort name. While a managed Node's profile names it, the Cohort exists (a name, an
 empty spec and the managed-by label). It is deleted only when no managed node's profile and

@@ -108,7 +108,7 @@ METADATA_OR_SPEC_CHANGED: Final = MetadataOrSpecChanged()
 
 
 def is_managed_object(obj: object) -> bool:
-    """Carries ``app.kubernetes.io/managed-by: gpustack-operator`` (SPEC §0.8)."""
+    """Carries ``app.kubernetes.io/managed-by: gpustack-operator`` (docs/worker.md)."""
     return labels_of(obj).get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE
 
 

@@ -1,4 +1,4 @@
-"""ResourceFlavors (SPEC §6.2) and their cleanup (SPEC §6.6), one reconciler.
+"""ResourceFlavors (docs/worker.md) and their cleanup (docs/worker.md), one reconciler.
 
 Key: the flavor name. The managed Nodes whose profiles name the flavor come from the Node
 index; with at least one, the flavor is applied as ``desired_resource_flavor`` renders it

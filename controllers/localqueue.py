@@ -1,4 +1,4 @@
-"""LocalQueues (SPEC §6.5, §0.7): one per managed ClusterQueue in every eligible namespace.
+"""LocalQueues (docs/worker.md): one per managed ClusterQueue in every eligible namespace.
 
 Key: the namespace name. A reconcile compares the namespace's LocalQueues (namespace index)
 with ``desired_local_queues`` for the managed ClusterQueues in the cache, each LocalQueue

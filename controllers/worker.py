@@ -3,11 +3,11 @@
 ``setup_worker(manager, config)`` registers six independent controllers (each with its
 own work queue and workers) on the manager's shared informers:
 
-- ``capacity`` (NodeFeatures, SPEC §5) at once: it needs no Kueue;
+- ``capacity`` (NodeFeatures, docs/labels.md) at once: it needs no Kueue;
 - ``kueueconfig`` (docs/workloads.md) beside the queue controllers: it reads Kueue's own
   configuration and reports what the queues need from it;
-- ``resourceflavor``, ``cohort``, ``clusterqueue``, ``localqueue`` (SPEC §6) once Kueue is
-  found. Kueue is a prerequisite the worker checks for, not installs (SPEC §0.1): a
+- ``resourceflavor``, ``cohort``, ``clusterqueue``, ``localqueue`` (docs/worker.md) once Kueue is
+  found. Kueue is a prerequisite the worker checks for, not installs (docs/worker.md): a
   discovery loop (on every replica, leader or not) asks which ``kueue.x-k8s.io`` versions the
   cluster serves, prefers v1beta2 over v1beta1, keeps ``/readyz`` failing with one clear log
   line while neither is served, and retries. Once a version is known, the Kueue informers

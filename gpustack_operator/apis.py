@@ -3,7 +3,7 @@
 The runtime addresses kinds by :class:`~gpustack_operator.runtime.resources.Resource`; the
 built-in kinds live in the runtime, the custom ones (NFD, Kueue) here, so every component
 (device manager, worker, simulator helpers) names them the same way. Kueue's version is not
-fixed: the worker discovers which one the cluster serves (SPEC §0.1) and asks
+fixed: the worker discovers which one the cluster serves (docs/worker.md) and asks
 :func:`kueue_resources` for the matching descriptors.
 """
 

@@ -1,4 +1,4 @@
-"""The ``worker`` flags of Stage 1 (SPEC §3) and the start-up step they drive.
+"""The ``worker`` flags of Stage 1 (docs/worker.md) and the start-up step they drive.
 
 Kept apart from ``commands/worker.py`` so the worker command only adds three calls:
 :func:`add_bootstrap_flags` when building its parser, :func:`bootstrap_config` when reading

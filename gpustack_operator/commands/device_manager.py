@@ -1,4 +1,4 @@
-"""``gpustack-operator device-manager``: the per-node accelerator detector (SPEC §4).
+"""``gpustack-operator device-manager``: the per-node accelerator detector (docs/device-manager.md).
 
 ``detect`` runs one detection and prints the device groups and the Node labels the agent would
 publish. It needs no cluster and no GPU: on a machine without accelerators it says so and
@@ -7,8 +7,8 @@ exits 0 (unless exactly one manufacturer was asked for, see ``--no-fast-failed``
 ``serve`` runs the per-node agent (``gpustack_operator.devicemanager.agent``): it publishes
 the labels as the NodeFeature ``<node>-gpustack-device-manager`` and keeps them current.
 
-Flags also come from the environment: ``GPUSTACK_DEVICE_MANAGER_<FLAG>`` (SPEC §0.11, shared
-by every device-manager subcommand) and ``GPUSTACK_DEVICE_MANAGER_<SUBCOMMAND>_<FLAG>`` (one
+Flags also come from the environment: ``GPUSTACK_DEVICE_MANAGER_<FLAG>`` (docs/configuration.md,
+shared by every device-manager subcommand) and ``GPUSTACK_DEVICE_MANAGER_<SUBCOMMAND>_<FLAG>`` (one
 subcommand only, wins); a flag on the command line wins over both.
 """
 
@@ -56,7 +56,8 @@ COMMAND = "device-manager"
 
 
 def add_detection_flags(parser: argparse._ActionsContainer) -> None:
-    """Flags every device-manager subcommand that detects devices shares (SPEC §4.4)."""
+    """Flags every device-manager subcommand that detects devices shares
+    (docs/device-manager.md)."""
     parser.add_argument(
         "--manufacturer",
         action="append",
@@ -202,7 +203,7 @@ def build_detection(args: argparse.Namespace) -> DeviceDetection:
 
 
 def fails_fast(result: DetectionResult, config: DetectionConfig, no_fast_failed: bool) -> bool:
-    """SPEC §4.4: one manufacturer configured and none of its devices found."""
+    """docs/device-manager.md: one manufacturer configured and none of its devices found."""
     return not result.device_count and len(config.manufacturers) == 1 and not no_fast_failed
 
 

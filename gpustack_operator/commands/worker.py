@@ -4,7 +4,7 @@ Runs the capacity profiler (NodeFeatures) and the Kueue chain reconcilers (Resou
 Cohorts, ClusterQueues, LocalQueues) under leader election, with ``/healthz`` + ``/readyz``
 and ``/metrics``. Kueue must be installed; while its CRDs are missing the worker says so,
 stays not ready and keeps checking. Every flag also comes from ``GPUSTACK_WORKER_<FLAG>``
-(SPEC §0.11); a flag on the command line wins.
+(docs/configuration.md); a flag on the command line wins.
 """
 
 from __future__ import annotations
@@ -301,7 +301,7 @@ async def serve(
         manager = new_worker_manager(client, options)
         config.dra = await serves_dra(client)
         setup_worker(manager, config)
-        if bootstrap is not None:  # Stage 1 (SPEC §3): NFD and the device managers
+        if bootstrap is not None:  # Stage 1 (docs/worker.md): NFD and the device managers
             await start_bootstrap(client, manager, bootstrap)
         log.info(
             "worker starting",

@@ -1,8 +1,8 @@
 """``gpustack-operator worker-gateway``: one read-only API over the queues of many clusters.
 
 Connects to every listed cluster, keeps informers on the managed Kueue objects of each and
-serves the aggregated views (SPEC §7; docs/worker-gateway.md). Flags also come from the
-environment as ``GPUSTACK_WORKER_GATEWAY_<FLAG>``; ``--cluster`` takes a comma list there.
+serves the aggregated views (docs/worker-gateway.md). Flags also come from the environment as
+``GPUSTACK_WORKER_GATEWAY_<FLAG>``; ``--cluster`` takes a comma list there.
 """
 
 from __future__ import annotations

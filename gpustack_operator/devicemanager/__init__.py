@@ -1,1 +1,1 @@
-"""The per-node agent: accelerator detection and NodeFeature reporting (SPEC.md §4)."""
+"""The per-node agent: accelerator detection and NodeFeature reporting (docs/device-manager.md)."""

@@ -1,10 +1,10 @@
-"""The per-node agent behind ``device-manager serve`` (SPEC §4.4).
+"""The per-node agent behind ``device-manager serve`` (docs/device-manager.md).
 
 It watches only its own Node (a field selector on the name) and its own NodeFeature
 ``<node>-gpustack-device-manager`` in the system namespace. Its reconciler detects devices (in
 a worker thread: vendor libraries block), builds the labels and server-side-applies the
 NodeFeature, owned by the Node, whose ``spec.labels`` it replaces as a whole so keys that
-disappeared are removed (SPEC §0.4). Nothing is written when the cached NodeFeature already
+disappeared are removed (docs/worker.md). Nothing is written when the cached NodeFeature already
 says the same, so a restart causes no churn.
 
 A monitor loop re-detects every ``monitor_period`` seconds and, when the set of (manufacturer,

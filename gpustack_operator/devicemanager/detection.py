@@ -1,4 +1,4 @@
-"""One detection pass over every configured manufacturer (SPEC §4.2).
+"""One detection pass over every configured manufacturer (docs/device-manager.md).
 
 For each manufacturer: look for its vendor's accelerator-class devices in PCI sysfs; none (and
 the PCI check not disabled) means nothing to detect. Otherwise ask the vendor library (NVML

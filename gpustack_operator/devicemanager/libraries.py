@@ -1,4 +1,4 @@
-"""Where the vendor management libraries are looked for (SPEC §8.1).
+"""Where the vendor management libraries are looked for (docs/configuration.md).
 
 NVML (``libnvidia-ml.so.1``) is found by the dynamic loader the way the NVIDIA container
 toolkit arranges it, so only ``LD_LIBRARY_PATH`` matters there. ROCm's ``libamd_smi.so`` lives

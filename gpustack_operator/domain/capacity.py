@@ -1,4 +1,4 @@
-"""Capacity profiling: the worker's per-node labels (SPEC §5.3, §5.4).
+"""Capacity profiling: the worker's per-node labels (docs/naming.md).
 
 From a Node's capacity (or the worker's own sticky labels) this derives the general (CPU) view
 and one accelerated view per card model: total cpu/ram/storage, the flavor spec
@@ -88,7 +88,7 @@ def general_labels(
     *,
     ram_gi_per_cpu: int = 0,
 ) -> dict[str, str]:
-    """The general (CPU) view, empty when the node has no ``gKey`` (SPEC §5.3)."""
+    """The general (CPU) view, empty when the node has no ``gKey`` (docs/naming.md)."""
     gkey = cpu_node_key(labels, annotations)
     if not gkey:
         return {}
@@ -140,7 +140,7 @@ def accelerated_labels(
     capacity: Mapping[str, object],
     manufacturers: Mapping[str, Manufacturer],
 ) -> dict[str, str]:
-    """One accelerated view per complete card model (SPEC §5.4)."""
+    """One accelerated view per complete card model (docs/naming.md)."""
     result: dict[str, str] = {}
     for akey in device_keys(labels, manufacturers):
         q = accelerated_key(akey)

@@ -1,4 +1,5 @@
-"""Accelerator device groups (SPEC §4.2) and the device-manager labels built from them (§4.3).
+"""Accelerator device groups (docs/device-manager.md) and the device-manager labels built
+from them (docs/labels.md).
 
 A detector reports what it found as ``DeviceGroup`` values: devices grouped by product name and
 memory. The group ID is the device key's id (``tesla-t4``); ``<manufacturer>-<id>`` is the
@@ -89,14 +90,15 @@ def key_safe(slug: str) -> str:
     """Map ``_`` and ``.`` of a slug to ``-`` so that it is usable in object names.
 
     ``normalize_name`` never emits two separators in a row, so this cannot create ``--`` (which
-    would break profile names, SPEC §6.1); keys then contain only ``[a-z0-9-]``, which also
+    would break profile names, docs/naming.md); keys then contain only ``[a-z0-9-]``, which also
     keeps label suffixes (``<key>.count``) unambiguous.
     """
     return slug.replace("_", "-").replace(".", "-")
 
 
 def memory_suffix(memory_mib: int) -> str:
-    """``-<mem>g`` for group IDs with memory (SPEC §4.2): ``0g``, ``1g`` below 1 GiB, else SI."""
+    """``-<mem>g`` for group IDs with memory (docs/device-manager.md): ``0g``, ``1g`` below
+    1 GiB, else SI."""
     mib = min(max(memory_mib, 0), _MAX_MEMORY_MIB)
     if mib == 0:
         return "-0g"
@@ -108,10 +110,10 @@ def memory_suffix(memory_mib: int) -> str:
 def device_group_id(
     manufacturer: str, name: str, memory_mib: int, *, with_memory: bool = False
 ) -> str:
-    """The device key id of a product (SPEC §4.2): ``Tesla T4`` -> ``tesla-t4``.
+    """The device key id of a product (docs/device-manager.md): ``Tesla T4`` -> ``tesla-t4``.
 
     The budget keeps ``<manufacturer>-<id>`` plus its longest label suffix within 63
-    characters (SPEC §0.6). A name that slugs to nothing becomes ``unknown``.
+    characters (docs/naming.md). A name that slugs to nothing becomes ``unknown``.
     """
     budget = DEVICE_KEY_MAX_LEN - len(manufacturer) - 1
     suffix = memory_suffix(memory_mib) if with_memory else ""
@@ -124,7 +126,8 @@ def device_group_id(
 def group_devices(
     manufacturer: str, devices: Sequence[DetectedDevice], *, with_memory: bool = False
 ) -> list[DeviceGroup]:
-    """Group cards by (product name, memory MiB), in order of first appearance (SPEC §4.2).
+    """Group cards by (product name, memory MiB), in order of first appearance
+    (docs/device-manager.md).
 
     Group-wide fields (cores, versions, family) come from the group's first card.
     """
@@ -162,7 +165,7 @@ def group_devices(
 
 
 def device_labels(groups: Sequence[DeviceGroup]) -> dict[str, str]:
-    """The device manager's Node labels for *groups* (SPEC §4.3 and the "DM" rows of §2.1).
+    """The device manager's Node labels for *groups* (docs/labels.md).
 
     Groups without accelerators contribute nothing. Two groups with the same key (same product
     name, different memory, group IDs without memory) are reported as one model: the counts

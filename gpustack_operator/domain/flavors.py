@@ -1,4 +1,4 @@
-"""Node profiles and ResourceFlavors (SPEC §6.1, §6.2).
+"""Node profiles and ResourceFlavors (docs/naming.md).
 
 A managed Node's merged labels describe one general profile and one per complete card model;
 each profile names a flavor, a queue and a cohort. ``desired_resource_flavors`` turns the
@@ -241,7 +241,7 @@ def flavor_tolerations(
 
 
 def resource_flavor(profile: Profile, tolerations: tuple[Toleration, ...] = ()) -> ResourceFlavor:
-    """The ResourceFlavor of one profile (SPEC §6.2, §2.2) with *tolerations*
+    """The ResourceFlavor of one profile (docs/worker.md) with *tolerations*
     (:func:`flavor_tolerations` of its nodes)."""
     node_labels = {MANAGED_LABEL: "true", profile.queue_label: profile.queue_spec}
     if profile.pin_general:

@@ -1,8 +1,8 @@
-"""The general (CPU) node key ``gKey`` (SPEC §5.1).
+"""The general (CPU) node key ``gKey`` (docs/naming.md).
 
 ``gKey`` names a node's CPU profile inside label keys (``general.feature.gpustack.ai/<gKey>``)
 and object names (``gpustack--<gKey>-...``). It is built from NFD's CPU labels and the
-``gpustack-cpu-info`` annotations, abbreviated OS/arch suffixes and SPEC §0.6's length budget.
+``gpustack-cpu-info`` annotations, abbreviated OS/arch suffixes and docs/naming.md's length budget.
 """
 
 from __future__ import annotations
@@ -94,9 +94,9 @@ def _resolved(value: str) -> bool:
 
 
 def cpu_node_key(labels: Mapping[str, str], annotations: Mapping[str, str]) -> str:
-    """``gKey`` of a node, or ``""`` when the node has no usable CPU identity (SPEC §5.1).
+    """``gKey`` of a node, or ``""`` when the node has no usable CPU identity (docs/naming.md).
 
-    The key holds only ``[a-z0-9-]`` and fits :data:`GENERAL_KEY_MAX_LEN` (SPEC §0.6).
+    The key holds only ``[a-z0-9-]`` and fits :data:`GENERAL_KEY_MAX_LEN` (docs/naming.md).
     """
     suffix = platform_suffix(labels)
     mfr = cpu_manufacturer(labels)

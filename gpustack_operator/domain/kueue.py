@@ -3,7 +3,7 @@
 The models reject what the Kueue API server would reject (names, nodeLabels > 8, more than 16
 resource groups or 64 flavors per group, non-canonical quantities), so a bug shows up here
 with a clear message rather than as a 422 in a reconcile loop. ``manifest()`` renders the
-``kueue.x-k8s.io/v1beta2`` shape by default and v1beta1 on request (SPEC §0.1).
+``kueue.x-k8s.io/v1beta2`` shape by default and v1beta1 on request (docs/worker.md).
 """
 
 from __future__ import annotations
@@ -168,7 +168,7 @@ class ResourceFlavor(BaseModel):
 
 
 class Cohort(BaseModel):
-    """A Cohort with only a name (SPEC §6.3); ``spec.parentName`` is not used."""
+    """A Cohort with only a name (docs/worker.md); ``spec.parentName`` is not used."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -252,7 +252,7 @@ PREEMPTION: Final = {
 
 
 class ClusterQueue(BaseModel):
-    """A ClusterQueue as SPEC §6.4 step 7 shapes it."""
+    """A ClusterQueue as docs/worker.md step 7 shapes it."""
 
     model_config = ConfigDict(frozen=True)
 

@@ -1,4 +1,4 @@
-"""Label and annotation keys the operator reads or writes (SPEC §2).
+"""Label and annotation keys the operator reads or writes (docs/labels.md).
 
 One place for every key, so that the writers (device manager, worker) and the readers
 (flavor/queue builders, plan) cannot drift apart. docs/labels.md documents each of them.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Final
 
-# Prefixes (SPEC §2).
+# Prefixes (docs/labels.md).
 SYSTEM_PREFIX: Final = "gpustack.ai/"
 FEATURE_PREFIX: Final = "feature.gpustack.ai/"
 ACCELERATABLE_PREFIX: Final = "acceleratable.feature.gpustack.ai/"
@@ -27,7 +27,7 @@ NFD_CPU_ID_LABEL: Final = "feature.node.kubernetes.io/cpu-model.id"
 OS_LABEL: Final = "kubernetes.io/os"
 ARCH_LABEL: Final = "kubernetes.io/arch"
 
-# Node annotations written by the NodeFeatureRule `gpustack-cpu-info` (SPEC §3.2).
+# Node annotations written by the NodeFeatureRule `gpustack-cpu-info` (docs/worker.md).
 CPU_ANNOTATION_PREFIX: Final = "feature.gpustack.ai/cpu-"
 CPU_NAME_ANNOTATION: Final = "feature.gpustack.ai/cpu-name"
 CPU_FAMILY_ANNOTATION: Final = "feature.gpustack.ai/cpu-family"
@@ -66,14 +66,14 @@ SUFFIX_RUNTIME_VERSION: Final = ".runtime-version"
 SUFFIX_RESOURCE: Final = ".resource"
 SUFFIX_DRA: Final = ".dra"
 
-# The longest suffix each key family carries; SPEC §0.6 truncates keys so that it still fits
+# The longest suffix each key family carries; docs/naming.md truncates keys so that it still fits
 # in the 63-character name part of a label key.
 GENERAL_KEY_MAX_LEN: Final = 63 - max(
     len(s) for s in (SUFFIX_CPU, SUFFIX_RAM, SUFFIX_STORAGE, SUFFIX_FLAVOR, SUFFIX_QUEUE)
 )
 DEVICE_KEY_MAX_LEN: Final = 63 - len(SUFFIX_SLICED)
 
-# Object labels and annotations (SPEC §2.2, §0.8).
+# Object labels and annotations (docs/labels.md).
 MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE: Final = "gpustack-operator"
 PART_OF_LABEL: Final = "app.kubernetes.io/part-of"

@@ -1,4 +1,4 @@
-"""The accelerator manufacturers the operator knows (SPEC §4.1) and their overrides (§8.1).
+"""The accelerator manufacturers the operator knows (docs/configuration.md) and their overrides.
 
 A manufacturer ties together the PCI vendor the device manager scans for, the extended
 resource its device plugin advertises, the RuntimeClass its pods use, and the Kueue credits
@@ -155,5 +155,5 @@ def parse_pci_class_prefixes(raw: str) -> tuple[str, ...]:
 
 
 def default_manufacturers() -> dict[str, Manufacturer]:
-    """The registry without any environment overrides (SPEC §4.1 table)."""
+    """The registry without any environment overrides (docs/configuration.md table)."""
     return manufacturers_with_overrides({})

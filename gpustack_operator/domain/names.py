@@ -1,4 +1,4 @@
-"""String shaping shared by every label and name (SPEC §4.3, §5.2).
+"""String shaping shared by every label and name (docs/labels.md).
 
 ``sanitize_label_value`` turns free text (product names, versions) into a label value;
 ``normalize_name`` turns a CPU or product name into the slug used inside label keys and object
@@ -25,7 +25,7 @@ _BINARY_UNITS: Final = (
 
 
 def sanitize_label_value(value: str) -> str:
-    """Make *value* a valid label value (SPEC §4.3).
+    """Make *value* a valid label value (docs/labels.md).
 
     ASCII letters and digits are kept (case preserved), a space becomes ``-``; ``-_.`` are
     kept unless leading or following another separator; anything else is dropped. The result
@@ -47,7 +47,7 @@ def sanitize_label_value(value: str) -> str:
 
 
 def _strip_cpu_noise(name: str) -> str:
-    """SPEC §5.2 rule 1: cut the clock suffix and drop trademark markers of a CPU name."""
+    """docs/naming.md rule 1: cut the clock suffix and drop trademark markers of a CPU name."""
     cut = name.find(" @ ")
     if cut >= 0:
         name = name[:cut]
@@ -59,7 +59,7 @@ def _strip_cpu_noise(name: str) -> str:
 
 
 def normalize_name(name: str, prefix: str, max_len: int, *, cpu_name: bool = False) -> str:
-    """Slug *name* into a key part (SPEC §5.2).
+    """Slug *name* into a key part (docs/naming.md).
 
     Lower-cases ASCII letters, keeps digits, turns spaces into ``-``, keeps ``-_.`` except
     leading or doubled, drops everything else. Whenever the slug so far equals *prefix*

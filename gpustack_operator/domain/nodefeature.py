@@ -1,7 +1,7 @@
 """NFD ``NodeFeature`` objects: how the device manager and the worker publish Node labels.
 
 Each writer owns one NodeFeature per node in the system namespace and replaces its whole
-``spec.labels`` (SPEC §0.4). The NFD master merges them onto the Node; ``merge_node_features``
+``spec.labels`` (docs/worker.md). The NFD master merges them onto the Node; ``merge_node_features``
 reproduces that merge so ``plan`` can compute what the Node will look like.
 """
 
@@ -115,7 +115,7 @@ def worker_node_feature(
     manufacturers: Mapping[str, Manufacturer],
     slices: Iterable[Mapping[str, Any]] = (),
 ) -> dict[str, Any] | None:
-    """The worker's NodeFeature ``<node>-gpustack-worker`` for *node* (SPEC §5).
+    """The worker's NodeFeature ``<node>-gpustack-worker`` for *node* (docs/labels.md).
 
     ``None`` for a node being deleted or one NFD cannot label (name over 63 characters).
     """
@@ -134,7 +134,8 @@ def worker_node_feature(
 def device_manager_node_feature(
     node_name: str, node_uid: str, labels: Mapping[str, str], system_namespace: str
 ) -> dict[str, Any] | None:
-    """The device manager's NodeFeature ``<node>-gpustack-device-manager`` (SPEC §4.4)."""
+    """The device manager's NodeFeature ``<node>-gpustack-device-manager``
+    (docs/device-manager.md)."""
     return build_node_feature(
         node_name,
         node_uid,
@@ -169,7 +170,7 @@ def merge_node_features(
     """A copy of *node* with the labels of its NodeFeatures merged, as NFD master would.
 
     *owned* (``"worker"`` or ``"device-manager"``) says which writer's earlier labels are
-    removed first, since a NodeFeature's labels replace what it published before (SPEC §0.4).
+    removed first, since a NodeFeature's labels replace what it published before (docs/worker.md).
     """
     name = name_of(node)
     result = copy.deepcopy(dict(node))

@@ -1,4 +1,4 @@
-"""Profile names: how a node's specs become Kueue object names (SPEC §6.1).
+"""Profile names: how a node's specs become Kueue object names (docs/naming.md).
 
 ``format_node_profile`` turns a key pair and a spec (``48c-188g-196g-4d-8s``) into a flavor,
 queue or cohort name; ``parse_node_profile`` inverts it; ``local_queue_name`` hashes a
@@ -51,7 +51,7 @@ class NodeProfile(BaseModel):
 
 
 def format_node_profile(gkey: str, akey: str, spec: str) -> str:
-    """``FormatNodeProfile`` (SPEC §6.1).
+    """``FormatNodeProfile`` (docs/naming.md).
 
     ``("amd-25-1", "", "16c-32g-96g")`` -> ``gpustack--amd-25-1-16c-32g-96g``;
     ``("amd-25-1", "nvidia-tesla-t4", "4c-16g-96g-1d")`` ->
@@ -133,5 +133,5 @@ def fnv1a_64(data: bytes) -> int:
 
 
 def local_queue_name(cluster_queue: str) -> str:
-    """``gpustack-fnv64-<16 hex>``: always 31 characters, a valid label value (SPEC §6.1)."""
+    """``gpustack-fnv64-<16 hex>``: always 31 characters, a valid label value (docs/naming.md)."""
     return f"{LOCAL_QUEUE_PREFIX}{fnv1a_64(cluster_queue.encode()):016x}"

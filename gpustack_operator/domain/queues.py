@@ -1,4 +1,4 @@
-"""Cohorts, ClusterQueues and LocalQueues (SPEC §6.3-6.5, §0.5, §0.7).
+"""Cohorts, ClusterQueues and LocalQueues (docs/worker.md).
 
 Each controller calls one function here with what its cache holds: the Cohort controller
 :func:`desired_cohorts` and :func:`cohort_may_be_deleted`, the ClusterQueue controller
@@ -109,7 +109,7 @@ _CACHE_DETAIL: Final = (
 
 
 def is_owned(obj: object) -> bool:
-    """Whether the operator created *obj* and may delete it (SPEC §0.8)."""
+    """Whether the operator created *obj* and may delete it (docs/worker.md)."""
     return labels_of(obj).get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE
 
 
@@ -126,7 +126,7 @@ def desired_cohorts(
     manufacturers: Mapping[str, Manufacturer],
     version: KueueVersion = KueueVersion.V1BETA2,
 ) -> dict[str, dict[str, Any]]:
-    """A Cohort for every name a managed node's profile references (SPEC §6.3), by name."""
+    """A Cohort for every name a managed node's profile references (docs/worker.md), by name."""
     names = sorted({p.cohort for p in managed_profiles(nodes, manufacturers)})
     return {n: Cohort(metadata=_owned_meta(n)).manifest(version) for n in names}
 
@@ -159,7 +159,7 @@ def cohort_may_be_deleted(
     cluster_queues: Iterable[object],
     manufacturers: Mapping[str, Manufacturer],
 ) -> bool:
-    """SPEC §0.5: only when no managed node's profile and no ClusterQueue references it.
+    """docs/worker.md: only when no managed node's profile and no ClusterQueue references it.
 
     The caller also checks :func:`is_owned` on the Cohort itself.
     """
@@ -366,7 +366,7 @@ def desired_cluster_queue(
     flavor_index: Mapping[str, list[object]] | None = None,
     quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES,
 ) -> dict[str, Any] | None:
-    """The ClusterQueue *name* for the ResourceFlavors targeting it (SPEC §6.4).
+    """The ClusterQueue *name* for the ResourceFlavors targeting it (docs/worker.md).
 
     *flavors* are ResourceFlavor objects (the cache's or :func:`desired_resource_flavors`'),
     *nodes* the Nodes with merged labels. ``None`` when no flavor targets the queue (the
@@ -491,7 +491,7 @@ def desired_local_queues(
     excluded: Iterable[str] = DEFAULT_EXCLUDED_NAMESPACES,
     version: KueueVersion = KueueVersion.V1BETA2,
 ) -> dict[tuple[str, str], dict[str, Any]]:
-    """A LocalQueue per ClusterQueue in every active namespace (SPEC §6.5, §0.7).
+    """A LocalQueue per ClusterQueue in every active namespace (docs/worker.md).
 
     Namespaces may be names or Namespace objects (terminating ones are skipped); the system
     namespace and *excluded* get none. ClusterQueues may be names or objects; an object's uid

@@ -1,4 +1,4 @@
-"""Simulated devices: the ``sim.gpustack.ai/devices`` Node annotation (DESIGN §3).
+"""Simulated devices: the ``sim.gpustack.ai/devices`` Node annotation (docs/simulator.md).
 
 The simulator and ``plan`` read it as if a detector had found those cards, so the same label
 arithmetic runs without hardware. Card UUIDs are synthesised from the entry's content and the

@@ -1,6 +1,6 @@
 """The Kueue kinds the gateway watches, keyed by the plural that names them in its URLs.
 
-Each cluster may serve a different Kueue version (SPEC §0.1): ``kueue.x-k8s.io/v1beta2`` is
+Each cluster may serve a different Kueue version (docs/worker.md): ``kueue.x-k8s.io/v1beta2`` is
 preferred, ``v1beta1`` is the fallback. The descriptors come from
 :mod:`gpustack_operator.apis`; the objects are kept as the server sends them. Only
 :func:`gpustack_operator.domain.queues.cluster_queue_cohort` cares about the field that differs
@@ -25,7 +25,7 @@ __all__ = [
 ]
 
 MANAGED_SELECTOR: Final = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
-"""Only objects the operator created are watched (SPEC §0.8)."""
+"""Only objects the operator created are watched (docs/worker.md)."""
 
 KIND_NAMES: Final[tuple[str, ...]] = ("resourceflavors", "cohorts", "clusterqueues", "localqueues")
 """URL names of the watched kinds, in the order removals are announced."""

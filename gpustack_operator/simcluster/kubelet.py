@@ -1,8 +1,8 @@
-"""A kubelet stand-in: simulated cards appear in ``status.allocatable`` (DESIGN §3).
+"""A kubelet stand-in: simulated cards appear in ``status.allocatable`` (docs/simulator.md).
 
 On a real node the vendor's device plugin advertises ``nvidia.com/gpu: 2`` through the
-kubelet; the ClusterQueue's credits are summed from it (SPEC §0.3). Here, for every Node with
-a ``sim.gpustack.ai/devices`` annotation, ``status.allocatable[<resource name>]`` is set to the
+kubelet; the ClusterQueue's credits are summed from it (docs/workloads.md). Here, for every Node
+with a ``sim.gpustack.ai/devices`` annotation, ``status.allocatable[<resource name>]`` is set to the
 card count of each manufacturer, unless the Node already carried that resource when it was
 first seen (a manifest's own value wins and is never touched). Values it set follow later
 edits of the annotation and are removed when a manufacturer's cards are gone.

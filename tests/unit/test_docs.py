@@ -96,3 +96,18 @@ def test_anchor_rule_matches_github() -> None:
         == "running-the-operator-on-a-simulated-cluster-sim---cluster"
     )
     assert github_anchor("Worker: empty to converged") == "worker-empty-to-converged"
+
+
+def test_code_and_tests_cite_the_projects_own_docs() -> None:
+    """Rules are cited from docs/ (readable in the repository), never from section numbers of
+    documents outside it."""
+    outside = re.compile("(?:SPEC|DESIGN) " + chr(0xA7))  # built so this file does not match
+    hits = [
+        f"{path.relative_to(REPO)}:{number}"
+        for folder in ("gpustack_operator", "controllers", "tests", "hack")
+        for path in sorted((REPO / folder).rglob("*.py"))
+        if not path.is_symlink() and "gpustack_operator/controllers" not in path.as_posix()
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if outside.search(line)
+    ]
+    assert not hits, "cite docs/ instead of documents outside the repository:\n" + "\n".join(hits)

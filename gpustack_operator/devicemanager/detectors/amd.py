@@ -2,10 +2,10 @@
 
 Importing ``amdsmi`` is hostile when ROCm is absent: it prints to *stdout* and then raises a
 ``KeyError`` rather than an ``ImportError``. ``load_amdsmi`` therefore locates
-``libamd_smi.so`` itself (SPEC §8.1 paths), preloads it so the binding's own lookup finds it,
-imports with stdout captured (``detect -o json`` must stay valid JSON), and turns any failure
-into ``LibraryUnavailable``. The outcome is cached: a failed import is not retried, so the
-warning is not repeated on every detection.
+``libamd_smi.so`` itself (paths: docs/configuration.md), preloads it so the binding's own
+lookup finds it, imports with stdout captured (``detect -o json`` must stay valid JSON), and
+turns any failure into ``LibraryUnavailable``. The outcome is cached: a failed import is not
+retried, so the warning is not repeated on every detection.
 
 Mapping: name = ASIC market name; memory = VRAM size (MiB); cores = compute units;
 compute capability = the gfx target (``gfx942``); driver version = amdgpu driver version;

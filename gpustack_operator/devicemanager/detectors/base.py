@@ -25,7 +25,7 @@ class LibraryUnavailable(Exception):
 
 @runtime_checkable
 class Detector(Protocol):
-    """Finds the devices of one manufacturer and returns them grouped (SPEC §4.2)."""
+    """Finds the devices of one manufacturer and returns them grouped (docs/device-manager.md)."""
 
     @property
     def manufacturer(self) -> str: ...

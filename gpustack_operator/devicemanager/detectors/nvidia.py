@@ -1,8 +1,9 @@
 """NVIDIA cards through NVML (the ``nvidia-ml-py`` package, imported as ``pynvml``).
 
-Mapping (SPEC §4.2): driver version = NVML system driver version; runtime version = CUDA
-driver version as ``major.minor`` (``13000`` -> ``13.0``); compute capability ``major.minor``;
-family from the capability; unhealthy when the card reports uncorrected volatile ECC errors.
+Mapping (docs/device-manager.md): driver version = NVML system driver version; runtime
+version = CUDA driver version as ``major.minor`` (``13000`` -> ``13.0``); compute capability
+``major.minor``; family from the capability; unhealthy when the card reports uncorrected
+volatile ECC errors.
 
 A query a card does not support (``NotSupported``, ``FunctionNotFound`` on older drivers)
 quietly leaves that fact empty. Any other NVML error on one card degrades only that fact or that
@@ -53,7 +54,8 @@ def format_cuda_version(version: int) -> str:
 
 
 def family_from_compute_capability(major: int, minor: int) -> str:
-    """The architecture family of a compute capability (SPEC §4.2); ``""`` when unknown.
+    """The architecture family of a compute capability (docs/device-manager.md); ``""`` when
+    unknown.
 
     11.x is listed with Blackwell as well: CUDA 13 renumbered Jetson Thor from 10.1 to 11.0.
     """

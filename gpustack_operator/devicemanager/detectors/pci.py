@@ -1,6 +1,6 @@
 """Accelerators seen on the PCI bus through sysfs (``/sys/bus/pci/devices``).
 
-Every manufacturer is checked here first (SPEC §4.2): no device of its vendor in an
+Every manufacturer is checked here first (docs/device-manager.md): no device of its vendor in an
 accelerator class means nothing to detect. For manufacturers without a vendor library binding,
 or when that library is missing or broken, this is also the detector: it knows that cards are
 present, how many, and — when a ``pci.ids`` database is installed — their product name. Memory,

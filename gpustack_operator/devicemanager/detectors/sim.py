@@ -1,4 +1,4 @@
-"""Simulated devices from the Node annotation ``sim.gpustack.ai/devices`` (DESIGN §3).
+"""Simulated devices from the Node annotation ``sim.gpustack.ai/devices`` (docs/simulator.md).
 
 The simulator runs one agent per simulated node with this detector in place of the hardware
 ones, so the whole reporting path runs without a GPU. The annotation is read through a callable

@@ -1,4 +1,4 @@
-"""Everything the worker installs in Stage 1 (SPEC §3), rendered as plain manifests.
+"""Everything the worker installs in Stage 1 (docs/worker.md), rendered as plain manifests.
 
 Pure functions only: no I/O, no clock, no environment reads. The bootstrap reconciler
 (``controllers/bootstrap.py``) applies what these return; the tests (checkov and schema

@@ -1,4 +1,4 @@
-"""Names, labels and settings shared by the bootstrap renderers (SPEC §3)."""
+"""Names, labels and settings shared by the bootstrap renderers (docs/worker.md)."""
 
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
 
 JSON = dict[str, Any]
 
-# The applications `--disable-applications` can name (SPEC §3.1; Kueue and the CSI drivers
+# The applications `--disable-applications` can name (docs/worker.md; Kueue and the CSI drivers
 # are not installed by this project, so they are not accepted).
 NODE_FEATURE_DISCOVERY: Final = "node-feature-discovery"
 DEVICE_MANAGER: Final = "device-manager"
 APPLICATIONS: Final = (NODE_FEATURE_DISCOVERY, DEVICE_MANAGER)
 
-# NFD is pinned to a tested version (SPEC §3.2); `--nfd-image` overrides it.
+# NFD is pinned to a tested version (docs/worker.md); `--nfd-image` overrides it.
 NFD_VERSION: Final = "v0.18.3"
 DEFAULT_NFD_IMAGE: Final = f"registry.k8s.io/nfd/node-feature-discovery:{NFD_VERSION}"
 
@@ -50,7 +50,7 @@ class BootstrapSettings:
     image_pull_policy: str = "IfNotPresent"
     """Pull policy of the device-manager containers (the worker's own, when known)."""
     propagated_env: Mapping[str, str] = field(default_factory=dict)
-    """``GPUSTACK_*`` variables of the worker copied into every agent (SPEC §3.4)."""
+    """``GPUSTACK_*`` variables of the worker copied into every agent (docs/device-manager.md)."""
     coexistence: bool = True
     """Keep a vendor's agent off nodes whose devices that vendor's own stack already labels
     (docs/devices.md, "Coexistence")."""
@@ -80,7 +80,7 @@ def parse_disabled_applications(values: Iterable[str]) -> frozenset[str]:
 
 
 def labels(name: str, component: str, *, instance: str | None = None) -> dict[str, str]:
-    """The recommended labels plus the ownership mark (SPEC §0.8) of a bootstrap object."""
+    """The recommended labels plus the ownership mark (docs/worker.md) of a bootstrap object."""
     out = {
         MANAGED_BY_LABEL: MANAGED_BY_VALUE,
         PART_OF_LABEL: PART_OF_VALUE,

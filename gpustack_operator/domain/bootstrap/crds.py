@@ -1,4 +1,4 @@
-"""The NFD custom resource definitions, authored by this project (SPEC §3.2).
+"""The NFD custom resource definitions, authored by this project (docs/worker.md).
 
 NFD's chart ships its own CRDs; the worker installs its own instead, so that it controls
 their lifecycle. The schemas are structural and cover exactly the fields NFD v0.18 reads and

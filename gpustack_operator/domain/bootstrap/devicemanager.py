@@ -1,6 +1,6 @@
-"""The device-manager DaemonSets the worker installs, one per manufacturer (SPEC §3.4).
+"""The device-manager DaemonSets the worker installs, one per manufacturer (docs/device-manager.md).
 
-Deliberate choices, for least privilege (SPEC §0.9):
+Deliberate choices, for least privilege (docs/security.md):
 
 - the agent's ServiceAccount is bound to its own roles, not ``cluster-admin``: read Nodes
   (RBAC cannot restrict a DaemonSet's pods to "their own" Node), and write NodeFeatures and
@@ -44,9 +44,9 @@ PRIORITY_CLASS: Final = "system-cluster-critical"
 HEALTH_PORT: Final = 8081
 METRICS_PORT: Final = 8080
 # Vendors whose container runtime injects the management library and device nodes through a
-# RuntimeClass of their own (SPEC §3.4).
+# RuntimeClass of their own (docs/device-manager.md).
 RUNTIME_CLASS_VENDORS: Final = ("mthreads", "nvidia")
-# Read-only host directories holding each vendor's management library (SPEC §3.4).
+# Read-only host directories holding each vendor's management library (docs/device-manager.md).
 VENDOR_HOST_PATHS: Final[Mapping[str, tuple[str, ...]]] = {
     "amd": ("/opt/rocm",),
     "ascend": ("/usr/local/dcmi", "/usr/local/Ascend"),

@@ -1,4 +1,4 @@
-"""Node Feature Discovery as the worker installs it (SPEC §3.2), and the CPU-info rule.
+"""Node Feature Discovery as the worker installs it (docs/worker.md), and the CPU-info rule.
 
 The layout follows NFD's own chart at the pinned version, with these values:
 a single nfd-master honouring only NodeFeature objects of the system namespace, an
@@ -54,7 +54,7 @@ HTTP_PORT: Final = 8080
 
 CPU_INFO_RULE: Final = "gpustack-cpu-info"
 HAS_DEVICES_VAR: Final = "has-acceleratable-devices"
-# Label namespaces the master may write besides NFD's own (SPEC §2.1 keys).
+# Label namespaces the master may write besides NFD's own (docs/labels.md keys).
 EXTRA_LABEL_NAMESPACES: Final = tuple(
     p.rstrip("/") for p in (SYSTEM_PREFIX, FEATURE_PREFIX, GENERAL_PREFIX, ACCELERATABLE_PREFIX)
 )
@@ -151,7 +151,7 @@ def _pod_template(name: str, account: str, containers: list[JSON], **spec: objec
 
 
 def master_config(namespace: str) -> str:
-    """``nfd-master.conf``: honour NodeFeatures of the system namespace only (SPEC §3.2)."""
+    """``nfd-master.conf``: honour NodeFeatures of the system namespace only (docs/worker.md)."""
     config = {
         "extraLabelNs": list(EXTRA_LABEL_NAMESPACES),
         "restrictions": {
@@ -362,7 +362,7 @@ def render_nfd(settings: BootstrapSettings) -> list[JSON]:
 def render_cpu_info_rule(
     pci_class_prefixes: tuple[str, ...], manufacturers: Mapping[str, Manufacturer]
 ) -> JSON:
-    """The NodeFeatureRule ``gpustack-cpu-info`` (SPEC §3.2), cluster-scoped.
+    """The NodeFeatureRule ``gpustack-cpu-info`` (docs/worker.md), cluster-scoped.
 
     Rule 1 copies the CPU model into ``feature.gpustack.ai/cpu-*`` annotations; rule 2 sets
     a variable when a PCI device of an accelerator class and a known vendor is present;

@@ -19,7 +19,7 @@ def example_nodes() -> list[dict[str, Any]]:
 
 
 def person_objects() -> list[dict[str, Any]]:
-    """Objects a person made, without the operator's managed-by label (SPEC §0.8): names
+    """Objects a person made, without the operator's managed-by label (docs/worker.md): names
     that look like the operator's must not fool it into adopting or deleting them."""
     return [
         {

@@ -1,5 +1,6 @@
 """Chaos: with faults in 20% of the operator's requests the chain still converges to the same
-end state as without faults, and nothing a person made is deleted or changed (DESIGN §5).
+end state as without faults, and nothing a person made is deleted or changed
+(docs/worker.md).
 
 Each run starts from the example cluster, converges, then (with faults on, in the chaos run)
 goes through the scenarios in two rounds, converging after each to what ``plan`` computes for

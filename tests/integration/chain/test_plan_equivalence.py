@@ -1,4 +1,5 @@
-"""``sim --cluster FILE`` converges to exactly what ``plan --nodes FILE`` prints (DESIGN §4).
+"""``sim --cluster FILE`` converges to exactly what ``plan --nodes FILE`` prints
+(docs/simulator.md).
 
 What is compared: both commands' ``-o json`` Lists, item by item and in order, after removing
 from every item the metadata only a server sets (``uid``, ``resourceVersion``,

@@ -180,7 +180,7 @@ def _contains(have: object, want: object) -> bool:
 def _flavors_by_name(spec: Any) -> Any:
     """A ClusterQueue spec with each group's flavors sorted by name.
 
-    The controller orders flavors by creation time (SPEC §6.4); ``desired_state`` works on
+    The controller orders flavors by creation time (docs/worker.md); ``desired_state`` works on
     flavors not created yet and orders them by name. Both hold the same flavors.
     """
     if not isinstance(spec, Mapping) or "resourceGroups" not in spec:

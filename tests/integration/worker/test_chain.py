@@ -193,7 +193,7 @@ async def test_the_chain_follows_the_cluster(sim: SimServer, sim_kubeconfig: Pat
             "the reserved queue to be re-checked later",
         )
         assert cpu_queue in names(sim, "ClusterQueue")
-        # Its Cohort stays too: deleting it would cascade into the queue (SPEC §0.5).
+        # Its Cohort stays too: deleting it would cascade into the queue (docs/worker.md).
         assert still_cohort(sim, cpu_queue)
         assert cq["metadata"]["name"] not in names(sim, "ClusterQueue")
         still = sim.store.get(KUEUE, "ClusterQueue", cpu_queue)

@@ -1,4 +1,4 @@
-"""Kueue objects a person made under a name the worker wants are left alone (SPEC §0.8)."""
+"""Kueue objects a person made under a name the worker wants are left alone (docs/worker.md)."""
 
 from __future__ import annotations
 

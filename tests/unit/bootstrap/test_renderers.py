@@ -1,4 +1,4 @@
-"""The pure bootstrap renderers (SPEC §3.2, §3.4) and the reconciler's pure helpers."""
+"""The pure bootstrap renderers (docs/worker.md) and the reconciler's pure helpers."""
 
 from __future__ import annotations
 

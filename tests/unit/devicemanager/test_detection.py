@@ -1,4 +1,5 @@
-"""The per-manufacturer detection flow of SPEC §4.2 over fake sysfs and fake libraries."""
+"""The per-manufacturer detection flow of docs/device-manager.md over fake sysfs and
+fake libraries."""
 
 from __future__ import annotations
 

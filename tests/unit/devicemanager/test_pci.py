@@ -64,7 +64,7 @@ def test_selection_matches_vendor_and_class_prefix(sysfs: Path) -> None:
     nvidia = select_devices(bus, "10de", PREFIXES)
     assert [d.address for d in nvidia] == ["0000:3b:00.0", "0000:af:00.0", "0000:d8:00.0"]
     assert [d.address for d in select_devices(bus, "0x1002", PREFIXES)] == ["0000:c1:00.0"]
-    # the Huawei NIC is class 02, which the default prefixes include (SPEC §0.2)
+    # the Huawei NIC is class 02, which the default prefixes include (docs/configuration.md)
     assert len(select_devices(bus, "19e5", PREFIXES)) == 2
     assert [d.address for d in select_devices(bus, "19e5", ("12",))] == ["0000:81:00.0"]
     assert [d.address for d in select_devices(bus, "10de", ("0302",))] == [

@@ -1,4 +1,4 @@
-"""Capacity labels: the SPEC §9 unit-test vectors (general and accelerated views)."""
+"""Capacity labels: the docs/naming.md unit-test vectors (general and accelerated views)."""
 
 from __future__ import annotations
 

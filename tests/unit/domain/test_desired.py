@@ -1,4 +1,4 @@
-"""Flavors, cohorts, queues, LocalQueues and NodeFeatures from nodes (SPEC §5-§6, §0)."""
+"""Flavors, cohorts, queues, LocalQueues and NodeFeatures from nodes (docs/labels.md)."""
 
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ def test_merge_replaces_owned_labels() -> None:
 
 
 def test_hybrid_node_flavors() -> None:
-    """SPEC §9 flavor-extraction vectors."""
+    """docs/naming.md flavor-extraction vectors."""
     mi300x = {A + "amd": "true", A + "amd-mi300x": "true", A + "amd-mi300x.count": "2"}
     node = make_node("h", cpu="32", memory="128Gi", storage="200Gi", labels={**t4(1), **mi300x})
     profiles = {p.flavor: p for p in node_profiles(converged(node)[0], MFRS)}

@@ -1,4 +1,4 @@
-"""Device groups, group IDs and device-manager labels (SPEC §4.2, §4.3)."""
+"""Device groups, group IDs and device-manager labels (docs/device-manager.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The CPU node key gKey (SPEC §5.1 vectors)."""
+"""The CPU node key gKey (docs/naming.md vectors)."""
 
 from __future__ import annotations
 

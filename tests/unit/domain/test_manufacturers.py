@@ -1,4 +1,4 @@
-"""Manufacturer registry and its GPUSTACK_* overrides (SPEC §4.1, §8.1)."""
+"""Manufacturer registry and its GPUSTACK_* overrides (docs/configuration.md)."""
 
 from __future__ import annotations
 

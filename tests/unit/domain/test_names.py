@@ -1,4 +1,4 @@
-"""Label-value sanitiser, NormalizeName and binary-SI formatting (SPEC §4.3, §5.2)."""
+"""Label-value sanitiser, NormalizeName and binary-SI formatting (docs/labels.md)."""
 
 from __future__ import annotations
 

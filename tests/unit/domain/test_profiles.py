@@ -1,4 +1,4 @@
-"""Profile names and LocalQueue names (SPEC §6.1 vectors)."""
+"""Profile names and LocalQueue names (docs/naming.md vectors)."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def test_format(gkey: str, akey: str, spec: str, expected: str) -> None:
 
 
 def test_hybrid_node_vectors() -> None:
-    """SPEC §9: T4x1 + MI300Xx2 on one 32-CPU/128Gi/200Gi node."""
+    """docs/naming.md: T4x1 + MI300Xx2 on one 32-CPU/128Gi/200Gi node."""
     assert (
         format_node_profile("amd-25-1", "nvidia-tesla-t4", "32c-128g-200g-1d")
         == "gpustack--amd-25-1-32c-128g-200g--nvidia-tesla-t4-1d"

@@ -186,7 +186,8 @@ def test_device_labels_are_valid(
     groups = group_devices(mfr, devices, with_memory=with_memory)
     for key, value in device_labels(groups).items():
         assert is_valid_label_key(key) and is_valid_label_value(value), (key, value)
-        if key.endswith(".count"):  # the user's <aKey>.sliced.partitions must fit too (§0.6)
+        # the user's <aKey>.sliced.partitions must fit too (docs/naming.md)
+        if key.endswith(".count"):
             a_key = key.removesuffix(".count")
             assert is_valid_label_key(a_key + ".sliced.partitions"), a_key
 

@@ -1,4 +1,5 @@
-"""Work queue semantics (DESIGN §2): dedup, processing exclusion, delays, backoff, shutdown."""
+"""Work queue semantics (docs/runtime.md): dedup, processing exclusion, delays, backoff,
+shutdown."""
 
 from __future__ import annotations
 
