@@ -164,10 +164,10 @@ async def _read_report(path: Path, lines: int) -> dict[str, float]:
 
 
 async def bench(count: int, bound: float, resync: float) -> dict[str, Any]:
-    from gpustack_operator.domain.desired import apply_sim_devices
     from gpustack_operator.environment import load_manufacturers
     from gpustack_operator.runtime.logs import configure_logging
     from gpustack_operator.simcluster.cluster import SimCluster
+    from gpustack_operator.simcluster.plan import apply_sim_devices
 
     configure_logging("warning")
     nodes = mixed_nodes(count)

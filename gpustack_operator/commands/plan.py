@@ -22,7 +22,6 @@ from gpustack_operator import fastyaml
 from gpustack_operator.commands.argtypes import comma_list
 from gpustack_operator.commands.helptext import env_epilog
 from gpustack_operator.commands.quota_flags import add_quota_resources_flag
-from gpustack_operator.domain.desired import plan_state
 from gpustack_operator.domain.devicesources.dra import KIND as DRA_KIND
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
@@ -35,6 +34,7 @@ from gpustack_operator.domain.validation import is_valid_dns_subdomain
 from gpustack_operator.environment import load_group_id_with_memory, load_manufacturers
 from gpustack_operator.kubeconfig import KubeconfigError
 from gpustack_operator.render import FORMATS, render, render_explanation
+from gpustack_operator.simcluster.plan import plan_state
 
 DEFAULT_NAMESPACES = ("default",)
 EXIT_BAD_INPUT = 2

@@ -31,11 +31,11 @@ from gpustack_operator.commands.helptext import env_epilog
 from gpustack_operator.commands.plan import DEFAULT_NAMESPACES as PLAN_DEFAULT_NAMESPACES
 from gpustack_operator.commands.plan import PlanInputError, read_cluster_file
 from gpustack_operator.commands.quota_flags import add_quota_resources_flag
-from gpustack_operator.domain.desired import plan_state
 from gpustack_operator.domain.explain import explain_nodes
 from gpustack_operator.domain.queues import QuotaResources
 from gpustack_operator.environment import load_group_id_with_memory, load_manufacturers
 from gpustack_operator.render import FORMATS, render
+from gpustack_operator.simcluster.plan import plan_state
 
 if TYPE_CHECKING:
     from gpustack_operator.sim.server import SimServer

@@ -36,7 +36,7 @@ from gpustack_operator.controllers.worker import (
     setup_worker,
 )
 from gpustack_operator.devicemanager.detection import DetectionConfig
-from gpustack_operator.domain.desired import DesiredState, plan_state
+from gpustack_operator.domain.desired import DesiredState
 from gpustack_operator.domain.manufacturers import Manufacturer
 from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
 from gpustack_operator.domain.nodeview import name_of
@@ -56,6 +56,7 @@ from gpustack_operator.simcluster.agents import AgentFleet
 from gpustack_operator.simcluster.chain import differences, read_chain, read_chain_from_store
 from gpustack_operator.simcluster.crds import is_stand_in, stand_in_crds
 from gpustack_operator.simcluster.kubelet import SimKubelet
+from gpustack_operator.simcluster.plan import plan_state
 
 log = structlog.get_logger(__name__)
 

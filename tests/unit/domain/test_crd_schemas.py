@@ -19,7 +19,7 @@ import jsonschema
 import pytest
 import yaml
 
-from gpustack_operator.domain.desired import DesiredState, plan_state
+from gpustack_operator.domain.desired import DesiredState
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.manufacturers import default_manufacturers
 from gpustack_operator.domain.validation import (
@@ -28,6 +28,7 @@ from gpustack_operator.domain.validation import (
     is_valid_label_key,
     is_valid_label_value,
 )
+from gpustack_operator.simcluster.plan import plan_state
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "examples" / "cluster.yaml"

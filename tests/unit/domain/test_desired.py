@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from gpustack_operator.domain.desired import apply_sim_devices, desired_state, plan_state
+from gpustack_operator.domain.desired import desired_state
 from gpustack_operator.domain.flavors import (
     desired_resource_flavors,
     node_profile_names,
@@ -30,6 +30,7 @@ from gpustack_operator.domain.queues import (
     is_owned,
 )
 from gpustack_operator.domain.validation import is_valid_dns_subdomain
+from gpustack_operator.simcluster.plan import apply_sim_devices, plan_state
 
 from .nodes import A, G, a10g, make_node, t4
 

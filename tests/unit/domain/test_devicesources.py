@@ -15,7 +15,6 @@ import pytest
 from gpustack_operator.cli import main
 from gpustack_operator.commands.plan import read_cluster_file, read_nodes_file
 from gpustack_operator.domain.capacity import worker_capacity_labels
-from gpustack_operator.domain.desired import plan_state
 from gpustack_operator.domain.devicesources import derive_devices, node_device_diagnostics
 from gpustack_operator.domain.devicesources.amd import amd_pools
 from gpustack_operator.domain.devicesources.dra import dra_pools
@@ -33,6 +32,7 @@ from gpustack_operator.domain.nodefeature import merge_node_features, worker_nod
 from gpustack_operator.domain.nodeview import labels_of, name_of, status_field
 from gpustack_operator.domain.quantities import parse_quantity
 from gpustack_operator.domain.queues import HOST_RESOURCES, QuotaResources
+from gpustack_operator.simcluster.plan import plan_state
 
 from .nodes import make_node
 

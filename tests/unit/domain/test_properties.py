@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpustack_operator.domain.capacity import worker_capacity_labels
-from gpustack_operator.domain.desired import desired_state, plan_state
+from gpustack_operator.domain.desired import desired_state
 from gpustack_operator.domain.devices import DetectedDevice, device_labels, group_devices
 from gpustack_operator.domain.manufacturers import KNOWN_MANUFACTURERS, default_manufacturers
 from gpustack_operator.domain.names import normalize_name, sanitize_label_value
@@ -27,6 +27,7 @@ from gpustack_operator.domain.validation import (
     is_valid_label_key,
     is_valid_label_value,
 )
+from gpustack_operator.simcluster.plan import plan_state
 
 from .nodes import CPU_NAME, FAMILY, MODEL, VENDOR, A, G
 

@@ -12,7 +12,6 @@ import pytest
 from gpustack_operator.commands.plan import read_nodes_file
 from gpustack_operator.controllers.caches import AWAITING_LABELS, add_node_indexes, fleet_settling
 from gpustack_operator.controllers.nodefacts import NodeFacts, node_view
-from gpustack_operator.domain.desired import plan_state
 from gpustack_operator.domain.flavors import (
     desired_resource_flavor,
     desired_resource_flavors,
@@ -23,6 +22,7 @@ from gpustack_operator.domain.queues import desired_cohort, desired_cohorts
 from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.runtime.cache import Indexer
 from gpustack_operator.runtime.coalesce import IndexHold
+from gpustack_operator.simcluster.plan import plan_state
 
 MFRS = load_manufacturers({})
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "cluster.yaml"

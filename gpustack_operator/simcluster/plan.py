@@ -1,0 +1,113 @@
+"""What ``plan`` and ``sim`` compute offline: simulated devices, then the desired chain.
+
+Nodes with the ``sim.gpustack.ai/devices`` annotation (docs/simulator.md) get what the
+simulated device manager and kubelet would give them (device labels, allocatable cards); the
+domain's :func:`desired_state` then computes the chain, and every node is explained
+(docs/plan.md). Simulator concerns live here so that domain/ stays free of them.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from gpustack_operator.domain.desired import DesiredState, desired_state
+from gpustack_operator.domain.devices import device_labels
+from gpustack_operator.domain.explain import explain_nodes
+from gpustack_operator.domain.kueue import KueueVersion
+from gpustack_operator.domain.manufacturers import Manufacturer
+from gpustack_operator.domain.nodefeature import (
+    DEFAULT_SYSTEM_NAMESPACE,
+    device_manager_node_feature,
+    merge_node_features,
+)
+from gpustack_operator.domain.nodeview import annotations_of, name_of, uid_of
+from gpustack_operator.domain.queues import (
+    DEFAULT_EXCLUDED_NAMESPACES,
+    DEFAULT_QUOTA_RESOURCES,
+    QuotaResources,
+)
+from gpustack_operator.simcluster.devices import (
+    SIM_DEVICES_ANNOTATION,
+    parse_sim_devices,
+    sim_card_counts,
+)
+
+
+def apply_sim_devices(
+    nodes: Iterable[Mapping[str, Any]],
+    manufacturers: Mapping[str, Manufacturer],
+    *,
+    system_namespace: str = DEFAULT_SYSTEM_NAMESPACE,
+    with_memory: bool = False,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Do what the simulated device manager does for nodes with ``sim.gpustack.ai/devices``.
+
+    Returns the nodes with device labels merged and ``status.allocatable[<resource>]``
+    defaulted to the card count (unless the node sets it), and the device manager's
+    NodeFeatures. A bad annotation raises ``ValueError`` naming the node.
+    """
+    result: list[dict[str, Any]] = []
+    features: list[dict[str, Any]] = []
+    for node in nodes:
+        value = annotations_of(node).get(SIM_DEVICES_ANNOTATION)
+        if value is None:
+            result.append(copy.deepcopy(dict(node)))
+            continue
+        try:
+            groups = parse_sim_devices(value, manufacturers, with_memory=with_memory)
+        except ValueError as exc:
+            raise ValueError(f"node {name_of(node) or '<unnamed>'}: {exc}") from None
+        feature = device_manager_node_feature(
+            name_of(node), uid_of(node), device_labels(groups), system_namespace
+        )
+        own = [feature] if feature is not None else []
+        features.extend(own)
+        merged = merge_node_features(node, own, owned="device-manager")
+        status = merged.get("status")
+        if not isinstance(status, dict):
+            status = merged["status"] = {}
+        allocatable = status.get("allocatable")
+        if not isinstance(allocatable, dict):
+            allocatable = status["allocatable"] = {}
+        for mfr, count in sim_card_counts(groups).items():
+            allocatable.setdefault(manufacturers[mfr].resource_name, str(count))
+        result.append(merged)
+    return result, features
+
+
+def plan_state(
+    nodes: Iterable[Mapping[str, Any]],
+    namespaces: Iterable[str | Mapping[str, Any]],
+    *,
+    manufacturers: Mapping[str, Manufacturer],
+    system_namespace: str = DEFAULT_SYSTEM_NAMESPACE,
+    excluded_namespaces: Sequence[str] = DEFAULT_EXCLUDED_NAMESPACES,
+    kueue_version: KueueVersion = KueueVersion.V1BETA2,
+    with_memory: bool = False,
+    quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES,
+    resource_slices: Sequence[Mapping[str, Any]] = (),
+) -> DesiredState:
+    """What ``plan`` prints: simulated devices first, then :func:`desired_state`, then the
+    explanation of every node (docs/plan.md).
+
+    *resource_slices* are DRA ``ResourceSlice`` objects (docs/devices.md, "DRA")."""
+    with_devices, dm_features = apply_sim_devices(
+        nodes, manufacturers, system_namespace=system_namespace, with_memory=with_memory
+    )
+    state = desired_state(
+        with_devices,
+        namespaces,
+        manufacturers=manufacturers,
+        system_namespace=system_namespace,
+        excluded_namespaces=excluded_namespaces,
+        kueue_version=kueue_version,
+        extra_node_features=dm_features,
+        quota_resources=quota_resources,
+        resource_slices=resource_slices,
+    )
+    state.explanations = explain_nodes(
+        state.nodes, manufacturers, inputs=with_devices, resource_slices=resource_slices
+    )
+    return state
