@@ -62,7 +62,7 @@ OVERLAY ?= release
 CONTAINER_TOOL ?= docker
 KUBECTL ?= $(shell command -v kubectl 2>/dev/null || echo $(BIN)/kubectl)
 
-.PHONY: manifests deploy undeploy docker-build
+.PHONY: manifests deploy undeploy docker-build image-test
 
 manifests: ## render deploy/overlays/$(OVERLAY) to stdout (OVERLAY=release|dev)
 	@$(KUBECTL) kustomize deploy/overlays/$(OVERLAY)
@@ -78,3 +78,6 @@ docker-build: ## build the container image IMG with $(CONTAINER_TOOL)
 		echo "no container engine: $(CONTAINER_TOOL) not found (set CONTAINER_TOOL=podman?)" >&2; \
 		exit 1; }
 	$(CONTAINER_TOOL) build -t $(IMG) .
+
+image-test: ## build the image with podman on a local Debian base and run it as deploy/ does
+	hack/image-test.sh
