@@ -35,6 +35,7 @@ from aiohttp import web
 
 from gpustack_operator.sim import apply as ssa
 from gpustack_operator.sim import discovery, protobuf
+from gpustack_operator.sim.admissionpolicy import PolicyAdmission
 from gpustack_operator.sim.authn import ANONYMOUS, TokenAuthenticator
 from gpustack_operator.sim.counters import RequestCounters
 from gpustack_operator.sim.errors import (
@@ -183,6 +184,9 @@ class SimServer:
         self.authorizer = RbacAuthorizer(self.store)
         if authenticator is not None:
             self.store.admission.append(self.authorizer.admit)
+        self.policies = PolicyAdmission(self.store)
+        """Evaluates the stored ValidatingAdmissionPolicies (sim/admissionpolicy.py)."""
+        self.store.admission.append(self.policies.admit)
         self.faults = Faults(seed)
         self.counters = RequestCounters()
         self.controllers = BackgroundControllers(self.store)
