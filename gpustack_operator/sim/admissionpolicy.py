@@ -27,7 +27,7 @@ with ``<resource> "<name>" is forbidden: ValidatingAdmissionPolicy '<policy>' wi
 '<binding>' denied request: <message>``; ``Warn`` and ``Audit`` are not modelled (no warning
 header, no audit log). CEL sees ``object``, ``oldObject`` (null on create), ``request``
 (``operation``, ``name``, ``namespace``, ``kind``, ``resource``, ``subResource``,
-``userInfo`` with ``username``, ``uid``, ``groups``, ``extra``, ``dryRun``),
+``userInfo`` with ``username``, ``uid``, ``groups``, ``extra``; ``dryRun`` always false),
 ``namespaceObject``, ``params`` (always null: ``paramKind``/``paramRef`` are not modelled)
 and ``variables``; ``authorizer`` is not provided. Expressions are compiled once per process
 (``sim/cel.py``); a policy whose expressions do not compile is refused on write (422), as
@@ -41,7 +41,7 @@ from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final
 
-from gpustack_operator.sim.authn import AUTHENTICATED, UserInfo
+from gpustack_operator.sim.authn import ADMIN
 from gpustack_operator.sim.cel import CelError, compile_expression, evaluate
 from gpustack_operator.sim.errors import ApiError, invalid
 from gpustack_operator.sim.kinds import KindInfo
@@ -55,9 +55,6 @@ POLICY_GROUP: Final = "admissionregistration.k8s.io"
 _POLICIES: Final = "validatingadmissionpolicies"
 _BINDINGS: Final = "validatingadmissionpolicybindings"
 _REASON_CODES: Final = {"Forbidden": 403, "Unauthorized": 401, "RequestEntityTooLarge": 413}
-_ADMIN: Final = UserInfo("system:admin", groups=("system:masters", AUTHENTICATED))
-"""Who writes when no request is being served: ``sim.store`` in Python, or any request while
-authentication is off (every request is then the administrator's)."""
 
 
 class _Denied(Exception):
@@ -142,7 +139,7 @@ class _Request:
         old: Mapping[str, Any] | None,
     ) -> None:
         attrs = CURRENT_REQUEST.get()
-        user = attrs.user if attrs is not None else _ADMIN
+        user = attrs.user if attrs is not None else ADMIN  # sim.store in Python
         meta = new.get("metadata") or {}
         self.store, self.info, self.object, self.old = store, info, new, old
         self.operation = "CREATE" if old is None else "UPDATE"
@@ -196,11 +193,11 @@ class _Request:
         """The request matches a policy's ``matchConstraints`` or a binding's
         ``matchResources`` (a binding without ``resourceRules`` takes the policy's)."""
         rules = match.get("resourceRules")
-        if rules is not None or policy_level:
-            exact = match.get("matchPolicy") == "Exact"
-            if not any(self._rule_matches(r, exact) for r in rules or []):
-                return False
         exact = match.get("matchPolicy") == "Exact"
+        if (rules is not None or policy_level) and not any(
+            self._rule_matches(r, exact) for r in rules or []
+        ):
+            return False
         if any(self._rule_matches(r, exact) for r in match.get("excludeResourceRules") or []):
             return False
         return self._namespace_matches(match.get("namespaceSelector")) and self._object_matches(

@@ -258,3 +258,55 @@ async def test_failure_policy_default_message_and_actions(sim: SimServer) -> Non
         # Other namespaces are outside both bindings.
         assert (await admin.post("/api/v1/namespaces/default/configmaps",
                                  json=config_map("bad"))).status_code == 201  # fmt: skip
+
+
+async def test_with_authentication_off_policies_see_the_administrator(
+    anyio_backend: str,
+) -> None:
+    """Without an authenticator every request is the administrator's; a rule for
+    ``deployments`` leaves ``deployments/status`` alone, as on a real server."""
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": "frozen"},
+        "spec": {
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": ["apps"],
+                        "apiVersions": ["*"],
+                        "operations": ["UPDATE"],
+                        "resources": ["deployments"],
+                    }
+                ]
+            },
+            "validations": [
+                {
+                    "expression": "request.userInfo.username != 'system:admin'",
+                    "message": "frozen",
+                    "reason": "Forbidden",
+                }
+            ],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": "frozen"},
+        "spec": {"policyName": "frozen", "validationActions": ["Deny"]},
+    }
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment",
+                  "metadata": {"name": "d", "namespace": "default"},
+                  "spec": {"replicas": 1}}  # fmt: skip
+    async with SimServer() as server, httpx.AsyncClient(base_url=server.url) as http:
+        for obj in (policy, binding, deployment):
+            server.store.create(obj)
+        url = "/apis/apps/v1/namespaces/default/deployments/d"
+        stored = (await http.get(url)).json()
+        stored["status"] = {"replicas": 1}
+        assert (await http.put(f"{url}/status", json=stored)).status_code == 200
+        stored = (await http.get(url)).json()
+        stored["spec"]["replicas"] = 2
+        refused = await http.put(url, json=stored)
+        assert refused.status_code == 403, refused.text
+        assert refused.json()["message"].endswith("denied request: frozen")
