@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Final
 
 __all__ = [
+    "ADMIN",
     "ANONYMOUS",
     "NODE_NAME_EXTRA",
     "TokenAuthenticator",
@@ -59,6 +60,8 @@ class UserInfo:
 
 
 ANONYMOUS: Final = UserInfo("system:anonymous", groups=(UNAUTHENTICATED,))
+ADMIN: Final = UserInfo("system:admin", groups=("system:masters", AUTHENTICATED))
+"""Who writes while authentication is off, and through ``sim.store`` in Python."""
 
 
 def _with_implied_groups(name: str, groups: Iterable[str]) -> tuple[str, ...]:

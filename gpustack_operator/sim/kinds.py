@@ -92,6 +92,21 @@ BUILTIN_KINDS: tuple[KindInfo, ...] = (
     _grp("node.k8s.io", "v1", "RuntimeClass", "runtimeclasses", False),
     _grp("resource.k8s.io", "v1", "ResourceSlice", "resourceslices", False),
     _grp(
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingAdmissionPolicy",
+        "validatingadmissionpolicies",
+        False,
+        status=True,
+    ),
+    _grp(
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingAdmissionPolicyBinding",
+        "validatingadmissionpolicybindings",
+        False,
+    ),
+    _grp(
         "apiextensions.k8s.io",
         "v1",
         "CustomResourceDefinition",

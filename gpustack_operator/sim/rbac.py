@@ -41,6 +41,7 @@ __all__ = [
     "Attributes",
     "RbacAuthorizer",
     "covers",
+    "label_selector_matches",
     "request_attributes",
     "rule_allows",
 ]
@@ -262,7 +263,7 @@ def covers(
 # --- the authorizer --------------------------------------------------------------------------
 
 
-def _selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+def label_selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
     """A metav1.LabelSelector (matchLabels, matchExpressions) against *labels*."""
     if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
         return False
@@ -321,7 +322,7 @@ class RbacAuthorizer:
             if other.get("aggregationRule"):
                 continue
             labels = (other.get("metadata") or {}).get("labels") or {}
-            if any(_selector_matches(s, labels) for s in selectors):
+            if any(label_selector_matches(s, labels) for s in selectors):
                 rules += other.get("rules") or []
         return rules
 

@@ -35,7 +35,8 @@ from aiohttp import web
 
 from gpustack_operator.sim import apply as ssa
 from gpustack_operator.sim import discovery, protobuf
-from gpustack_operator.sim.authn import ANONYMOUS, TokenAuthenticator
+from gpustack_operator.sim.admissionpolicy import PolicyAdmission
+from gpustack_operator.sim.authn import ADMIN, ANONYMOUS, TokenAuthenticator
 from gpustack_operator.sim.counters import RequestCounters
 from gpustack_operator.sim.errors import (
     ApiError,
@@ -183,6 +184,9 @@ class SimServer:
         self.authorizer = RbacAuthorizer(self.store)
         if authenticator is not None:
             self.store.admission.append(self.authorizer.admit)
+        self.policies = PolicyAdmission(self.store)
+        """Evaluates the stored ValidatingAdmissionPolicies (sim/admissionpolicy.py)."""
+        self.store.admission.append(self.policies.admit)
         self.faults = Faults(seed)
         self.counters = RequestCounters()
         self.controllers = BackgroundControllers(self.store)
@@ -335,9 +339,15 @@ class SimServer:
         handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
     ) -> web.StreamResponse:
         """With an authenticator: 401 for an unknown token, 403 for what RBAC does not allow
-        (gpustack_operator/sim/rbac.py); the request's attributes are kept for admission."""
-        if self.authenticator is None:
-            return await handler(request)
+        (gpustack_operator/sim/rbac.py). The request's attributes are kept for admission,
+        also without one (then the requester is the administrator)."""
+        if self.authenticator is None:  # every request is the administrator's
+            attrs = request_attributes(request.method, request.path, request.query, ADMIN)
+            reset = CURRENT_REQUEST.set(attrs)
+            try:
+                return await handler(request)
+            finally:
+                CURRENT_REQUEST.reset(reset)
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
         user = ANONYMOUS
         if token.strip():

@@ -237,6 +237,12 @@ def _refuse_new_finalizers(
         )
 
 
+def _label_namespace(meta: dict[str, Any], name: str) -> None:
+    """Set ``kubernetes.io/metadata.name``, as kube-apiserver does on every Namespace write
+    (https://kubernetes.io/docs/reference/labels-annotations-taints/#kubernetes-io-metadata-name)."""
+    meta["labels"] = {**(meta.get("labels") or {}), "kubernetes.io/metadata.name": name}
+
+
 def _content(obj: Mapping[str, Any], info: KindInfo) -> dict[str, Any]:
     """What ``metadata.generation`` tracks: everything but metadata (and status if split)."""
     skip = {"metadata", "apiVersion", "kind"}
@@ -738,6 +744,7 @@ class Store:
         if info.has_status and (info.group, info.plural) not in _KEEP_STATUS_ON_CREATE:
             obj.pop("status", None)
         if info.kind == "Namespace" and not info.group:
+            _label_namespace(meta, name)
             obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
             obj["status"] = {**(obj.get("status") or {}), "phase": "Active"}
         if info.kind == "CustomResourceDefinition" and info.group == "apiextensions.k8s.io":
@@ -801,6 +808,8 @@ class Store:
             meta.pop("managedFields", None)
         if old_meta.get("deletionTimestamp"):
             _refuse_new_finalizers(info, name, meta, old_meta)
+        if info.kind == "Namespace" and not info.group:
+            _label_namespace(meta, name)
         if info.kind == "Namespace" and not info.group and subresource != "status":
             new["spec"] = clone(old.get("spec") or {})  # spec.finalizers change via /finalize
         if info.kind == "CustomResourceDefinition" and info.group == "apiextensions.k8s.io":

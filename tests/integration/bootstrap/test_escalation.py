@@ -6,8 +6,9 @@ installs), every ServiceAccount's rights are evaluated with the simulator's RBAC
 bindings (write a role it holds, bind, escalate), impersonation, Secrets and ServiceAccount
 tokens, webhooks, CRDs and admission policies, node proxies and certificate approval, and
 workloads (or exec) that run as another ServiceAccount of a namespace with rights it lacks.
-The search must find nothing, and must find the old ``patch clusterroles`` path when a test
-puts that rule back.
+Where the shipped ValidatingAdmissionPolicies stand in the way of a workload path, the
+simulator evaluates them on the workload the attacker would write. The search must find
+nothing, and must find the old ``patch clusterroles`` path when a test puts that rule back.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ from typing import Any
 import pytest
 
 from gpustack_operator.domain.bootstrap import BootstrapSettings, render_device_manager, render_nfd
+from gpustack_operator.sim.admissionpolicy import PolicyAdmission
 from gpustack_operator.sim.authn import UserInfo, service_account_user
+from gpustack_operator.sim.errors import ApiError
 from gpustack_operator.sim.kinds import KindRegistry
-from gpustack_operator.sim.rbac import Attributes, RbacAuthorizer, covers
+from gpustack_operator.sim.rbac import CURRENT_REQUEST, Attributes, RbacAuthorizer, covers
 from gpustack_operator.sim.store import Store
 from tests.integration.bootstrap.rbac import REPO, render_kustomization
 from tests.integration.bootstrap.test_rbac import kubectl
@@ -53,7 +56,7 @@ ADMISSION = (
 )
 # ServiceAccounts whose Pods the worker's admission policy pins to NFD's released image and
 # command: running them gives the worker nothing but NFD doing its job.
-PINNED_BY_POLICY = {
+NFD_ACCOUNTS = {
     "node-feature-discovery-master",
     "node-feature-discovery-worker",
     "node-feature-discovery-gc",
@@ -79,6 +82,51 @@ def authorizer(objects: list[JSON]) -> RbacAuthorizer:
     return RbacAuthorizer(store)
 
 
+def policy_store(objects: list[JSON]) -> Store:
+    """A store holding the shipped admission policies, evaluated on every write."""
+    store = Store(KindRegistry.with_builtins())
+    for ns in (NS, OTHER_NS):
+        store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    for obj in objects:
+        if obj["kind"] in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
+            store.create(copy.deepcopy(obj))
+    store.admission.append(PolicyAdmission(store).admit)
+    return store
+
+
+def admits_hostile_workload(store: Store, user: UserInfo, resource: str, account: str) -> bool:
+    """Whether the policies let *user* create a Deployment or DaemonSet running *account*
+    with an image and command of its choosing, under any name that could pass (the
+    account's own, a device manager's, another)."""
+    kind = {"deployments": "Deployment", "daemonsets": "DaemonSet"}[resource]
+    pod = {
+        "serviceAccountName": account,
+        "containers": [{"name": "x", "image": "example.com/attacker:1", "command": ["sh"]}],
+    }
+    for name in (account, "gpustack-operator-device-manager-x", "x"):
+        obj = {
+            "apiVersion": "apps/v1",
+            "kind": kind,
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {
+                "selector": {"matchLabels": {"a": "x"}},
+                "template": {"metadata": {"labels": {"a": "x"}}, "spec": pod},
+            },
+        }
+        attrs = Attributes(user, "create", "", True, "apps", resource, "", NS, name)
+        reset = CURRENT_REQUEST.set(attrs)
+        try:
+            store.create_as(store.info_for("apps/v1", kind), obj, dry_run=True)
+        except ApiError as exc:
+            if "denied request" not in str(exc):
+                raise
+            continue
+        finally:
+            CURRENT_REQUEST.reset(reset)
+        return True
+    return False
+
+
 def accounts(objects: list[JSON]) -> dict[str, UserInfo]:
     return {
         o["metadata"]["name"]: service_account_user(
@@ -95,6 +143,7 @@ def names(objects: list[JSON], *kinds: str) -> set[str]:
 
 def escalation_paths(objects: list[JSON]) -> list[str]:
     auth = authorizer(objects)
+    policies = policy_store(objects)
     users = accounts(objects)
     role_names = names(objects, "Role", "ClusterRole")
     binding_names = names(objects, "RoleBinding", "ClusterRoleBinding")
@@ -153,13 +202,12 @@ def escalation_paths(objects: list[JSON]) -> list[str]:
                 for group, resource in WORKLOADS:
                     if not any(can(user, verb, group, resource, ns) for verb in WRITE):
                         continue
-                    pinned = (
-                        account == WORKER
-                        and group == "apps"
+                    held_by_policy = (
+                        group == "apps"
                         and resource in ("deployments", "daemonsets")
-                        and other_name in PINNED_BY_POLICY
+                        and not admits_hostile_workload(policies, user, resource, other_name)
                     )
-                    if not pinned:
+                    if not held_by_policy:
                         yield f"{account}: {resource} running as {other_name} in {ns}"
 
     return sorted({p for account, user in users.items() for p in found(account, user)})
@@ -167,7 +215,7 @@ def escalation_paths(objects: list[JSON]) -> list[str]:
 
 def test_no_service_account_can_gain_a_right() -> None:
     objects = rendered()
-    assert {WORKER, "gpustack-operator-device-manager", *PINNED_BY_POLICY} <= set(accounts(objects))
+    assert {WORKER, "gpustack-operator-device-manager", *NFD_ACCOUNTS} <= set(accounts(objects))
     paths = escalation_paths(objects)
     assert not paths, "escalation paths:\n" + "\n".join(paths)
 
@@ -194,31 +242,36 @@ def test_a_workload_right_without_the_policy_is_found() -> None:
     assert f"{WORKER}: statefulsets running as node-feature-discovery-master in {NS}" in paths
 
 
-def test_the_worker_workload_policy_is_shipped() -> None:
-    """The policy the search relies on (PINNED_BY_POLICY): present, bound to the system
-    namespace, matching the worker's Deployments and DaemonSets, pinning NFD's image and
-    command. Its CEL is evaluated by the simulator's admission tests once it evaluates CEL."""
-    objects = rendered()
-    policy = next(o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"
-                  and o["metadata"]["name"] == POLICY)  # fmt: skip
-    binding = next(o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"
-                   and o["spec"]["policyName"] == POLICY)  # fmt: skip
-    assert binding["spec"]["validationActions"] == ["Deny"]
-    assert binding["spec"]["matchResources"]["namespaceSelector"]["matchLabels"] == {
-        "kubernetes.io/metadata.name": NS
-    }
-    rules = policy["spec"]["matchConstraints"]["resourceRules"]
-    assert rules == [{"apiGroups": ["apps"], "apiVersions": ["v1"],
-                      "operations": ["CREATE", "UPDATE"],
-                      "resources": ["deployments", "daemonsets"]}]  # fmt: skip
-    assert policy["spec"]["failurePolicy"] == "Fail"
-    condition = policy["spec"]["matchConditions"][0]["expression"]
-    assert f"system:serviceaccount:{NS}:{WORKER}" in condition
-    text = str(policy["spec"])
-    for account in PINNED_BY_POLICY:
-        assert account in text
-    assert "registry.k8s.io/nfd/node-feature-discovery:" in text
-    assert "serviceAccountName" in text and "secretKeyRef" in text
+def test_without_the_workload_policy_the_worker_runs_as_nfd_master() -> None:
+    """The search relies on the evaluated policy, not on its presence: leave it out and the
+    worker's Deployments running as nfd-master (which may label every Node) are a path."""
+    objects = [o for o in rendered() if not o["kind"].startswith("ValidatingAdmissionPolicy")]
+    paths = escalation_paths(objects)
+    assert f"{WORKER}: deployments running as node-feature-discovery-master in {NS}" in paths
+
+
+def test_the_workload_policy_admits_what_the_worker_renders() -> None:
+    """NFD's and the device managers' workloads, as the worker renders them, pass the policy
+    (docs/security.md, "No escalation path"); so does an update of them."""
+    settings = BootstrapSettings(namespace=NS)
+    store = policy_store(rendered())
+    worker = service_account_user(NS, WORKER)
+    workloads = [
+        o
+        for o in (*render_nfd(settings), *render_device_manager(settings, ["nvidia"], "x/op:1"))
+        if o["kind"] in ("Deployment", "DaemonSet")
+    ]
+    assert {o["metadata"]["name"] for o in workloads} >= NFD_ACCOUNTS
+    for obj in workloads:
+        plural = obj["kind"].lower() + "s"
+        reset = CURRENT_REQUEST.set(
+            Attributes(worker, "create", "", True, "apps", plural, "", NS, obj["metadata"]["name"])
+        )
+        try:
+            store.create(copy.deepcopy(obj))
+            store.update(copy.deepcopy(obj))
+        finally:
+            CURRENT_REQUEST.reset(reset)
 
 
 @pytest.fixture(autouse=True)

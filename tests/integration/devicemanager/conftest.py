@@ -1,6 +1,9 @@
 """The agent tests run with authorization on: the agent's token is the device manager's
 ServiceAccount and only its shipped RBAC (deploy/base/device-manager.yaml) is installed, so a
-request outside it is a 403 and fails the test (docs/security.md, "How the RBAC is checked")."""
+request outside it is a 403 and fails the test (docs/security.md, "How the RBAC is checked").
+The token is bound to node-a, the node the tests run the agent for, as a Pod's projected token
+is, and the shipped policy that holds an agent to its own node
+(deploy/components/node-bound-agents) is evaluated on every write."""
 
 from __future__ import annotations
 
@@ -8,14 +11,23 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gpustack_operator.domain.bootstrap import BootstrapSettings, device_manager_prerequisites
-from gpustack_operator.sim.authn import TokenAuthenticator
+from gpustack_operator.sim.authn import NODE_NAME_EXTRA, TokenAuthenticator
 from gpustack_operator.sim.server import SimServer
 from tests.conftest import shared_crds_dir
 
 AGENT_TOKEN = "device-manager-token"
 ADMIN_TOKEN = "admin-token"
+AGENT_NODE = "node-a"
+NODE_BOUND_POLICY = (
+    Path(__file__).resolve().parents[3]
+    / "deploy"
+    / "components"
+    / "node-bound-agents"
+    / "device-manager-own-node.yaml"
+)
 
 
 @pytest.fixture
@@ -25,17 +37,22 @@ async def sim(anyio_backend: str) -> AsyncIterator[SimServer]:
     settings = BootstrapSettings()
     auth.add(ADMIN_TOKEN, "cluster-admin", groups=["system:masters"])
     auth.add(
-        AGENT_TOKEN, f"system:serviceaccount:{settings.namespace}:gpustack-operator-device-manager"
+        AGENT_TOKEN,
+        f"system:serviceaccount:{settings.namespace}:gpustack-operator-device-manager",
+        extra={NODE_NAME_EXTRA: [AGENT_NODE]},
     )
     crds = shared_crds_dir()
     server = SimServer(crd_paths=[crds] if crds else (), authenticator=auth)
-    for obj in device_manager_prerequisites(settings):
+    policy = [d for d in yaml.safe_load_all(NODE_BOUND_POLICY.read_text()) if d]
+    for obj in [*device_manager_prerequisites(settings), *policy]:
         server.store.create(obj)
     await server.start()
     try:
         yield server
         denied = list(server.authorizer.denials)
         assert not denied, "requests outside the device manager's RBAC:\n" + "\n".join(denied)
+        refused = list(server.policies.denials)
+        assert not refused, "writes the node-bound policy refused:\n" + "\n".join(refused)
     finally:
         await server.stop()
 
