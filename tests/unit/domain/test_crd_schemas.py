@@ -3,8 +3,8 @@
 The CRDs live outside the repository (``../shared/crds`` or ``$GPUSTACK_SHARED_CRDS``); the
 tests skip with a message when they are absent. Schemas are made strict (unknown fields are
 errors, as with ``fieldValidation=Strict``) so a misspelt field fails here. CEL rules
-(``x-kubernetes-validations``) are not evaluated; the typed Kueue models enforce the ones
-that matter to us.
+(``x-kubernetes-validations``) are not evaluated here; the simulator evaluates them
+(tests/integration/chain/test_kueue_admission.py).
 """
 
 from __future__ import annotations
