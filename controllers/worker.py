@@ -67,6 +67,7 @@ from gpustack_operator.runtime.controller import (
 )
 from gpustack_operator.runtime.informer import InformerFactory
 from gpustack_operator.runtime.manager import Manager, ManagerOptions
+from gpustack_operator.runtime.poll import poll_until
 from gpustack_operator.runtime.resources import NODES, RESOURCE_SLICES
 
 log = structlog.get_logger(__name__)
@@ -157,6 +158,7 @@ class Worker:
         self.kueue: KueueResources | None = None
         """The Kueue kinds in use, once discovered."""
         self.kueue_found = anyio.Event()
+        self._reported_missing_kueue = False
         self.caches: KueueCaches | None = None
         self.queue_controllers: list[Controller] = []
         """The Kueue controllers (four queue controllers and the configuration check), once
@@ -176,35 +178,36 @@ class Worker:
 
     async def discover_kueue(self) -> None:
         """Find the Kueue version to write; log one clear line while it is missing."""
-        reported = False
-        while self.kueue is None:
-            try:
-                served = await self.manager.client.served_versions(KUEUE_GROUP)
-            except ApiError as err:
-                log.warning("Kueue discovery failed; retrying", error=str(err))
-                served = None
-            if served is not None:
-                version = choose_kueue_version(served, self.config.kueue_version)
-                if version is not None:
-                    self.kueue = kueue_resources(version)
-                    log.info("Kueue found", version=version.value, served=served)
-                    # Caches warm up on standbys too, so a new leader starts with them full;
-                    # the controllers are the manager's: they run while it leads.
-                    self.caches = KueueCaches.create(self.manager, self.kueue, self.facts)
-                    self.queue_controllers = self._add_queue_controllers(self.caches)
-                    self.kueue_found.set()
-                    return
-                if not reported:
-                    if served:
-                        log.error(
-                            f"Kueue serves {', '.join(served)}, not the requested "
-                            f"{self.config.kueue_version}: pass --kueue-version=auto or "
-                            "upgrade Kueue. The worker stays not ready and keeps checking."
-                        )
-                    else:
-                        log.error(KUEUE_MISSING_MESSAGE)
-                    reported = True
-            await anyio.sleep(self.config.kueue_discovery_interval)
+        await poll_until(self._found_kueue, self.config.kueue_discovery_interval)
+
+    async def _found_kueue(self) -> bool:
+        """One discovery attempt: True once a Kueue version is chosen and its controllers added."""
+        try:
+            served = await self.manager.client.served_versions(KUEUE_GROUP)
+        except ApiError as err:
+            log.warning("Kueue discovery failed; retrying", error=str(err))
+            return False
+        version = choose_kueue_version(served, self.config.kueue_version)
+        if version is None:
+            if not self._reported_missing_kueue:
+                if served:
+                    log.error(
+                        f"Kueue serves {', '.join(served)}, not the requested "
+                        f"{self.config.kueue_version}: pass --kueue-version=auto or "
+                        "upgrade Kueue. The worker stays not ready and keeps checking."
+                    )
+                else:
+                    log.error(KUEUE_MISSING_MESSAGE)
+                self._reported_missing_kueue = True
+            return False
+        self.kueue = kueue_resources(version)
+        log.info("Kueue found", version=version.value, served=served)
+        # Caches warm up on standbys too, so a new leader starts with them full; the
+        # controllers are the manager's: they run while it leads.
+        self.caches = KueueCaches.create(self.manager, self.kueue, self.facts)
+        self.queue_controllers = self._add_queue_controllers(self.caches)
+        self.kueue_found.set()
+        return True
 
     def _add_queue_controllers(self, caches: KueueCaches) -> list[Controller]:
         """Add the four queue controllers and the Kueue configuration check to the manager
