@@ -16,6 +16,7 @@ import yaml
 from gpustack_operator.domain.bootstrap import BootstrapSettings, device_manager_prerequisites
 from gpustack_operator.sim.authn import NODE_NAME_EXTRA, TokenAuthenticator
 from gpustack_operator.sim.server import SimServer
+from gpustack_operator.simcluster.crds import stand_in_crds
 from tests.conftest import shared_crds_dir
 
 AGENT_TOKEN = "device-manager-token"
@@ -32,7 +33,8 @@ NODE_BOUND_POLICY = (
 
 @pytest.fixture
 async def sim(anyio_backend: str) -> AsyncIterator[SimServer]:
-    """A simulated API server with the NFD CRDs, authorization on and the agent's RBAC."""
+    """A simulated API server with the NFD CRDs (the stand-ins on a fresh clone), authorization
+    on and the agent's RBAC."""
     auth = TokenAuthenticator()
     settings = BootstrapSettings()
     auth.add(ADMIN_TOKEN, "cluster-admin", groups=["system:masters"])
@@ -43,6 +45,8 @@ async def sim(anyio_backend: str) -> AsyncIterator[SimServer]:
     )
     crds = shared_crds_dir()
     server = SimServer(crd_paths=[crds] if crds else (), authenticator=auth)
+    if crds is None:
+        server.load_crds(stand_in_crds())
     policy = [d for d in yaml.safe_load_all(NODE_BOUND_POLICY.read_text()) if d]
     for obj in [*device_manager_prerequisites(settings), *policy]:
         server.store.create(obj)
