@@ -171,3 +171,31 @@ def test_sim_converges_on_a_dump_of_real_gpu_stacks() -> None:
         "amd.com/gpu": 8,
         "gpu.nvidia.com/gpu": 4,
     }
+
+
+@pytest.mark.parametrize(
+    "dump",
+    sorted(p.name for p in EXAMPLE.parent.glob("*.yaml") if p.name not in ("cluster.yaml",)),
+)
+def test_sim_converges_on_every_example_dump(dump: str) -> None:
+    """Each vendor-stack example (docs/devices.md): the live controllers
+    converge to exactly plan's chain, and no ClusterQueue covers a device resource with a zero
+    quota. (plan's quotas equal the allocatable of each pool's resource for every example:
+    tests/unit/domain/test_devicesources.py.)"""
+    path = str(EXAMPLE.parent / dump)
+    planned = _run_json("plan", "--nodes", path, "-o", "json")
+    simulated = _run_json("sim", "--cluster", path, "-o", "json")
+    assert [_normalised(i) for i in simulated["items"]] == [
+        _normalised(i) for i in planned["items"]
+    ]
+    device_quotas = [
+        int(res["nominalQuota"])
+        for queue in simulated["items"]
+        if queue["kind"] == "ClusterQueue"
+        for group in queue["spec"]["resourceGroups"]
+        for flavor in group["flavors"]
+        for res in flavor["resources"]
+        if res["name"] not in ("cpu", "memory", "ephemeral-storage")
+    ]
+    assert device_quotas, f"{dump}: no device pool"
+    assert all(q > 0 for q in device_quotas), f"{dump}: a device resource with zero quota"
