@@ -104,6 +104,10 @@ class Coalescer:
     def __len__(self) -> int:
         return len(self._keys)
 
+    def pending(self) -> int:
+        """Keys with a burst still to be enqueued (tracked quiet keys do not count)."""
+        return sum(1 for state in self._keys.values() if state.pending_since is not None)
+
     def _held(self) -> bool:
         return self.spec.hold is not None and self.spec.hold.active()
 

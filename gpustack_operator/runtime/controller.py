@@ -330,6 +330,11 @@ class Controller:
             handler = _WatchHandler(self, mapper, predicate, coalescing.add, deleted)
         self.watch_with(source, handler, primary=primary)
 
+    def pending_bursts(self) -> int:
+        """Keys waiting in a coalescing window: work not yet in the queue (tests and probes
+        that wait for a controller to go idle look at this beside the queue)."""
+        return sum(q.core.pending() for q in self._coalescing.values())
+
     def coalescing(self, spec: Coalesce) -> CoalescingQueue:
         """The controller's coalescing queue for *spec* (one per value: watches given the same
         :class:`Coalesce` share its per-key windows); its hold's informers become sources."""

@@ -11,18 +11,21 @@ import pytest
 
 from gpustack_operator.sim.authn import TokenAuthenticator
 from gpustack_operator.sim.server import SimServer
+from gpustack_operator.simcluster.crds import stand_in_crds
 from tests.conftest import shared_crds_dir
 from tests.integration.bootstrap.support import NS, WORKER_TOKEN, worker_rbac
 
 
 @pytest.fixture
 async def sim(anyio_backend: str) -> AsyncIterator[SimServer]:
-    """A simulated API server with the Kueue and NFD CRDs, authorization on, the worker's
-    RBAC installed."""
+    """A simulated API server with the Kueue and NFD CRDs (the stand-ins on a fresh clone),
+    authorization on, the worker's RBAC installed."""
     auth = TokenAuthenticator()
     auth.add(WORKER_TOKEN, f"system:serviceaccount:{NS}:gpustack-operator-worker")
     crds = shared_crds_dir()
     server = SimServer(crd_paths=[crds] if crds else (), authenticator=auth)
+    if crds is None:
+        server.load_crds(stand_in_crds())
     for obj in worker_rbac():
         server.store.create(obj)
     await server.start()

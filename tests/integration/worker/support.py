@@ -279,9 +279,12 @@ async def converged(sim: SimServer, config: WorkerConfig, timeout: float = 20.0)
 
 
 def idle(manager: Manager) -> bool:
-    """No controller of *manager* has queued, running or delayed work."""
+    """No controller of *manager* has queued, running, delayed or coalescing work."""
     return all(
-        len(c.queue) == 0 and not c.queue.processing() and c.queue.num_waiting() == 0
+        len(c.queue) == 0
+        and not c.queue.processing()
+        and c.queue.num_waiting() == 0
+        and c.pending_bursts() == 0
         for c in manager.controllers
     )
 

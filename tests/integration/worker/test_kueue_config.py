@@ -14,7 +14,6 @@ from structlog.testing import capture_logs
 from gpustack_operator.domain.queues import QuotaResources
 from gpustack_operator.runtime.metrics import REGISTRY
 from gpustack_operator.sim.server import SimServer
-from tests.conftest import shared_crds_dir
 from tests.integration.worker.support import (
     converged,
     eventually,
@@ -26,13 +25,7 @@ from tests.integration.worker.support import (
     worker_running,
 )
 
-pytestmark = [
-    pytest.mark.anyio,
-    pytest.mark.skipif(
-        shared_crds_dir() is None,
-        reason="needs the Kueue and NFD CRDs from ../shared/crds (or $GPUSTACK_SHARED_CRDS)",
-    ),
-]
+pytestmark = pytest.mark.anyio
 
 KUEUE_NS = "kueue-system"
 PIECE = "transformation/nvidia.com/gpu"

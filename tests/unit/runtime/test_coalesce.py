@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
-from gpustack_operator.runtime.coalesce import Coalesce, CoalescingQueue
+from gpustack_operator.runtime.coalesce import Coalesce, Coalescer, CoalescingQueue
 from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request
 from gpustack_operator.runtime.resources import CONFIGMAPS, NODES, PODS
 from gpustack_operator.runtime.workqueue import WorkQueue
@@ -132,3 +132,13 @@ async def test_the_timer_enqueues_a_burst_once_when_it_pauses() -> None:
         await eventually(lambda: len(queue) == 2, what="the burst and the other key")
         tg.cancel_scope.cancel()
     assert added == ["q"]
+
+
+def test_pending_counts_bursts_not_quiet_keys() -> None:
+    core = Coalescer(Coalesce(1.0))
+    assert core.event("a", 0.0)  # leading edge: enqueued at once, nothing pending
+    assert core.pending() == 0
+    assert not core.event("a", 0.5)  # inside the window: a burst waits
+    assert core.pending() == 1
+    assert core.pop_due(2.0) == ["a"]
+    assert core.pending() == 0
