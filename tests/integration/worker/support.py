@@ -41,6 +41,7 @@ def fast_config(**overrides: Any) -> WorkerConfig:
         "reserved_requeue": 0.2,
         "waiting_requeue": 0.1,
         "batch_window": 0.05,
+        "capacity_window": 0.05,
         "cohort_deleting_requeue": 0.2,
         "max_concurrent_reconciles": 2,
     }
@@ -279,9 +280,13 @@ async def converged(sim: SimServer, config: WorkerConfig, timeout: float = 20.0)
 
 
 def idle(manager: Manager) -> bool:
-    """No controller of *manager* has queued, running or delayed work."""
+    """No controller of *manager* has queued, running or delayed work, nor a key in one of its
+    coalescing windows (a burst still to be enqueued, or a window not over yet)."""
     return all(
-        len(c.queue) == 0 and not c.queue.processing() and c.queue.num_waiting() == 0
+        len(c.queue) == 0
+        and not c.queue.processing()
+        and c.queue.num_waiting() == 0
+        and all(q.core.next_due() is None for q in c._coalescing.values())
         for c in manager.controllers
     )
 
