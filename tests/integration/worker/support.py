@@ -280,13 +280,9 @@ async def converged(sim: SimServer, config: WorkerConfig, timeout: float = 20.0)
 
 
 def idle(manager: Manager) -> bool:
-    """No controller of *manager* has queued, running or delayed work, nor a key in one of its
-    coalescing windows (a burst still to be enqueued, or a window not over yet)."""
+    """No controller of *manager* has queued, running or delayed work."""
     return all(
-        len(c.queue) == 0
-        and not c.queue.processing()
-        and c.queue.num_waiting() == 0
-        and all(q.core.next_due() is None for q in c._coalescing.values())
+        len(c.queue) == 0 and not c.queue.processing() and c.queue.num_waiting() == 0
         for c in manager.controllers
     )
 
