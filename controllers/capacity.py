@@ -9,6 +9,9 @@ someone else enqueues its Node again. Nothing is written while the cache already
 desired labels. This reconciler needs no Kueue and runs while Kueue is still missing.
 Where the cluster serves ``resource.k8s.io/v1``, the Node's DRA ``ResourceSlice`` objects
 (``spec.nodeName``) are read too and a slice change enqueues its Node (docs/devices.md, "DRA").
+Node and slice events go through one coalescing window per node, so a flapping node is
+written at most once per window; NodeFeature events are handled at once, except the echoes of
+the reconciler's own applies (docs/worker.md, "Flapping nodes").
 """
 
 from __future__ import annotations
@@ -22,14 +25,55 @@ from gpustack_operator.controllers.nodefacts import NodeFacts
 from gpustack_operator.domain.labels import PART_OF_LABEL, PART_OF_WORKER
 from gpustack_operator.domain.manufacturers import Manufacturer
 from gpustack_operator.domain.nodefeature import worker_node_feature
+from gpustack_operator.domain.nodeview import metadata, name_of
+from gpustack_operator.runtime.coalesce import Coalesce
 from gpustack_operator.runtime.controller import Request
 from gpustack_operator.runtime.informer import Informer
 from gpustack_operator.runtime.manager import Manager
+from gpustack_operator.runtime.predicates import Predicate
 from gpustack_operator.runtime.resources import NODES, RESOURCE_SLICES
 
 NAME: Final = "capacity"
 BY_SLICE_NODE: Final = "resourceslice-node"
 WORKER_NODE_FEATURES: Final = f"{PART_OF_LABEL}={PART_OF_WORKER}"
+
+
+class NotLastApplied(Predicate):
+    """Passes NodeFeature events unless the object holds what the reconciler last applied.
+
+    Such an event is the echo of the reconciler's own write: it brings nothing to repair, and
+    reconciling it at once would let a flapping Node's newer state slip past the Node watch's
+    coalescing window (one extra write per window). A NodeFeature someone else changed no
+    longer holds it, passes, and is repaired at once. Deletes always pass.
+    """
+
+    def __init__(self) -> None:
+        self._applied: dict[str, Mapping[str, Any]] = {}
+
+    @staticmethod
+    def _key(obj: Mapping[str, Any]) -> str:
+        return f"{metadata(obj).get('namespace', '')}/{name_of(obj)}"
+
+    def applying(self, want: Mapping[str, Any]) -> None:
+        """Remember *want* as the NodeFeature's last applied state (before the write)."""
+        self._applied[self._key(want)] = want
+
+    def _passes(self, obj: Mapping[str, Any]) -> bool:
+        want = self._applied.get(self._key(obj))
+        return want is None or not is_up_to_date(obj, want)
+
+    def create(self, obj: Mapping[str, Any]) -> bool:
+        return self._passes(obj)
+
+    def update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+        return self._passes(new)
+
+    def delete(self, obj: Mapping[str, Any]) -> bool:
+        self._applied.pop(self._key(obj), None)
+        return True
+
+    def __repr__(self) -> str:
+        return "NotLastApplied()"
 
 
 class CapacityReconciler:
@@ -42,8 +86,10 @@ class CapacityReconciler:
         system_namespace: str,
         manufacturers: Mapping[str, Manufacturer],
         slices: Informer | None = None,
+        applied: NotLastApplied | None = None,
     ) -> None:
         self.nodes = nodes
+        self.applied = applied
         self.slices = slices
         self.features = features
         self.writer = writer
@@ -66,6 +112,8 @@ class CapacityReconciler:
         have = self.features.indexer.get(f"{self.system_namespace}/{name}")
         if is_up_to_date(have, want):
             return
+        if self.applied is not None:
+            self.applied.applying(want)
         await self.writer.apply(NODE_FEATURES, want, existed=have is not None)
 
 
@@ -77,9 +125,11 @@ def setup_capacity(
     facts: NodeFacts,
     max_concurrent_reconciles: int,
     dra: bool = False,
+    window: float = 1.0,
 ) -> None:
     """Register the capacity reconciler on *manager* (shared Node informer; *facts* is its
-    :class:`NodeFacts`). *dra*: the cluster serves ``resource.k8s.io/v1`` ResourceSlices."""
+    :class:`NodeFacts`). *dra*: the cluster serves ``resource.k8s.io/v1`` ResourceSlices.
+    *window*: the per-node coalescing window of the Node and ResourceSlice watches."""
     nodes = manager.informer(NODES)
     features = manager.informer(
         NODE_FEATURES, namespace=system_namespace, label_selector=WORKER_NODE_FEATURES
@@ -87,6 +137,7 @@ def setup_capacity(
     slices = manager.informer(RESOURCE_SLICES) if dra else None
     if slices is not None:
         slices.add_index(BY_SLICE_NODE, slice_node)
+    applied = NotLastApplied()
     reconciler = CapacityReconciler(
         nodes,
         features,
@@ -94,14 +145,21 @@ def setup_capacity(
         system_namespace=system_namespace,
         manufacturers=facts.manufacturers,
         slices=slices,
+        applied=applied,
     )
+    per_node = Coalesce(window=window)  # one window per node, shared by both watches
     builder = (
         manager.controller(NAME)
-        .for_(NODES, NodeChanged(facts))
-        .owns(NODE_FEATURES, namespace=system_namespace, label_selector=WORKER_NODE_FEATURES)
+        .for_(NODES, NodeChanged(facts), coalesce=per_node)
+        .owns(
+            NODE_FEATURES,
+            applied,
+            namespace=system_namespace,
+            label_selector=WORKER_NODE_FEATURES,
+        )
     )
     if slices is not None:
-        builder = builder.watches(RESOURCE_SLICES, slice_node)
+        builder = builder.watches(RESOURCE_SLICES, slice_node, coalesce=per_node)
     builder.with_options(max_concurrent_reconciles=max_concurrent_reconciles).complete(reconciler)
 
 

@@ -123,6 +123,12 @@ class WorkerConfig:
     ``batch_window`` apart), its reconcile waits for a pause, but at most this many seconds
     after the first event. Its quotas are sums over nodes: writing each intermediate sum
     while a fleet joins is wasted work for the API server and Kueue."""
+    capacity_window: float = 1.0
+    """The coalescing window of the capacity controller's Node (and ResourceSlice) watches,
+    per node: a node whose labels flip many times a second gets its NodeFeature written at
+    most once per window, with the state at the end of the window; the first change after a
+    quiet window is written at once (docs/worker.md, "Flapping nodes"). Changes to the
+    NodeFeature itself are not delayed."""
     settling_max_delay: float = 60.0
     """ClusterQueues only, while Nodes are on their way to the capacity labels the worker
     publishes for them (start-up on an unprofiled cluster, a fleet joining; see
@@ -135,6 +141,10 @@ class WorkerConfig:
             kueue_resources(self.kueue_version)  # raises ValueError naming the choices
         if self.max_concurrent_reconciles < 1:
             raise ValueError("max_concurrent_reconciles must be at least 1")
+        if not self.capacity_window > 0:
+            raise ValueError(
+                f"capacity_window must be a positive number of seconds, got {self.capacity_window}"
+            )
 
 
 def choose_kueue_version(served: list[str], wanted: str) -> KueueVersion | None:
@@ -294,6 +304,7 @@ def setup_worker(manager: Manager, config: WorkerConfig) -> Worker:
         facts=worker.facts,
         max_concurrent_reconciles=config.max_concurrent_reconciles,
         dra=config.dra,
+        window=config.capacity_window,
     )
     manager.add_readyz_check("kueue", worker.kueue_ready)
     manager.add_runnable(worker.discover_kueue, name="kueue discovery", needs_leader=False)

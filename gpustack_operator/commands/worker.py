@@ -181,6 +181,11 @@ def _add_controller_flags(group: argparse._ArgumentGroup) -> None:
     _add_durations(
         group,
         ("kueue-discovery-interval", 10.0, "time between checks for Kueue while it is missing"),
+        (
+            "capacity-coalescing-window",
+            1.0,
+            "per node, at most one NodeFeature write per window while its labels keep changing",
+        ),
         ("cache-sync-timeout", 120.0, "how long start-up waits for the caches to fill"),
         ("graceful-shutdown-timeout", 30.0, "how long in-flight reconciles may finish at shutdown"),
     )
@@ -248,6 +253,7 @@ def build_config(args: argparse.Namespace) -> WorkerConfig:
         flavor_tolerations=args.flavor_tolerations,
         kueue_namespace=args.kueue_namespace,
         kueue_configmap=args.kueue_configmap,
+        capacity_window=args.capacity_coalescing_window,
     )
 
 

@@ -41,6 +41,7 @@ def fast_config(**overrides: Any) -> WorkerConfig:
         "reserved_requeue": 0.2,
         "waiting_requeue": 0.1,
         "batch_window": 0.05,
+        "capacity_window": 0.05,
         "cohort_deleting_requeue": 0.2,
         "max_concurrent_reconciles": 2,
     }

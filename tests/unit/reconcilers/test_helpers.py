@@ -10,6 +10,7 @@ import pytest
 from gpustack_operator.apis import kueue_resources
 from gpustack_operator.cli import build_parser
 from gpustack_operator.commands.worker import build_config, build_options
+from gpustack_operator.controllers.capacity import NotLastApplied
 from gpustack_operator.controllers.clusterqueue import has_reservations
 from gpustack_operator.controllers.common import NodeChanged, is_up_to_date, trim_for_worker
 from gpustack_operator.controllers.nodefacts import node_view
@@ -185,3 +186,38 @@ def test_worker_flags_and_environment() -> None:
     bad = build_parser({}).parse_args(["worker", "--manufacturer", "acme"])
     with pytest.raises(ValueError, match="acme"):
         build_config(bad)
+
+
+def test_capacity_coalescing_window_flag() -> None:
+    """docs/configuration.md: ``--capacity-coalescing-window`` (default 1s)."""
+    assert build_config(build_parser({}).parse_args(["worker"])).capacity_window == 1.0
+    env = {"GPUSTACK_WORKER_CAPACITY_COALESCING_WINDOW": "250ms"}
+    assert build_config(build_parser(env).parse_args(["worker"])).capacity_window == 0.25
+    with pytest.raises(SystemExit):
+        build_parser({}).parse_args(["worker", "--capacity-coalescing-window", "0s"])
+    with pytest.raises(ValueError, match="capacity_window"):
+        WorkerConfig(manufacturers=MFRS, capacity_window=0)
+
+
+def test_only_the_echo_of_the_capacity_write_is_dropped() -> None:
+    """docs/worker.md, "Flapping nodes": a NodeFeature holding what the reconciler last
+    applied is its own write's echo; anything else is repaired at once."""
+    applied = NotLastApplied()
+    want = {
+        "metadata": {"name": "n-gpustack-worker", "namespace": "ns", "labels": {"a": "1"}},
+        "spec": {"labels": {"x": "1"}},
+    }
+    echo = copy.deepcopy(want)
+    echo["metadata"]["resourceVersion"] = "7"
+    assert applied.create(echo) and applied.update(echo, echo)  # nothing applied yet
+    applied.applying(want)
+    assert not applied.create(echo)
+    assert not applied.update(want, echo)
+    edited = copy.deepcopy(echo)
+    edited["spec"]["labels"]["x"] = "2"
+    assert applied.update(echo, edited)
+    other = copy.deepcopy(echo)
+    other["metadata"]["name"] = "m-gpustack-worker"
+    assert applied.update(other, other)
+    assert applied.delete(echo)
+    assert applied.update(echo, echo)  # forgotten with the object
