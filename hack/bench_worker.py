@@ -104,9 +104,25 @@ def mixed_nodes(count: int) -> list[dict[str, Any]]:
 # --- the worker child -------------------------------------------------------------------------
 
 
+def _peak_rss_mib() -> float:
+    """This process's own peak RSS: VmHWM, not ``ru_maxrss``.
+
+    On Linux a child started by fork+exec keeps the high-water mark of its forked copy of
+    the parent in ``ru_maxrss`` (a 100 MiB worker reported the parent's 400 MiB); VmHWM
+    belongs to the exec'd image alone.
+    """
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def _usage() -> dict[str, float]:
     ru = resource.getrusage(resource.RUSAGE_SELF)
-    return {"cpu_s": ru.ru_utime + ru.ru_stime, "max_rss_mib": ru.ru_maxrss / 1024}
+    return {"cpu_s": ru.ru_utime + ru.ru_stime, "max_rss_mib": _peak_rss_mib()}
 
 
 def worker_child(kubeconfig: str, report: Path, resync: float) -> int:
@@ -163,7 +179,67 @@ async def _read_report(path: Path, lines: int) -> dict[str, float]:
             await anyio.sleep(0.05)
 
 
-async def bench(count: int, bound: float, resync: float) -> dict[str, Any]:
+def _percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (p99 of 20 values is the largest)."""
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * q // 100))
+    return ordered[int(rank) - 1]
+
+
+async def reaction_latencies(cluster: Any, changes: int) -> dict[str, Any]:
+    """Remove and restore single nodes' accelerators; time each until its queues are written.
+
+    Each change edits one node's device-manager NodeFeature (what the agent would publish
+    when a card disappears or comes back); the NFD stand-in merges it into the Node, the
+    worker republishes the node's capacity labels, and its ClusterQueues' quotas change.
+    The latency is from the edit to the last ClusterQueue write it causes (no further
+    write for 3 s), measured after a quiet period, so it is a lone change, not a burst.
+    """
+    store = cluster.sim.store
+    writes: list[tuple[float, str]] = []
+
+    def record(event_type: str, obj: dict[str, Any]) -> None:
+        if obj.get("kind") in ("ClusterQueue", "Node"):
+            writes.append((time.monotonic(), obj["kind"]))
+
+    features = [
+        f
+        for f in store.list("nfd.k8s-sigs.io/v1alpha1", "NodeFeature", "gpustack-system")
+        if f["metadata"]["name"].endswith("-gpustack-device-manager") and f["spec"].get("labels")
+    ]
+    unsubscribe = store.subscribe(record)
+    to_queue: list[float] = []
+    to_node: list[float] = []
+    try:
+        for i in range(changes):
+            name = features[(i // 2) * 7 % len(features)]["metadata"]["name"]
+            stored = store.get("nfd.k8s-sigs.io/v1alpha1", "NodeFeature", name, "gpustack-system")
+            original = next(f for f in features if f["metadata"]["name"] == name)
+            stored["spec"]["labels"] = {} if i % 2 == 0 else dict(original["spec"]["labels"])
+            writes.clear()
+            edited = time.monotonic()
+            store.update(stored)
+            with anyio.fail_after(60):
+                while True:
+                    await anyio.sleep(0.02)
+                    queues = [t for t, kind in writes if kind == "ClusterQueue"]
+                    if queues and time.monotonic() - queues[-1] >= 3.0:
+                        break
+            to_queue.append(queues[-1] - edited)
+            nodes = [t for t, kind in writes if kind == "Node"]
+            to_node.append(nodes[0] - edited if nodes else float("nan"))
+    finally:
+        unsubscribe()
+    return {
+        "changes": changes,
+        "queue_p50_s": _percentile(to_queue, 50),
+        "queue_p99_s": _percentile(to_queue, 99),
+        "node_p50_s": _percentile(to_node, 50),
+        "latencies_s": to_queue,
+    }
+
+
+async def bench(count: int, bound: float, resync: float, reaction: int = 0) -> dict[str, Any]:
     from gpustack_operator.environment import load_manufacturers
     from gpustack_operator.runtime.logs import configure_logging
     from gpustack_operator.simcluster.cluster import SimCluster
@@ -214,6 +290,7 @@ async def bench(count: int, bound: float, resync: float) -> dict[str, Any]:
                 cluster.sim.counters.reset()
                 await anyio.sleep(resync * 1.5)  # at least one full resync of every object
                 steady_writes = cluster.sim.counters.writes()
+                reactions = await reaction_latencies(cluster, reaction) if reaction else None
             finally:
                 child.send_signal(signal.SIGTERM)
                 with anyio.fail_after(60):
@@ -240,6 +317,8 @@ async def bench(count: int, bound: float, resync: float) -> dict[str, Any]:
         "writes_per_object": sum(writes_by_kind.values()) / max(1, total_desired),
         "steady_writes": steady_writes,
         "host_cpus": os.cpu_count(),
+        "load_average": os.getloadavg()[0],
+        "reaction": reactions,
     }
 
 
@@ -273,6 +352,13 @@ def main() -> int:
     parser.add_argument("--resync", type=float, default=10.0, help="worker resync period (s)")
     parser.add_argument("--json", type=Path, help="also write the raw results here")
     parser.add_argument(
+        "--reaction",
+        type=int,
+        default=0,
+        metavar="N",
+        help="after convergence, time N single-node accelerator changes (remove, restore)",
+    )
+    parser.add_argument(
         "--worker-child", nargs=2, metavar=("KUBECONFIG", "REPORT"), help=argparse.SUPPRESS
     )
     args = parser.parse_args()
@@ -280,12 +366,20 @@ def main() -> int:
         return worker_child(args.worker_child[0], Path(args.worker_child[1]), args.resync)
     rows = []
     for count in args.nodes:
-        row = anyio.run(bench, count, args.timeout, args.resync)
+        row = anyio.run(bench, count, args.timeout, args.resync, args.reaction)
         rows.append(row)
         print(json.dumps(row), file=sys.stderr)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
     sys.stdout.write(table(rows))
+    for r in rows:
+        if r["reaction"]:
+            x = r["reaction"]
+            sys.stdout.write(
+                f"{r['nodes']:,} nodes, {x['changes']} single-node changes: edit -> last "
+                f"ClusterQueue write p50 {x['queue_p50_s']:.2f} s, p99 {x['queue_p99_s']:.2f} s "
+                f"(edit -> Node updated p50 {x['node_p50_s']:.3f} s)\n"
+            )
     return 0
 
 

@@ -34,7 +34,7 @@ from gpustack_operator.domain.labels import (
     note,
 )
 from gpustack_operator.domain.manufacturers import Manufacturer
-from gpustack_operator.domain.nodeview import is_deleting, labels_of, name_of
+from gpustack_operator.domain.nodeview import is_deleting, label_of, labels_of, name_of
 from gpustack_operator.domain.profiles import GENERIC_GKEY, format_node_profile
 from gpustack_operator.domain.quantities import floor_gi, parse_count, parse_quantity
 from gpustack_operator.domain.validation import is_valid_dns_subdomain, is_valid_label_value
@@ -90,7 +90,7 @@ class Profile:
 
 def is_managed(node: object) -> bool:
     """A node the queues count: labelled exactly ``gpustack.ai/managed=true``, not deleting."""
-    return labels_of(node).get(MANAGED_LABEL) == "true" and not is_deleting(node)
+    return label_of(node, MANAGED_LABEL) == "true" and not is_deleting(node)
 
 
 def general_keys(labels: Mapping[str, str]) -> list[str]:
@@ -312,13 +312,26 @@ def first_profile(
     cohort (an index) asks for one object at the cost of one node, not all of them.
     *profiles_of* defaults to :func:`node_profiles`.
     """
-    for node in sorted((n for n in nodes if is_managed(n)), key=name_of):
+
+    def named(node: object) -> Profile | None:
         profiles = (
             profiles_of(node) if profiles_of is not None else node_profiles(node, manufacturers)
         )
-        for profile in profiles:
-            if getattr(profile, part) == name:
-                return profile
+        return next((p for p in profiles if getattr(p, part) == name), None)
+
+    managed = [n for n in nodes if is_managed(n)]
+    if not managed:
+        return None
+    # The nodes a caller passes are usually those of *name* (an index bucket): the first by
+    # name then has the profile, and one min() replaces sorting them all on every reconcile.
+    first = min(managed, key=name_of)
+    found = named(first)
+    if found is not None:
+        return found
+    for node in sorted(managed, key=name_of):
+        found = named(node)
+        if found is not None:
+            return found
     return None
 
 

@@ -54,6 +54,12 @@ def labels_of(obj: object) -> dict[str, str]:
     return string_map(metadata(obj).get("labels"))
 
 
+def label_of(obj: object, key: str) -> str | None:
+    """One label's value as :func:`labels_of` gives it, without copying the whole map
+    (hot paths ask for one key of thousands of Nodes)."""
+    return _as_text(_mapping(metadata(obj).get("labels")).get(key))
+
+
 def annotations_of(obj: object) -> dict[str, str]:
     return string_map(metadata(obj).get("annotations"))
 
