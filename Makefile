@@ -50,8 +50,8 @@ fmt: install-dev ## apply ruff's fixes and formatting
 run: install ## run the worker against the current kubeconfig
 	$(BIN)/gpustack-operator worker $(RUN_ARGS)
 
-demo: install ## run the worker on a simulated cluster and print the Kueue chain
-	$(BIN)/gpustack-operator --log-level warning sim --cluster $(CLUSTER) -o table
+demo: install ## run the worker on a simulated cluster, print the Kueue chain, submit demo Jobs
+	$(BIN)/gpustack-operator --log-level warning sim --cluster $(CLUSTER) -o table --demo-jobs
 
 clean: ## remove the virtual environment and caches
 	rm -rf $(VENV) .tools .mypy_cache .ruff_cache .pytest_cache .hypothesis

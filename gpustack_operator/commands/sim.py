@@ -136,6 +136,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--port", type=int, default=0, help="port to listen on (default: 0, a free port)"
     )
+    parser.add_argument(
+        "--demo-jobs",
+        action="store_true",
+        help="after convergence submit three Jobs derived from the chain (one that fits, one "
+        "too big, one in the wrong queue) and print where each landed or why it waits",
+    )
     add_quota_resources_flag(parser)
     parser.set_defaults(handler=run)
 
@@ -294,6 +300,14 @@ async def _converge_and_print(
     chain.explanations = explain_nodes(chain.nodes, cluster.manufacturers)
     sys.stdout.write(render(chain, args.output, cluster.manufacturers))
     sys.stdout.flush()
+    if getattr(args, "demo_jobs", False):
+        from gpustack_operator.commands.demojobs import run_demo_jobs
+
+        try:
+            sys.stdout.write("\n" + await run_demo_jobs(cluster, args.timeout))
+        except TimeoutError as exc:
+            return _error(str(exc), EXIT_NOT_CONVERGED)
+        sys.stdout.flush()
     log.info("sim converged", seconds=round(took, 2), nodes=len(cluster.nodes))
     if kubeconfig is None:
         return 0

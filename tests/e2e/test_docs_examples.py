@@ -141,13 +141,42 @@ def shell(tmp_path: Path) -> Iterator[Shell]:
 
 def test_the_demo_output_in_the_readme_is_what_the_demo_prints(shell: Shell) -> None:
     shown = PLAIN.findall(section("README.md", "### The demo"))[0].splitlines()
-    printed = shell.run(
-        "gpustack-operator --log-level warning sim --cluster examples/cluster.yaml -o table"
+    printed = shell.run(  # what `make demo` runs
+        "gpustack-operator --log-level warning sim --cluster examples/cluster.yaml -o table "
+        "--demo-jobs"
     )
     missing = [line for line in shown if line.rstrip() not in printed.splitlines()]
     assert not missing, printed
     assert "(one of its eleven Cohorts)" in section("README.md", "### The demo")
     assert sum(line.startswith("Cohort ") for line in printed.splitlines()) == 11
+    # The jobs section after the chain (docs/simulator.md, "Demo jobs"): as the README shows
+    # it, and each of the three outcomes.
+    jobs = printed.split("\nJobs (3 submitted by --demo-jobs):\n", 1)[1]
+    shown_jobs = PLAIN.findall(section("README.md", "### The demo"))[1].splitlines()
+    assert [line for line in shown_jobs if line.rstrip() not in printed.splitlines()] == []
+    fits, too_big, wrong_queue = _outcomes(jobs)
+    assert fits.startswith("admitted to ClusterQueue gpustack--"), jobs
+    assert ", flavor gpustack--" in fits and "pinned to nodeSelector " in fits, jobs
+    assert "gpustack.ai/managed=true" in fits, jobs
+    assert too_big.startswith("waiting: couldn't assign flavors"), jobs
+    assert re.search(r"insufficient quota for \S+ in flavor gpustack--", too_big), jobs
+    assert re.fullmatch(
+        r"waiting: couldn't assign flavors to pod set main: "
+        r"resource \S+ unavailable in ClusterQueue",
+        wrong_queue,
+    ), jobs
+
+
+def _outcomes(jobs: str) -> tuple[str, str, str]:
+    """The outcome line under each of demo-fits, demo-too-big and demo-wrong-queue."""
+    lines = jobs.splitlines()
+    found = {
+        name: lines[i + 1].strip()
+        for i, line in enumerate(lines)
+        for name in ("demo-fits", "demo-too-big", "demo-wrong-queue")
+        if line.strip().startswith(name + " ")
+    }
+    return found["demo-fits"], found["demo-too-big"], found["demo-wrong-queue"]
 
 
 def _banner_shape(text: str) -> list[str]:
