@@ -22,12 +22,11 @@ stand-in it is part of the cluster: it writes through ``sim.store`` from one asy
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import hashlib
 from collections.abc import Mapping
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -42,6 +41,7 @@ from gpustack_operator.sim.kueueadmission import (
     podset_requests,
     transformations_from_config,
 )
+from gpustack_operator.sim.standin import StoreLoop
 from gpustack_operator.sim.store import now_rfc3339
 
 if TYPE_CHECKING:
@@ -125,7 +125,7 @@ def _selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, s
     return True
 
 
-class KueueStandIn:
+class KueueStandIn(StoreLoop):
     """Runs Kueue's admission for Jobs in a :class:`SimServer`. See the module docstring.
 
     *config* is a Kueue ``Configuration`` object (only ``resources.transformations`` is
@@ -135,13 +135,10 @@ class KueueStandIn:
     name = "sim-kueue"
 
     def __init__(self, sim: SimServer, config: Mapping[str, Any] | None = None) -> None:
-        self.sim = sim
+        super().__init__(sim)
         self.transformations: dict[str, Transformation] = transformations_from_config(config)
         self._jobs: set[tuple[str, str]] = set()
         self._schedule = False
-        self._wake = asyncio.Event()
-        self._unsubscribe: Any = None
-        self._task: asyncio.Task[None] | None = None
         self._generations: dict[tuple[str, str, str], Any] = {}
 
     def configure(self, config: Mapping[str, Any] | None) -> None:
@@ -160,29 +157,11 @@ class KueueStandIn:
             from gpustack_operator.simcluster.crds import workload_crd
 
             self.sim.load_crds([workload_crd()])
-        self._unsubscribe = self.sim.store.subscribe(self.on_event)
+        self._subscribe()
         for job in self.sim.store.list(JOB_API, "Job"):
             self._jobs.add((job["metadata"]["namespace"], job["metadata"]["name"]))
         self._schedule = True
-        self._wake.set()
-        self._task = asyncio.create_task(self._run(), name=self.name)
-
-    async def stop(self) -> None:
-        if self._unsubscribe is not None:
-            self._unsubscribe()
-            self._unsubscribe = None
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
+        self._launch()
 
     def idle(self) -> bool:
         """True when nothing waits to be synced or scheduled (tests poll this)."""

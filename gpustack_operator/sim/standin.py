@@ -1,4 +1,4 @@
-"""The loop shared by the cluster's own stand-ins (nfd-master, kubelet).
+"""The loop shared by the cluster's own stand-ins (nfd-master, kubelet, Kueue admission).
 
 They are part of the simulated cluster, not API clients: a store subscription marks Nodes
 dirty from inside each write (where nothing may be awaited), and one asyncio task reconciles
@@ -24,38 +24,38 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 
-class NodeStandIn(ABC):
-    """Reconciles dirty Nodes of a running :class:`SimServer` in one background task."""
+class StoreLoop(ABC):
+    """A background task of a running :class:`SimServer` fed by a store subscription.
+
+    Subclasses start it with :meth:`_launch` (subscribe, then create the task) and implement
+    :meth:`on_event` and :meth:`_run`; stopping and the async context manager are shared.
+    """
 
     name = "sim-stand-in"
     """Task name and log prefix."""
 
     def __init__(self, sim: SimServer) -> None:
         self.sim = sim
-        self._dirty: set[str] = set()
         self._wake = asyncio.Event()
         self._unsubscribe: Any = None
         self._task: asyncio.Task[None] | None = None
 
     @abstractmethod
-    def initial_nodes(self) -> Iterable[str]:
-        """Nodes to reconcile once at start (called after subscribing)."""
-
-    @abstractmethod
     def on_event(self, event_type: str, obj: dict[str, Any]) -> None:
-        """Store callback: runs inside the write, so it may only :meth:`mark` Nodes."""
+        """Store callback: runs inside the write, so it may only note work and wake the loop."""
 
     @abstractmethod
-    def reconcile(self, node_name: str) -> object:
-        """Bring one Node in line (synchronous, so no other write interleaves)."""
+    async def _run(self) -> None:
+        """The loop: wait for :attr:`_wake`, then do the noted work."""
 
+    @abstractmethod
     async def start(self) -> None:
-        """Subscribe to the store and start the loop; idempotent."""
-        if self._task is not None:
-            return
+        """Start the loop (through :meth:`_launch`); idempotent."""
+
+    def _subscribe(self) -> None:
         self._unsubscribe = self.sim.store.subscribe(self.on_event)
-        for node in self.initial_nodes():
-            self.mark(node)
+
+    def _launch(self) -> None:
         self._wake.set()
         self._task = asyncio.create_task(self._run(), name=self.name)
 
@@ -76,6 +76,35 @@ class NodeStandIn(ABC):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+
+class NodeStandIn(StoreLoop):
+    """Reconciles dirty Nodes of a running :class:`SimServer` in one background task."""
+
+    def __init__(self, sim: SimServer) -> None:
+        super().__init__(sim)
+        self._dirty: set[str] = set()
+
+    @abstractmethod
+    def initial_nodes(self) -> Iterable[str]:
+        """Nodes to reconcile once at start (called after subscribing)."""
+
+    @abstractmethod
+    def on_event(self, event_type: str, obj: dict[str, Any]) -> None:
+        """Store callback: runs inside the write, so it may only :meth:`mark` Nodes."""
+
+    @abstractmethod
+    def reconcile(self, node_name: str) -> object:
+        """Bring one Node in line (synchronous, so no other write interleaves)."""
+
+    async def start(self) -> None:
+        """Subscribe to the store and start the loop; idempotent."""
+        if self._task is not None:
+            return
+        self._subscribe()
+        for node in self.initial_nodes():
+            self.mark(node)
+        self._launch()
 
     def idle(self) -> bool:
         """True when no Node waits to be reconciled (tests poll this with a deadline)."""
