@@ -36,20 +36,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 A = "acceleratable.feature.gpustack.ai/"
-CPUS = [
-    ("AMD", "25", "1", "AMD EPYC 7763 64-Core Processor", "64", "263781504Ki", "1Ti"),
-    (
-        "Intel",
-        "6",
-        "106",
-        "Intel(R) Xeon(R) Platinum 8358 CPU @ 2.60GHz",
-        "32",
-        "131890412Ki",
-        "500Gi",
-    ),
-    ("Intel", "6", "143", "Intel(R) Xeon(R) Platinum 8480+", "112", "1056762036Ki", "3Ti"),
-    ("VendorUnknown", None, None, "Kunpeng 920", "96", "527769352Ki", "2Ti"),
-]
+# The same host shapes as the worker benchmark, so their figures describe one fleet.
+from bench_worker import CPUS  # noqa: E402  (hack/ is on sys.path when run as a script)
+
 CARDS = [
     None,
     None,
