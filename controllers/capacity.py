@@ -23,8 +23,7 @@ from gpustack_operator.apis import NODE_FEATURES
 from gpustack_operator.controllers.common import NodeChanged, Writer, is_up_to_date
 from gpustack_operator.controllers.nodefacts import NodeFacts
 from gpustack_operator.domain.labels import PART_OF_LABEL, PART_OF_WORKER
-from gpustack_operator.domain.manufacturers import Manufacturer
-from gpustack_operator.domain.nodefeature import worker_node_feature
+from gpustack_operator.domain.nodefeature import worker_node_feature, worker_node_feature_with
 from gpustack_operator.domain.nodeview import metadata, name_of
 from gpustack_operator.runtime.coalesce import Coalesce
 from gpustack_operator.runtime.controller import Request
@@ -84,7 +83,7 @@ class CapacityReconciler:
         writer: Writer,
         *,
         system_namespace: str,
-        manufacturers: Mapping[str, Manufacturer],
+        facts: NodeFacts,
         slices: Informer | None = None,
         applied: NotLastApplied | None = None,
     ) -> None:
@@ -94,7 +93,8 @@ class CapacityReconciler:
         self.features = features
         self.writer = writer
         self.system_namespace = system_namespace
-        self.manufacturers = manufacturers
+        self.facts = facts
+        self.manufacturers = facts.manufacturers
 
     async def __call__(self, request: Request) -> None:
         node = self.nodes.indexer.get(request.key)
@@ -105,7 +105,11 @@ class CapacityReconciler:
             if self.slices is not None
             else ()
         )
-        want = worker_node_feature(node, self.system_namespace, self.manufacturers, slices)
+        if slices:
+            want = worker_node_feature(node, self.system_namespace, self.manufacturers, slices)
+        else:
+            labels = self.facts.capacity_labels(node)
+            want = worker_node_feature_with(node, labels, self.system_namespace)
         if want is None:
             return  # being deleted, or a name NFD cannot attribute (over 63 characters)
         name = want["metadata"]["name"]
@@ -143,7 +147,7 @@ def setup_capacity(
         features,
         writer,
         system_namespace=system_namespace,
-        manufacturers=facts.manufacturers,
+        facts=facts,
         slices=slices,
         applied=applied,
     )

@@ -2,7 +2,8 @@
 
 Every Node event reaches the capacity controller and three queue controllers, each with a
 predicate (the Node's worker view), an event mapping (its flavor, queue or cohort names) and
-the Node indexes; every flavor and cohort reconcile needs the profiles of a node too. All of
+the Node indexes; every flavor and cohort reconcile needs the profiles of a node too, and the
+capacity reconciler and the ``awaiting-labels`` index need the node's capacity labels. All of
 them derive the same few values from the same labels, so :class:`NodeFacts` computes them
 once per Node version (uid + resourceVersion, confirmed by equality) and hands out the cached,
 immutable result. Without the cache the work per event grows with the number of controllers
@@ -107,6 +108,7 @@ class _Facts:
     view: tuple[Any, ...] | None = None
     profiles: tuple[Profile, ...] | None = None
     awaits_labels: bool | None = None
+    capacity_labels: Mapping[str, str] | None = None
     names: dict[str, list[str]] = field(default_factory=dict)
 
 
@@ -188,6 +190,16 @@ class NodeFacts:
         (``domain.flavors.node_profile_names``)."""
         return self.names(node, part) if is_managed(node) else []
 
+    def capacity_labels(self, node: Mapping[str, Any]) -> Mapping[str, str]:
+        """``worker_capacity_labels`` of *node* without DRA slices (do not modify it).
+
+        The ``awaiting-labels`` index, the capacity reconciler and its resyncs all ask for
+        the same version's labels; deriving them is the worker's largest per-node cost."""
+        facts = self._facts(node)
+        if facts.capacity_labels is None:
+            facts.capacity_labels = worker_capacity_labels(node, self.manufacturers)
+        return facts.capacity_labels
+
     def awaits_labels(self, node: Mapping[str, Any]) -> bool:
         """Whether *node* does not carry the capacity labels the worker publishes for it yet
         (its NodeFeature is still to be written, or NFD has not merged it): the node's
@@ -199,8 +211,7 @@ class NodeFacts:
             else:
                 labels = labels_of(node)
                 facts.awaits_labels = any(
-                    labels.get(k) != v
-                    for k, v in worker_capacity_labels(node, self.manufacturers).items()
+                    labels.get(k) != v for k, v in self.capacity_labels(node).items()
                 )
         return facts.awaits_labels
 

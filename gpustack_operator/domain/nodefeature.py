@@ -121,10 +121,22 @@ def worker_node_feature(
     """
     if is_deleting(node):
         return None
+    return worker_node_feature_with(
+        node, worker_capacity_labels(node, manufacturers, slices), system_namespace
+    )
+
+
+def worker_node_feature_with(
+    node: object, capacity_labels: Mapping[str, str], system_namespace: str
+) -> dict[str, Any] | None:
+    """:func:`worker_node_feature` from the node's capacity labels computed beforehand
+    (``worker_capacity_labels``; the worker caches them per Node version)."""
+    if is_deleting(node):
+        return None
     return build_node_feature(
         name_of(node),
         uid_of(node),
-        worker_capacity_labels(node, manufacturers, slices),
+        capacity_labels,
         system_namespace=system_namespace,
         suffix=WORKER_SUFFIX,
         part_of=PART_OF_WORKER,

@@ -10,9 +10,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+_EMPTY: Mapping[str, Any] = {}
+
 
 def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+    # ``type(...) is dict`` first: decoded JSON is always a plain dict, and the ABC check
+    # behind ``isinstance(..., Mapping)`` costs several times more on these hot paths.
+    if type(value) is dict:
+        return value
+    return value if isinstance(value, Mapping) else _EMPTY
 
 
 def _as_text(value: object) -> str | None:
@@ -37,6 +43,10 @@ def string_map(value: object) -> dict[str, str]:
 
 
 def metadata(obj: object) -> Mapping[str, Any]:
+    if type(obj) is dict:
+        meta = obj.get("metadata")
+        if type(meta) is dict:
+            return meta
     return _mapping(_mapping(obj).get("metadata"))
 
 

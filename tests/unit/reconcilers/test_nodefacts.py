@@ -12,6 +12,7 @@ import pytest
 from gpustack_operator.commands.plan import read_nodes_file
 from gpustack_operator.controllers.caches import AWAITING_LABELS, add_node_indexes, fleet_settling
 from gpustack_operator.controllers.nodefacts import NodeFacts, node_view
+from gpustack_operator.domain.capacity import worker_capacity_labels
 from gpustack_operator.domain.flavors import (
     desired_resource_flavor,
     desired_resource_flavors,
@@ -76,6 +77,33 @@ def test_facts_equal_the_domain_and_are_computed_once_per_version(
     changed["metadata"]["labels"]["gpustack.ai/managed"] = "false"
     assert facts.profiles(changed) == ()
     assert calls == [changed]
+
+
+def test_capacity_labels_equal_the_domain_and_are_derived_once_per_version(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The awaiting-labels index and the capacity reconciler share one derivation."""
+    nodes = profiled_nodes()
+    facts = NodeFacts(MFRS)
+    for node in nodes:
+        assert facts.capacity_labels(node) == worker_capacity_labels(node, MFRS)
+    calls = []
+
+    def counted(node: Any, manufacturers: Any) -> dict[str, str]:
+        calls.append(node)
+        return worker_capacity_labels(node, manufacturers)
+
+    monkeypatch.setattr("gpustack_operator.controllers.nodefacts.worker_capacity_labels", counted)
+    node = nodes[0]
+    facts.awaits_labels(copy.deepcopy(node))
+    facts.capacity_labels(node)
+    assert calls == []
+    relabelled = copy.deepcopy(node)
+    relabelled["metadata"]["resourceVersion"] = "999"
+    relabelled["metadata"]["labels"]["gpustack.ai/managed"] = "paused"  # echoed back
+    assert facts.capacity_labels(relabelled)["gpustack.ai/managed"] == "paused"
+    assert facts.capacity_labels(node)["gpustack.ai/managed"] == "true"
+    assert calls == [relabelled]
 
 
 def test_the_cache_is_bounded_by_generations() -> None:
