@@ -29,13 +29,14 @@ import functools
 import json
 import math
 import random
+import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
-from urllib.parse import urlsplit
+from typing import Any, Literal, Protocol
+from urllib.parse import quote, urlencode, urlsplit
 
 import anyio
 import httpx
@@ -43,7 +44,9 @@ import kr8s
 import kr8s.asyncio
 import structlog
 
+from .. import __version__
 from .backoff import TokenBucket
+from .http11 import Http11Transport, TransportError
 from .jsondecode import decode_object
 from .kr8sinternals import close_session, rebuild_session
 from .metrics import REST_CLIENT_LATENCY, REST_CLIENT_REQUESTS
@@ -84,6 +87,7 @@ _APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 _JSON_CONTENT_TYPE = "application/json"
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_WATCH_INACTIVITY_TIMEOUT = 70.0
+_USER_AGENT = f"gpustack-operator/{__version__}"
 WATCH_EVENT_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED", "BOOKMARK"})
 
 
@@ -224,20 +228,32 @@ def error_from_status(
     return cls(message, status=code, reason=reason, retry_after=retry_after, details=details)
 
 
-def _error_from_response(response: httpx.Response) -> ApiError:
+class _Answer(Protocol):
+    """A complete HTTP answer: an ``httpx.Response`` whose body was read, or the keep-alive
+    transport's :class:`~.http11.RawResponse`."""
+
+    @property
+    def status_code(self) -> int: ...
+    @property
+    def reason_phrase(self) -> str: ...
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+    @property
+    def content(self) -> bytes: ...
+
+
+def _error_from_response(response: _Answer) -> ApiError:
     """Typed error for an HTTP error *response* whose body has been read."""
     try:
-        body = response.json()
-    except (ValueError, httpx.ResponseNotRead):
+        body = json.loads(response.content)
+    except ValueError:
         body = None
-    text = ""
-    with contextlib.suppress(httpx.ResponseNotRead, UnicodeDecodeError):
-        text = response.text.strip()[:500]
+    text = response.content.decode("utf-8", "replace").strip()[:500]
     return error_from_status(
         response.status_code,
         body if isinstance(body, dict) else None,
         fallback_message=text or f"HTTP {response.status_code} {response.reason_phrase}",
-        retry_after_header=response.headers.get("Retry-After"),
+        retry_after_header=response.headers.get("retry-after"),
     )
 
 
@@ -359,6 +375,7 @@ class Client:
         watch_inactivity_timeout: float | None = DEFAULT_WATCH_INACTIVITY_TIMEOUT,
         clock: Callable[[], float] = time.monotonic,
         rate_limiter: TokenBucket | None = None,
+        http11: bool = True,
     ) -> None:
         self._api = api
         self._timeout = timeout
@@ -373,6 +390,8 @@ class Client:
         self._log = log.bind(host=self.host)
         self._auth_lock = anyio.Lock()
         self._auth_generation = 0
+        self._http11 = http11
+        self._transport: Http11Transport | None = None
 
     @classmethod
     async def connect(
@@ -384,14 +403,17 @@ class Client:
         burst: int | None = None,
         timeout: float = DEFAULT_TIMEOUT,  # noqa: ASYNC109 - per-request timeout, kept by the client
         watch_inactivity_timeout: float | None = DEFAULT_WATCH_INACTIVITY_TIMEOUT,
+        http11: bool = True,
     ) -> Client:
         """Load credentials and check the server answers ``/version``.
 
         Credentials come from *kubeconfig* (a path, or ``a:b`` paths), else ``KUBECONFIG``,
         else ``~/.kube/config``, else the in-cluster service account; *context* picks a
-        kubeconfig context. The kr8s ``Api`` is built directly rather than through
-        ``kr8s.asyncio.api()``, whose per-thread cache hands any existing instance to a caller
-        that passes no arguments (one test's cluster leaking into the next).
+        kubeconfig context. *http11* False sends every request through kr8s's httpx session
+        (one-shot requests otherwise use ``runtime.http11``). The kr8s ``Api`` is built
+        directly rather than through ``kr8s.asyncio.api()``, whose per-thread cache hands any
+        existing instance to a caller that passes no arguments (one test's cluster leaking
+        into the next).
         """
         api = kr8s.asyncio.Api(
             bypass_factory=True,
@@ -425,6 +447,7 @@ class Client:
             burst=burst,
             timeout=timeout,
             watch_inactivity_timeout=watch_inactivity_timeout,
+            http11=http11,
         )
 
     @property
@@ -434,6 +457,8 @@ class Client:
 
     async def close(self) -> None:
         """Close the HTTP session (open watches end with :class:`WatchInterrupted`)."""
+        if self._transport is not None:
+            await self._transport.aclose()
         await close_session(self._api)
 
     async def __aenter__(self) -> Client:
@@ -467,7 +492,7 @@ class Client:
         body: Any = None,
         content_type: str = _JSON_CONTENT_TYPE,
         stream: bool = False,
-    ) -> AsyncIterator[httpx.Response]:
+    ) -> AsyncIterator[_Answer]:
         """One HTTP exchange through kr8s, with limiter, metrics and typed errors.
 
         The URL is ``base/version/url`` (kr8s's ``call_api`` layout). A streamed response has
@@ -480,6 +505,14 @@ class Client:
         """
         if self._limiter is not None:
             await self._limiter.acquire()
+        if not stream:
+            transport = await self._lean_transport()
+            if transport is not None:
+                async with self._call_http11(
+                    transport, method, base, version, url, params, body, content_type
+                ) as answer:
+                    yield answer
+                return
         kwargs: dict[str, Any] = {
             "timeout": httpx.Timeout(self._timeout, read=None)
             if stream
@@ -542,6 +575,92 @@ class Client:
             if code:
                 self._record(method, code, started)
 
+    async def _lean_transport(self) -> Http11Transport | None:
+        """The keep-alive transport for one-shot requests (``runtime.http11``), built on first
+        use from kr8s's view of the kubeconfig; None where httpx stays in charge (a proxy,
+        or the client was built with ``http11=False``)."""
+        if self._transport is not None or not self._http11:
+            return self._transport
+        auth = self._api.auth
+        if getattr(auth, "proxy", None):
+            self._http11 = False
+            return None
+        server = str(getattr(auth, "server", "") or "")
+        context: ssl.SSLContext | None = None
+        if server.startswith("https:"):
+            verify: object = await auth.ssl_context()  # type: ignore[no-untyped-call]
+            # kr8s answers True where the kubeconfig names no CA or certificate: httpx's
+            # default verification then, the same as through kr8s's session.
+            context = verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context()
+        try:
+            self._transport = Http11Transport(
+                server, ssl_context=context, server_hostname=auth.tls_server_name or None
+            )
+        except ValueError as exc:
+            self._log.info("http11_transport_unavailable", error=str(exc))
+            self._http11 = False
+        return self._transport
+
+    @contextlib.asynccontextmanager
+    async def _call_http11(
+        self,
+        transport: Http11Transport,
+        method: str,
+        base: str,
+        version: str,
+        url: str,
+        params: Mapping[str, str] | None,
+        body: Any,
+        content_type: str,
+    ) -> AsyncIterator[_Answer]:
+        """:meth:`_call` for a one-shot request over the keep-alive transport: the same
+        limiter, metrics, typed errors and one credential re-read on 401."""
+        # kr8s's ``call_api`` layout: the base, the version where there is one, the path.
+        target = "/".join([base, version, url] if version else [base, url])
+        if params:
+            target = f"{target}?{urlencode(params, quote_via=quote)}"
+        payload = json.dumps(body, separators=(",", ":")).encode() if body is not None else None
+        where = f"{method} {base}/{version}/{url}".replace("//", "/")
+        started = self._clock()
+        code = "<error>"
+        try:
+            for attempt in (1, 2):
+                headers = self._headers(content_type if payload is not None else None)
+                try:
+                    with anyio.fail_after(self._timeout):
+                        raw = await transport.request(method, target, headers, payload)
+                except TimeoutError as exc:
+                    raise ApiUnavailable(
+                        f"{where}: no answer within {self._timeout:g}s", reason="Timeout"
+                    ) from exc
+                except TransportError as exc:
+                    raise ApiUnavailable(f"{where}: {exc}", reason="ConnectionFailed") from exc
+                code = str(raw.status_code)
+                if raw.status_code == 401 and attempt == 1:
+                    self._record(method, code, started)
+                    await self._reauthenticate()
+                    transport = await self._lean_transport() or transport
+                    started = self._clock()
+                    continue
+                break
+            if raw.status_code >= 400:
+                raise _error_from_response(raw)
+            self._record(method, code, started)
+            code = ""
+        finally:
+            if code:
+                self._record(method, code, started)
+        yield raw
+
+    def _headers(self, content_type: str | None) -> dict[str, str]:
+        headers = {"User-Agent": _USER_AGENT, "Accept": _JSON_CONTENT_TYPE}
+        token = getattr(self._api.auth, "token", None)
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        if content_type is not None:
+            headers["Content-Type"] = content_type
+        return headers
+
     async def _reauthenticate(self) -> None:
         """Re-read credentials (rotated token, exec plugin) and rebuild the HTTP session.
 
@@ -555,6 +674,9 @@ class Client:
             self._log.info("api_unauthorized_reauthenticating")
             await self._api.auth.reauthenticate()
             await rebuild_session(self._api)
+            if self._transport is not None:  # client certificates may have rotated too
+                await self._transport.aclose()
+                self._transport = None
             self._auth_generation += 1
 
     async def _json(
@@ -695,6 +817,8 @@ class Client:
             params=params,
             stream=True,
         ) as response:
+            if not isinstance(response, httpx.Response):  # streams always go through httpx
+                raise TypeError(f"a watch needs a streamed httpx response, not {response!r}")
             stream = WatchStream(response, inactivity)
             try:
                 yield stream
@@ -833,7 +957,7 @@ def _selector_params(label_selector: str | None, field_selector: str | None) -> 
     return params
 
 
-async def _decode_large_object(response: httpx.Response) -> JSON:
+async def _decode_large_object(response: _Answer) -> JSON:
     """:func:`_decode_object`, yielding to the event loop while a large body (a big LIST)
     decodes (``runtime.jsondecode``)."""
     try:
@@ -847,10 +971,10 @@ async def _decode_large_object(response: httpx.Response) -> JSON:
     return _ensure_object(response, data)
 
 
-def _decode_object(response: httpx.Response) -> JSON:
+def _decode_object(response: _Answer) -> JSON:
     """Decode a JSON object body; anything else is a protocol error, not a crash."""
     try:
-        data = response.json()
+        data = json.loads(response.content)
     except ValueError as exc:
         raise ApiError(
             f"the API server answered {response.status_code} with a body that is not JSON",
@@ -860,7 +984,7 @@ def _decode_object(response: httpx.Response) -> JSON:
     return _ensure_object(response, data)
 
 
-def _ensure_object(response: httpx.Response, data: Any) -> JSON:
+def _ensure_object(response: _Answer, data: Any) -> JSON:
     if not isinstance(data, dict):
         raise ApiError(
             f"the API server answered {response.status_code} with JSON that is not an object",
