@@ -82,6 +82,8 @@ class Indexer:
         self._indices: dict[str, dict[str, set[str]]] = {}
         # index name -> key -> values it is filed under (to unfile on update/delete)
         self._filed: dict[str, dict[str, tuple[str, ...]]] = {}
+        # index name -> how many times a key entered or left one of its values
+        self._generations: dict[str, int] = {}
 
     def add_index(self, name: str, fn: IndexFunc) -> None:
         """Register index *name*; objects already stored are indexed at once."""
@@ -90,8 +92,9 @@ class Indexer:
         self._index_funcs[name] = fn
         self._indices[name] = {}
         self._filed[name] = {}
+        self._generations[name] = 0
         for key, obj in self._items.items():
-            self._file(name, key, obj)
+            self._refile(name, key, obj)
 
     @property
     def index_names(self) -> list[str]:
@@ -128,6 +131,16 @@ class Indexer:
             raise KeyError(f"no index named {name!r}; add it with add_index first") from None
         return sorted(index.get(value, ()))
 
+    def index_count(self, name: str, value: str) -> int:
+        """How many keys are filed under *value* in index *name* (no copy, no sort)."""
+        return len(self._indices[name].get(value, ()))
+
+    def index_generation(self, name: str) -> int:
+        """A counter that moves whenever a key enters or leaves a value of index *name*
+        (an update that files an object where it already was does not move it): a cheap
+        way to ask "did this index change?" on every event."""
+        return self._generations[name]
+
     def index_values(self, name: str) -> builtins.list[str]:
         """The values index *name* currently holds at least one object under."""
         return list(self._indices[name])
@@ -140,8 +153,7 @@ class Indexer:
         old = self._items.get(key)
         self._items[key] = obj
         for name in self._index_funcs:
-            self._unfile(name, key)
-            self._file(name, key, obj)
+            self._refile(name, key, obj)
         return old
 
     def delete(self, key: str) -> JSON | None:
@@ -152,23 +164,30 @@ class Indexer:
                 self._unfile(name, key)
         return old
 
-    def _file(self, name: str, key: str, obj: JSON) -> None:
+    def _refile(self, name: str, key: str, obj: JSON) -> None:
+        """File *key* under the values index *name* gives *obj*, moving only what changed."""
         try:
             values = tuple(dict.fromkeys(self._index_funcs[name](obj)))
         except Exception:
             # A faulty index function must not corrupt the store: the object stays stored,
             # just not filed under this index.
             log.exception("index_function_failed", index=name, key=key)
+            values = ()
+        if self._filed[name].get(key, ()) == values:
             return
+        self._unfile(name, key)
         if not values:
             return
         self._filed[name][key] = values
         index = self._indices[name]
         for value in values:
             index.setdefault(value, set()).add(key)
+        self._generations[name] += 1
 
     def _unfile(self, name: str, key: str) -> None:
         values = self._filed[name].pop(key, ())
+        if values:
+            self._generations[name] += 1
         index = self._indices[name]
         for value in values:
             keys = index.get(value)

@@ -121,3 +121,23 @@ def test_strip_managed_fields_returns_clean_objects_unchanged() -> None:
     clean = obj("a")
     assert strip_managed_fields(clean) is clean
     assert strip_managed_fields({"kind": "Weird"}) == {"kind": "Weird"}
+
+
+def test_index_count_and_generation_move_only_with_membership() -> None:
+    """What a hold asks on every event: how many are filed, and did that change."""
+    store = Indexer()
+    store.add_index("team", by_label("team"))
+    assert (store.index_count("team", "a"), store.index_generation("team")) == (0, 0)
+    store.upsert(obj("x", team="a"))
+    store.upsert(obj("y", team="a"))
+    assert store.index_count("team", "a") == 2
+    moved = store.index_generation("team")
+    store.upsert(obj("x", team="a", other="1"))  # filed where it already was
+    assert store.index_generation("team") == moved
+    store.upsert(obj("x", team="b"))
+    assert (store.index_count("team", "a"), store.index_count("team", "b")) == (1, 1)
+    assert store.index_generation("team") > moved
+    moved = store.index_generation("team")
+    store.delete("y")
+    assert store.index_count("team", "a") == 0 and store.index_generation("team") > moved
+    assert store.index_keys("team", "b") == ["x"]
