@@ -11,8 +11,10 @@ child process (``--worker-child``) so that its CPU time and peak RSS are the wor
 Measured: wall time from the worker's start to the first moment the server holds exactly
 what ``plan`` computes (confirmed by a quiet period), the worker's CPU time and peak RSS up to
 then (the child reports ``getrusage`` on SIGUSR1), API requests by verb, writes per desired
-object, and the writes during one forced resync after convergence (the child runs with
-``resync_period``; 0 expected). Prints a Markdown table.
+object, and the writes during one forced resync after convergence (0 expected). The child
+runs as ``gpustack-operator worker`` does, without a periodic resync (``--resync-period``
+adds one); after convergence the parent asks it (SIGUSR2) to deliver every cached object of
+every informer again and counts the writes for ``--resync`` seconds. Prints a Markdown table.
 
     .venv/bin/python hack/bench_worker.py --nodes 100 1000
 
@@ -23,6 +25,7 @@ object, and the writes during one forced resync after convergence (the child run
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import resource
@@ -125,8 +128,9 @@ def _usage() -> dict[str, float]:
     return {"cpu_s": ru.ru_utime + ru.ru_stime, "max_rss_mib": _peak_rss_mib()}
 
 
-def worker_child(kubeconfig: str, report: Path, resync: float) -> int:
-    """Run the worker until SIGTERM; SIGUSR1 appends a getrusage snapshot to *report*."""
+def worker_child(kubeconfig: str, report: Path, resync_period: float) -> int:
+    """Run the worker until SIGTERM; SIGUSR1 appends a getrusage snapshot to *report*,
+    SIGUSR2 resyncs every informer once."""
     from gpustack_operator.controllers.worker import WorkerConfig, new_worker_manager, setup_worker
     from gpustack_operator.runtime.client import Client
     from gpustack_operator.runtime.logs import configure_logging
@@ -145,10 +149,18 @@ def worker_child(kubeconfig: str, report: Path, resync: float) -> int:
             fh.write(json.dumps({"started": time.time(), **_usage()}) + "\n")
         client = await Client.connect(kubeconfig)
         options = ManagerOptions(
-            health_probe_bind_address="0", metrics_bind_address="0", resync_period=resync
+            health_probe_bind_address="0",
+            metrics_bind_address="0",
+            resync_period=resync_period or None,
         )
         manager = new_worker_manager(client, options)
         setup_worker(manager, WorkerConfig())
+
+        def resync_all() -> None:
+            for informer in manager.informers.informers():
+                informer.resync()
+
+        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR2, resync_all)
         try:
             return await manager.run_until_signal()
         finally:
@@ -239,7 +251,9 @@ async def reaction_latencies(cluster: Any, changes: int) -> dict[str, Any]:
     }
 
 
-async def bench(count: int, bound: float, resync: float, reaction: int = 0) -> dict[str, Any]:
+async def bench(
+    count: int, bound: float, resync: float, reaction: int = 0, resync_period: float = 0.0
+) -> dict[str, Any]:
     from gpustack_operator.environment import load_manufacturers
     from gpustack_operator.runtime.logs import configure_logging
     from gpustack_operator.simcluster.cluster import SimCluster
@@ -272,8 +286,8 @@ async def bench(count: int, bound: float, resync: float, reaction: int = 0) -> d
                     "--worker-child",
                     str(kubeconfig),
                     str(report),
-                    "--resync",
-                    str(resync),
+                    "--resync-period",
+                    str(resync_period),
                 ],
                 cwd=REPO,
                 stdout=None,
@@ -288,7 +302,8 @@ async def bench(count: int, bound: float, resync: float, reaction: int = 0) -> d
                 usage = await _read_report(report, 2)
                 counts = cluster.sim.counters.snapshot()
                 cluster.sim.counters.reset()
-                await anyio.sleep(resync * 1.5)  # at least one full resync of every object
+                child.send_signal(signal.SIGUSR2)  # every cached object reconciled again
+                await anyio.sleep(resync)
                 steady_writes = cluster.sim.counters.writes()
                 reactions = await reaction_latencies(cluster, reaction) if reaction else None
             finally:
@@ -349,7 +364,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, nargs="+", default=[100, 1000, 5000])
     parser.add_argument("--timeout", type=float, default=900.0, help="per size (default 900 s)")
-    parser.add_argument("--resync", type=float, default=10.0, help="worker resync period (s)")
+    parser.add_argument(
+        "--resync",
+        type=float,
+        default=10.0,
+        help="after convergence, count writes this long after one forced resync (s)",
+    )
+    parser.add_argument(
+        "--resync-period",
+        type=float,
+        default=0.0,
+        help="the worker's periodic resync (s; default none, as the worker runs by default)",
+    )
     parser.add_argument("--json", type=Path, help="also write the raw results here")
     parser.add_argument(
         "--reaction",
@@ -363,10 +389,10 @@ def main() -> int:
     )
     args = parser.parse_args()
     if args.worker_child:
-        return worker_child(args.worker_child[0], Path(args.worker_child[1]), args.resync)
+        return worker_child(args.worker_child[0], Path(args.worker_child[1]), args.resync_period)
     rows = []
     for count in args.nodes:
-        row = anyio.run(bench, count, args.timeout, args.resync, args.reaction)
+        row = anyio.run(bench, count, args.timeout, args.resync, args.reaction, args.resync_period)
         rows.append(row)
         print(json.dumps(row), file=sys.stderr)
     if args.json:

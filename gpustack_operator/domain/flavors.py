@@ -34,7 +34,7 @@ from gpustack_operator.domain.labels import (
     note,
 )
 from gpustack_operator.domain.manufacturers import Manufacturer
-from gpustack_operator.domain.nodeview import is_deleting, label_of, labels_of, name_of
+from gpustack_operator.domain.nodeview import label_of, labels_of, metadata, name_of
 from gpustack_operator.domain.profiles import GENERIC_GKEY, format_node_profile
 from gpustack_operator.domain.quantities import floor_gi, parse_count, parse_quantity
 from gpustack_operator.domain.validation import is_valid_dns_subdomain, is_valid_label_value
@@ -90,7 +90,14 @@ class Profile:
 
 def is_managed(node: object) -> bool:
     """A node the queues count: labelled exactly ``gpustack.ai/managed=true``, not deleting."""
-    return label_of(node, MANAGED_LABEL) == "true" and not is_deleting(node)
+    meta = metadata(node)
+    labels = meta.get("labels")
+    # Decoded JSON holds plain dicts: read the one label directly (every flavor and cohort
+    # reconcile asks this of each node it looks at); anything else goes the careful way.
+    value = labels.get(MANAGED_LABEL) if type(labels) is dict else None
+    if type(value) is not str:  # absent, or a YAML scalar such as an unquoted true
+        value = label_of(node, MANAGED_LABEL)
+    return value == "true" and not meta.get("deletionTimestamp")
 
 
 def general_keys(labels: Mapping[str, str]) -> list[str]:

@@ -5,9 +5,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
+
 from gpustack_operator.domain.desired import desired_state
 from gpustack_operator.domain.flavors import (
     desired_resource_flavors,
+    is_managed,
     node_profile_names,
     node_profiles,
 )
@@ -489,3 +492,21 @@ def test_device_manager_node_feature_and_label_ownership() -> None:
     assert not is_device_manager_label(A + "nvidia-tesla-t4.z-queue")
     assert is_worker_label(A + "nvidia-tesla-t4.z-queue") and is_worker_label(G + "amd")
     assert is_worker_label("gpustack.ai/managed") and not is_worker_label("kubernetes.io/os")
+
+
+@pytest.mark.parametrize(
+    ("labels", "meta", "managed"),
+    [
+        ({"gpustack.ai/managed": "true"}, {}, True),
+        ({"gpustack.ai/managed": True}, {}, True),  # an unquoted YAML true
+        ({"gpustack.ai/managed": "false"}, {}, False),
+        ({}, {}, False),
+        ({"gpustack.ai/managed": "true"}, {"deletionTimestamp": "2026-01-01T00:00:00Z"}, False),
+        (None, {}, False),
+    ],
+)
+def test_is_managed_reads_the_label_as_kubectl_would_store_it(
+    labels: object, meta: dict[str, object], managed: bool
+) -> None:
+    node = {"metadata": {"name": "n", "labels": labels, **meta}}
+    assert is_managed(node) is managed
