@@ -234,16 +234,17 @@ class _IndexSource(Protocol):
 @dataclass
 class IndexHold:
     """A :class:`Hold` derived from an informer index: active while the bucket *value* of
-    index *index* holds objects and its membership changed within the last *stall* seconds
-    (a member that never leaves, such as a node that is never labelled, cannot hold bursts
-    for good). Membership is sampled when asked."""
+    index *index* holds objects and the index's membership changed within the last *stall*
+    seconds (a member that never leaves, such as a node that is never labelled, cannot hold
+    bursts for good). Sampled when asked, on every event of a coalescing watch, so it reads
+    the index's count and change counter only, never the members themselves."""
 
     informer: Any
     index: str
     value: str
     stall: float = 10.0
     clock: Callable[[], float] = time.monotonic
-    _members: frozenset[str] = field(default=frozenset(), init=False)
+    _generation: int = field(default=-1, init=False)
     _moved: float = field(default=-math.inf, init=False)
 
     @property
@@ -251,9 +252,11 @@ class IndexHold:
         return (self.informer,)
 
     def active(self) -> bool:
-        members = frozenset(self.informer.indexer.index_keys(self.index, self.value))
+        indexer = self.informer.indexer
+        count = indexer.index_count(self.index, self.value)
+        generation = indexer.index_generation(self.index)
         now = self.clock()
-        if members != self._members:
-            self._members = members
+        if generation != self._generation:
+            self._generation = generation
             self._moved = now
-        return bool(members) and now - self._moved < self.stall
+        return count > 0 and now - self._moved < self.stall
