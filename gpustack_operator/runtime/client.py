@@ -46,7 +46,7 @@ import structlog
 
 from .. import __version__
 from .backoff import TokenBucket
-from .http11 import Http11Transport, TransportError
+from .http11 import Http11Transport, RawResponse, StreamedResponse, TransportError
 from .jsondecode import decode_object
 from .kr8sinternals import close_session, rebuild_session
 from .metrics import REST_CLIENT_LATENCY, REST_CLIENT_REQUESTS
@@ -291,8 +291,12 @@ class WatchStream:
     timeout. A clean end of the response (the server's ``timeoutSeconds``) ends iteration.
     """
 
-    def __init__(self, response: httpx.Response, inactivity_timeout: float | None) -> None:
-        self._lines = response.aiter_lines()
+    def __init__(
+        self,
+        lines: AsyncIterator[str] | AsyncIterator[bytes],
+        inactivity_timeout: float | None,
+    ) -> None:
+        self._lines = lines
         self._inactivity_timeout = inactivity_timeout
         self.events = 0
 
@@ -307,7 +311,7 @@ class WatchStream:
                 self.events += 1
                 return event
 
-    async def _next_line(self) -> str:
+    async def _next_line(self) -> str | bytes:
         try:
             if self._inactivity_timeout is None:
                 return await self._lines.__anext__()
@@ -318,13 +322,13 @@ class WatchStream:
                 f"watch sent nothing for {self._inactivity_timeout:g}s; restarting it",
                 reason="WatchStalled",
             ) from exc
-        except (httpx.TransportError, httpx.StreamError) as exc:
+        except (httpx.TransportError, httpx.StreamError, TransportError) as exc:
             raise WatchInterrupted(
                 f"watch stream broke: {exc!r}", reason="WatchInterrupted"
             ) from exc
 
     @staticmethod
-    def _decode(line: str) -> WatchEvent:
+    def _decode(line: str | bytes) -> WatchEvent:
         try:
             raw = json.loads(line)
         except ValueError as exc:
@@ -505,14 +509,13 @@ class Client:
         """
         if self._limiter is not None:
             await self._limiter.acquire()
-        if not stream:
-            transport = await self._lean_transport()
-            if transport is not None:
-                async with self._call_http11(
-                    transport, method, base, version, url, params, body, content_type
-                ) as answer:
-                    yield answer
-                return
+        transport = await self._lean_transport()
+        if transport is not None:
+            async with self._call_http11(
+                transport, method, base, version, url, params, body, content_type, stream
+            ) as answer:
+                yield answer
+            return
         kwargs: dict[str, Any] = {
             "timeout": httpx.Timeout(self._timeout, read=None)
             if stream
@@ -612,9 +615,11 @@ class Client:
         params: Mapping[str, str] | None,
         body: Any,
         content_type: str,
+        stream: bool,
     ) -> AsyncIterator[_Answer]:
-        """:meth:`_call` for a one-shot request over the keep-alive transport: the same
-        limiter, metrics, typed errors and one credential re-read on 401."""
+        """:meth:`_call` over the keep-alive transport: the same limiter, metrics, typed
+        errors and one credential re-read on 401. A stream (a watch) has its own connection
+        and no read timeout once its headers are in."""
         # kr8s's ``call_api`` layout: the base, the version where there is one, the path.
         target = "/".join([base, version, url] if version else [base, url])
         if params:
@@ -623,34 +628,49 @@ class Client:
         where = f"{method} {base}/{version}/{url}".replace("//", "/")
         started = self._clock()
         code = "<error>"
-        try:
-            for attempt in (1, 2):
-                headers = self._headers(content_type if payload is not None else None)
-                try:
-                    with anyio.fail_after(self._timeout):
-                        raw = await transport.request(method, target, headers, payload)
-                except TimeoutError as exc:
-                    raise ApiUnavailable(
-                        f"{where}: no answer within {self._timeout:g}s", reason="Timeout"
-                    ) from exc
-                except TransportError as exc:
-                    raise ApiUnavailable(f"{where}: {exc}", reason="ConnectionFailed") from exc
-                code = str(raw.status_code)
-                if raw.status_code == 401 and attempt == 1:
-                    self._record(method, code, started)
-                    await self._reauthenticate()
-                    transport = await self._lean_transport() or transport
-                    started = self._clock()
-                    continue
-                break
-            if raw.status_code >= 400:
-                raise _error_from_response(raw)
-            self._record(method, code, started)
-            code = ""
-        finally:
-            if code:
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                for attempt in (1, 2):
+                    headers = self._headers(content_type if payload is not None else None)
+                    exchange = contextlib.AsyncExitStack()
+                    answer: RawResponse | StreamedResponse
+                    try:
+                        with anyio.fail_after(self._timeout):
+                            if stream:
+                                answer = await exchange.enter_async_context(
+                                    transport.stream(method, target, headers)
+                                )
+                            else:
+                                answer = await transport.request(method, target, headers, payload)
+                    except TimeoutError as exc:
+                        raise ApiUnavailable(
+                            f"{where}: no answer within {self._timeout:g}s", reason="Timeout"
+                        ) from exc
+                    except TransportError as exc:
+                        raise ApiUnavailable(f"{where}: {exc}", reason="ConnectionFailed") from exc
+                    code = str(answer.status_code)
+                    if answer.status_code == 401 and attempt == 1:
+                        await exchange.aclose()
+                        self._record(method, code, started)
+                        await self._reauthenticate()
+                        transport = await self._lean_transport() or transport
+                        started = self._clock()
+                        continue
+                    stack.push_async_exit(exchange)
+                    break
+                if answer.status_code >= 400:
+                    if isinstance(answer, StreamedResponse):
+                        # The Status body names the problem; without it the code still does.
+                        with contextlib.suppress(TransportError, TimeoutError):
+                            with anyio.fail_after(self._timeout):
+                                await answer.aread()
+                    raise _error_from_response(answer)
                 self._record(method, code, started)
-        yield raw
+                code = ""
+            finally:
+                if code:
+                    self._record(method, code, started)
+            yield answer
 
     def _headers(self, content_type: str | None) -> dict[str, str]:
         headers = {"User-Agent": _USER_AGENT, "Accept": _JSON_CONTENT_TYPE}
@@ -817,9 +837,14 @@ class Client:
             params=params,
             stream=True,
         ) as response:
-            if not isinstance(response, httpx.Response):  # streams always go through httpx
-                raise TypeError(f"a watch needs a streamed httpx response, not {response!r}")
-            stream = WatchStream(response, inactivity)
+            lines: AsyncIterator[str] | AsyncIterator[bytes]
+            if isinstance(response, StreamedResponse):
+                lines = response.lines()
+            elif isinstance(response, httpx.Response):
+                lines = response.aiter_lines()
+            else:
+                raise TypeError(f"a watch needs a streamed response, not {response!r}")
+            stream = WatchStream(lines, inactivity)
             try:
                 yield stream
             finally:

@@ -8,10 +8,14 @@ more than the server took to answer. This transport sends the same request with 
 of that: one pre-split origin, one timeout per exchange, a stack of idle connections, and
 the response read with ``asyncio.StreamReader`` (``Content-Length`` or chunked bodies).
 
+Watches use :meth:`Http11Transport.stream`: a connection of their own, the body handed out
+line by line as it arrives (a watch event is one JSON line), without httpx's per-read
+cancel scopes and text decoding layers.
+
 Scope, deliberately small: HTTP/1.1 only (what the API server speaks without ALPN h2), no
 redirects (the API server sends none), no proxies (a kubeconfig ``proxy-url`` keeps the
-httpx path), no streaming (watches keep the httpx path). TLS and client certificates come
-from the same ``ssl.SSLContext`` kr8s builds from the kubeconfig. What the transport raises
+httpx path). TLS and client certificates come from the same ``ssl.SSLContext`` kr8s builds
+from the kubeconfig. What the transport raises
 is :class:`TransportError` (connection refused, reset, truncated or malformed answer); the
 client maps it to ``ApiUnavailable``, as it does httpx's transport errors.
 """
@@ -19,13 +23,14 @@ client maps it to ``ApiUnavailable``, as it does httpx's transport errors.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
 from typing import Final
 from urllib.parse import urlsplit
 
-__all__ = ["Http11Transport", "RawResponse", "TransportError"]
+__all__ = ["Http11Transport", "RawResponse", "StreamedResponse", "TransportError"]
 
 _MAX_HEAD: Final = 1 << 20
 """Largest status line + headers accepted (the API server sends a few hundred bytes)."""
@@ -48,6 +53,45 @@ class RawResponse:
     reason_phrase: str
     headers: Mapping[str, str]
     content: bytes
+
+
+@dataclass(slots=True)
+class StreamedResponse:
+    """A streamed answer: status and headers read, the body still on the connection."""
+
+    status_code: int
+    reason_phrase: str
+    headers: Mapping[str, str]
+    _body: AsyncIterator[bytes] = field(repr=False)
+    content: bytes = b""
+    """Filled by :meth:`aread` (an error answer's Status, read before mapping it)."""
+
+    async def aread(self) -> bytes:
+        """Read the rest of the body into :attr:`content` (error answers are short)."""
+        self.content = b"".join([chunk async for chunk in self._body])
+        return self.content
+
+    async def lines(self) -> AsyncIterator[bytes]:
+        """The body split at ``\n`` as it arrives (without the newline); the last piece
+        is handed out when the body ends. A connection that breaks raises
+        :class:`TransportError`; a body that ends cleanly ends the iteration."""
+        pending: list[bytes] = []
+        async for chunk in self._body:
+            if b"\n" not in chunk:
+                pending.append(chunk)
+                continue
+            first, *middle, last = chunk.split(b"\n")
+            if pending:
+                pending.append(first)
+                first = b"".join(pending)
+                pending = []
+            yield first
+            for line in middle:
+                yield line
+            if last:
+                pending.append(last)
+        if pending:
+            yield b"".join(pending)
 
 
 @dataclass(slots=True)
@@ -132,6 +176,32 @@ class Http11Transport:
                 connection.close()
             return response
 
+    @contextlib.asynccontextmanager
+    async def stream(
+        self, method: str, target: str, headers: Mapping[str, str]
+    ) -> AsyncIterator[StreamedResponse]:
+        """Send a request without a body and yield the answer once its headers are read;
+        the body is read as the caller iterates. The connection is the stream's alone and
+        is closed when the block ends (a watch is not reused)."""
+        if self._closed:
+            raise TransportError("the transport is closed")
+        connection = await self._connect()
+        try:
+            reader, writer = connection.reader, connection.writer
+            try:
+                writer.write(self._head(method, target, headers, None))
+                await writer.drain()
+                status, reason, answer_headers, _ = _parse_head(await reader.readuntil(b"\r\n\r\n"))
+            except asyncio.IncompleteReadError as exc:
+                raise TransportError("the server closed the connection without answering") from exc
+            except asyncio.LimitOverrunError as exc:
+                raise TransportError("the answer's status line or headers are too long") from exc
+            except (OSError, ssl.SSLError) as exc:
+                raise TransportError(f"connection failed: {exc!r}") from exc
+            yield StreamedResponse(status, reason, answer_headers, _body(reader, answer_headers))
+        finally:
+            connection.close()
+
     async def aclose(self) -> None:
         """Close the idle connections; requests in flight close theirs when they end."""
         self._closed = True
@@ -163,6 +233,9 @@ class Http11Transport:
             if connection.usable():
                 return connection
             connection.close()
+        return await self._connect()
+
+    async def _connect(self) -> _Connection:
         try:
             reader, writer = await asyncio.open_connection(
                 self._host,
@@ -192,7 +265,7 @@ class Http11Transport:
             if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
                 content, complete = b"", True
             elif "chunked" in headers.get("transfer-encoding", "").lower():
-                content, complete = await _read_chunked(reader), True
+                content, complete = b"".join([c async for c in _chunks(reader)]), True
             elif "content-length" in headers:
                 length = _content_length(headers["content-length"])
                 content, complete = await reader.readexactly(length), True
@@ -245,23 +318,55 @@ def _content_length(value: str) -> int:
     return int(value)
 
 
-async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
-    """A chunked body (RFC 9112 section 7.1): size lines, data, an empty chunk, trailers."""
-    parts: list[bytes] = []
+_STREAM_READ: Final = 1 << 16
+
+
+async def _body(reader: asyncio.StreamReader, headers: Mapping[str, str]) -> AsyncIterator[bytes]:
+    """A streamed body's pieces as they arrive: chunked, ``Content-Length`` or to the close."""
+    try:
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            async for chunk in _chunks(reader):
+                yield chunk
+        elif "content-length" in headers:
+            remaining = _content_length(headers["content-length"])
+            while remaining:
+                piece = await reader.read(min(remaining, _STREAM_READ))
+                if not piece:
+                    raise asyncio.IncompleteReadError(b"", remaining)
+                remaining -= len(piece)
+                yield piece
+        else:
+            while piece := await reader.read(_STREAM_READ):
+                yield piece
+    except asyncio.IncompleteReadError as exc:
+        raise TransportError("the stream ended in the middle of a message") from exc
+    except asyncio.LimitOverrunError as exc:
+        raise TransportError("a chunk size line is too long") from exc
+    except (OSError, ssl.SSLError) as exc:
+        raise TransportError(f"the stream broke: {exc!r}") from exc
+
+
+async def _chunk_size(reader: asyncio.StreamReader) -> int:
+    size_line = await reader.readuntil(b"\r\n")
+    try:
+        size = int(size_line.split(b";", 1)[0].strip(), 16)
+    except ValueError as exc:
+        raise TransportError(f"bad chunk size {size_line[:40]!r}") from exc
+    if size < 0:
+        raise TransportError(f"bad chunk size {size_line[:40]!r}")
+    return size
+
+
+async def _chunks(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
+    """A chunked body's data (RFC 9112 section 7.1): size lines, data, an empty chunk, then
+    trailers (read and dropped: the API server sends none that matter)."""
     while True:
-        size_line = await reader.readuntil(b"\r\n")
-        size_text = size_line.split(b";", 1)[0].strip()
-        try:
-            size = int(size_text, 16)
-        except ValueError as exc:
-            raise TransportError(f"bad chunk size {size_line[:40]!r}") from exc
-        if size < 0:
-            raise TransportError(f"bad chunk size {size_line[:40]!r}")
+        size = await _chunk_size(reader)
         if size == 0:
             while (await reader.readuntil(b"\r\n")) != b"\r\n":
-                pass  # trailers: none are used
-            return b"".join(parts)
+                pass
+            return
         chunk = await reader.readexactly(size + 2)
         if chunk[-2:] != b"\r\n":
             raise TransportError("a chunk does not end with CRLF")
-        parts.append(chunk[:-2])
+        yield chunk[:-2]

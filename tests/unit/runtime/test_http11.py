@@ -263,3 +263,55 @@ async def test_tls_verifies_the_server_against_the_given_ca_and_name(
     untrusted = Http11Transport(f"https://127.0.0.1:{port}")  # default CAs: not this one
     with pytest.raises(TransportError, match="CERTIFICATE_VERIFY_FAILED"):
         await untrusted.request("GET", "/x", {})
+
+
+async def test_a_stream_hands_out_lines_across_chunk_boundaries(serve: Serve) -> None:
+    body = b'{"a":1}\n{"b"' + b":2}\n\n" + b'{"c":3}'
+    chunks = [body[:3], body[3:9], body[9:16], body[16:]]  # lines split anywhere
+    wire = b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks) + b"0\r\n\r\n"
+    script = Scripted([b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + wire])
+    port = await serve(script)
+    transport = Http11Transport(f"http://127.0.0.1:{port}")
+    async with transport.stream("GET", "/w?watch=true", {"Accept": "application/json"}) as answer:
+        assert answer.status_code == 200
+        lines = [line async for line in answer.lines()]
+    assert lines == [b'{"a":1}', b'{"b":2}', b"", b'{"c":3}']
+    assert script.requests[0][1].startswith(b"GET /w?watch=true HTTP/1.1\r\n")
+    await transport.aclose()
+
+
+async def test_a_stream_reads_length_and_close_delimited_bodies_and_error_answers(
+    serve: Serve,
+) -> None:
+    script = Scripted(
+        [
+            b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\nx\ny\nzzz",
+            b"HTTP/1.1 410 Gone\r\n\r\n" + b'{"reason":"Expired"}',
+        ],
+        close_after=1,
+    )
+    port = await serve(script)
+    transport = Http11Transport(f"http://127.0.0.1:{port}")
+    async with transport.stream("GET", "/1", {}) as answer:
+        assert [line async for line in answer.lines()] == [b"x", b"y", b"zzz"]
+    async with transport.stream("GET", "/2", {}) as answer:
+        assert answer.status_code == 410
+        assert await answer.aread() == b'{"reason":"Expired"}'
+    assert script.connections == 2  # a stream's connection is its own
+    await transport.aclose()
+
+
+async def test_a_stream_that_breaks_mid_message_raises(serve: Serve) -> None:
+    script = Scripted(
+        [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab\ncd\r\n8\r\nef"],
+        close_after=1,
+    )
+    port = await serve(script)
+    transport = Http11Transport(f"http://127.0.0.1:{port}")
+    received: list[bytes] = []
+    async with transport.stream("GET", "/w", {}) as answer:
+        with pytest.raises(TransportError, match="ended in the middle"):
+            async for line in answer.lines():
+                received.append(line)
+    assert received == [b"ab"]
+    await transport.aclose()
