@@ -1,13 +1,16 @@
 """Loading large YAML node dumps fast, with exactly ``yaml.safe_load_all``'s result.
 
-``kubectl get nodes -o yaml`` of a few thousand nodes is tens of megabytes. PyYAML's safe
-loader spends most of its time in Python, per scalar: resolving the implicit tag (a regular
-expression per value, though label keys and values repeat across nodes) and dispatching the
-constructor. This loader keeps libyaml's parser and composer (``CSafeLoader``, where PyYAML
-has it) and takes two shortcuts: tags of plain scalars are cached by value, and strings,
-mappings and sequences are built directly; every other tag (ints, bools, nulls, floats,
-timestamps, merge keys) goes through the safe constructor as before. Measured in
-docs/performance.md ("plan on large inputs").
+``kubectl get nodes -o yaml`` of a few thousand nodes is tens of megabytes in one document.
+PyYAML's safe loader composes the whole document into a graph of node objects first (several
+hundred MiB for 5,000 Nodes), then spends most of its time in Python per scalar: resolving
+the implicit tag (a regular expression per value, though label keys and values repeat across
+nodes) and dispatching the constructor. This loader keeps libyaml's parser (``CSafeLoader``,
+where PyYAML has it) and builds the Python objects straight from its events: no node graph,
+tags of plain scalars cached by value, strings, mappings and sequences built directly, other
+scalars (ints, bools, nulls, floats, timestamps) constructed once per distinct value by the
+safe constructor. What a dump of the API never holds (anchors, aliases, merge keys, explicit
+tags, unhashable keys) sends the text back through the composing path, which handles them
+as the safe loader does. Measured in docs/performance.md ("plan on large inputs").
 """
 
 from __future__ import annotations
@@ -16,6 +19,14 @@ from collections.abc import Iterator
 from typing import Any, Final
 
 import yaml
+from yaml.events import (
+    MappingEndEvent,
+    MappingStartEvent,
+    ScalarEvent,
+    SequenceEndEvent,
+    SequenceStartEvent,
+    StreamEndEvent,
+)
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 _BASE: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -80,11 +91,103 @@ class FastSafeLoader(_BASE):  # type: ignore[misc]
         return value
 
 
+class _Unusual(Exception):
+    """The document holds something only the composing path handles."""
+
+
+class _EventBuilder:
+    """Python objects straight from a loader's parser events (one document at a time)."""
+
+    def __init__(self, loader: FastSafeLoader) -> None:
+        self._loader = loader
+        self._get = loader.get_event
+        self._scalars: dict[tuple[str, str], Any] = {}
+
+    def document(self) -> Any:
+        """The next document's value (the DocumentStart event is consumed here)."""
+        self._get()
+        value = self._value(self._get())
+        self._get()  # DocumentEnd
+        return value
+
+    def _value(self, event: Any) -> Any:
+        kind = event.__class__
+        if event.anchor is not None:  # an anchor to refer back to, or an alias
+            raise _Unusual
+        if kind is ScalarEvent:
+            return self._scalar(event)
+        if kind is MappingStartEvent and event.tag is None:
+            mapping: dict[Any, Any] = {}
+            while True:
+                key_event = self._get()
+                if key_event.__class__ is MappingEndEvent:
+                    return mapping
+                key = self._value(key_event)
+                if key.__class__ is not str:
+                    try:
+                        hash(key)
+                    except TypeError:
+                        raise _Unusual from None
+                mapping[key] = self._value(self._get())
+        if kind is SequenceStartEvent and event.tag is None:
+            sequence: list[Any] = []
+            while True:
+                item_event = self._get()
+                if item_event.__class__ is SequenceEndEvent:
+                    return sequence
+                sequence.append(self._value(item_event))
+        raise _Unusual  # an alias, or a collection with an explicit tag
+
+    def _scalar(self, event: Any) -> Any:
+        tag = event.tag
+        if tag is None or tag == "!":
+            tag = self._loader.resolve(ScalarNode, event.value, event.implicit)
+        if tag == _STR:
+            return event.value
+        if tag == _MERGE or not tag.startswith("tag:yaml.org,2002:"):
+            raise _Unusual
+        key = (tag, event.value)
+        try:
+            return self._scalars[key]
+        except KeyError:
+            pass
+        node = ScalarNode(tag, event.value, event.start_mark, event.end_mark, event.style)
+        # What the safe constructor builds from a scalar is immutable (int, float, bool,
+        # None, datetime, bytes), so one value per distinct scalar can be shared.
+        value = self._scalars[key] = self._loader._fallback(node)
+        return value
+
+
 def load_all(text: str | bytes) -> Iterator[Any]:
     """Every document of *text*, as ``yaml.safe_load_all`` gives them."""
-    loader = FastSafeLoader(text.encode() if isinstance(text, str) else text)
+    data = text.encode() if isinstance(text, str) else text
+    loader = FastSafeLoader(data)
+    done = 0
     try:
+        builder = _EventBuilder(loader)
+        loader.get_event()  # StreamStart
+        while not loader.check_event(StreamEndEvent):
+            document = builder.document()
+            done += 1
+            yield document
+    except _Unusual:
+        pass
+    else:
+        return
+    finally:
+        loader.dispose()
+    yield from _compose_all(data, skip=done)
+
+
+def _compose_all(data: bytes, skip: int) -> Iterator[Any]:
+    """The documents of *data* after the first *skip*, through the composing loader."""
+    loader = FastSafeLoader(data)
+    try:
+        index = 0
         while loader.check_data():
-            yield loader.get_data()
+            document = loader.get_data()
+            if index >= skip:
+                yield document
+            index += 1
     finally:
         loader.dispose()

@@ -46,3 +46,31 @@ def test_errors_are_the_safe_loaders() -> None:
         list(fastyaml.load_all("a: [1, 2\nb: 3\n"))
     with pytest.raises(yaml.constructor.ConstructorError):
         list(fastyaml.load_all("? [1, 2]\n: x\n"))
+
+
+PLAIN_THEN_ALIAS = """\
+kind: List
+items: [{metadata: {name: a, labels: {x: "1", y: 2}}}, {n: 1e3, t: 2026-01-01, b: !!binary aGk=}]
+---
+first: &f {v: 1}
+again: *f
+---
+last: [1, 1, 1]
+"""
+
+
+def test_an_unusual_later_document_falls_back_without_repeating_earlier_ones() -> None:
+    assert list(fastyaml.load_all(PLAIN_THEN_ALIAS)) == list(yaml.safe_load_all(PLAIN_THEN_ALIAS))
+
+
+def test_api_dumps_are_built_from_events_without_the_composer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A `kubectl get -o yaml` dump never needs the composing path (which is the slow one)."""
+
+    def refuse(data: bytes, skip: int) -> object:
+        raise AssertionError("the composing path was used")
+
+    monkeypatch.setattr(fastyaml, "_compose_all", refuse)
+    text = (REPO / "examples" / "cluster.yaml").read_text()
+    assert list(fastyaml.load_all(text)) == list(yaml.safe_load_all(text))
