@@ -52,6 +52,7 @@ _NODE_LABELS: Final = frozenset(
     {NFD_CPU_VENDOR_LABEL, NFD_CPU_FAMILY_LABEL, NFD_CPU_ID_LABEL, OS_LABEL, ARCH_LABEL}
 )
 _MIN_GENERATION: Final = 1024
+_VERSIONS: Final = 2
 
 
 def node_view(
@@ -115,12 +116,15 @@ class _Facts:
 class NodeFacts:
     """Per-Node derived data (view, profiles, flavor/queue/cohort names), cached per version.
 
-    Keyed by (uid, resourceVersion); a hit is confirmed by identity or equality with the
-    cached Node, so a hand-made object reusing a version is never mistaken for another. Nodes
-    without uid or resourceVersion (manifests from a file) are computed every time. Memory is
-    bounded by two generations: when the current one outgrows the larger of 1,024 and twice
-    *size_hint()* (the number of Nodes in the cache), it becomes the previous one and entries
-    still in use are carried over on their next lookup; versions nobody asks for drop out.
+    Keyed by uid, holding that Node's last two versions (resourceVersion): an update event
+    compares the old version with the new one, and anything older is not asked for again.
+    Each entry keeps the Node object it was derived from, and a hit is confirmed by identity
+    or equality with it, so a hand-made object reusing a version is never mistaken for
+    another; two versions per Node bound what that keeps alive. Nodes without uid or
+    resourceVersion (manifests from a file) are computed every time. Deleted Nodes drop out
+    through two generations of uids: when the current one outgrows the larger of 1,024 and
+    twice *size_hint()* (the number of Nodes in the cache), it becomes the previous one, and
+    uids still in use are carried over on their next lookup.
     """
 
     def __init__(
@@ -130,31 +134,35 @@ class NodeFacts:
     ) -> None:
         self.manufacturers = manufacturers
         self._size_hint = size_hint
-        self._current: dict[tuple[str, str], _Facts] = {}
-        self._previous: dict[tuple[str, str], _Facts] = {}
+        # uid -> [(resourceVersion, facts)], at most _VERSIONS, the most recent last
+        self._current: dict[str, list[tuple[str, _Facts]]] = {}
+        self._previous: dict[str, list[tuple[str, _Facts]]] = {}
 
     def _facts(self, node: Mapping[str, Any]) -> _Facts:
         meta = metadata(node)
         uid, version = meta.get("uid"), meta.get("resourceVersion")
         if not isinstance(uid, str) or not isinstance(version, str) or not uid or not version:
             return _Facts(node)
-        key = (uid, version)
-        facts = self._current.get(key)
-        if facts is None:
-            facts = self._previous.pop(key, None)
-            if facts is not None:
-                self._remember(key, facts)
-        if facts is not None and (facts.node is node or facts.node == node):
-            return facts
+        versions = self._current.get(uid)
+        if versions is None:
+            versions = self._previous.pop(uid, None)
+            if versions is None:
+                versions = []
+            self._remember(uid, versions)
+        for known, facts in versions:
+            if known == version and (facts.node is node or facts.node == node):
+                return facts
         facts = _Facts(node)
-        self._remember(key, facts)
+        if len(versions) >= _VERSIONS:
+            del versions[0]
+        versions.append((version, facts))
         return facts
 
-    def _remember(self, key: tuple[str, str], facts: _Facts) -> None:
+    def _remember(self, uid: str, versions: list[tuple[str, _Facts]]) -> None:
         hint = self._size_hint() if self._size_hint is not None else 0
         if len(self._current) >= max(_MIN_GENERATION, 2 * hint):
             self._previous, self._current = self._current, {}
-        self._current[key] = facts
+        self._current[uid] = versions
 
     def view(self, node: Mapping[str, Any]) -> tuple[Any, ...]:
         """:func:`node_view` of *node*."""
@@ -216,4 +224,7 @@ class NodeFacts:
         return facts.awaits_labels
 
     def __len__(self) -> int:
-        return len(self._current) + len(self._previous)
+        """How many Node versions the cache holds facts of."""
+        return sum(len(v) for v in self._current.values()) + sum(
+            len(v) for v in self._previous.values()
+        )

@@ -19,7 +19,8 @@ every informer again and counts the writes for ``--resync`` seconds. Prints a Ma
     .venv/bin/python hack/bench_worker.py --nodes 100 1000
 
 ``BENCH_WORKER_PROFILE=FILE`` writes a cProfile of the worker child to FILE;
-``BENCH_WORKER_LOG_LEVEL=info`` shows its logs.
+``BENCH_WORKER_LOG_LEVEL=info`` shows its logs; ``BENCH_WORKER_TRACEMALLOC=FILE`` writes
+the 40 largest allocation sites (tracemalloc) at convergence to FILE.
 """
 
 from __future__ import annotations
@@ -138,9 +139,18 @@ def worker_child(kubeconfig: str, report: Path, resync_period: float) -> int:
 
     configure_logging(os.environ.get("BENCH_WORKER_LOG_LEVEL", "warning"))
 
+    memory_to = os.environ.get("BENCH_WORKER_TRACEMALLOC")
+    if memory_to:
+        import tracemalloc
+
+        tracemalloc.start()
+
     def snapshot(*_: object) -> None:
         with report.open("a") as fh:
             fh.write(json.dumps(_usage()) + "\n")
+        if memory_to:
+            top = tracemalloc.take_snapshot().statistics("lineno")[:40]
+            Path(memory_to).write_text("\n".join(str(stat) for stat in top) + "\n")
 
     signal.signal(signal.SIGUSR1, snapshot)
 

@@ -106,12 +106,20 @@ def test_capacity_labels_equal_the_domain_and_are_derived_once_per_version(
     assert calls == [relabelled]
 
 
-def test_the_cache_is_bounded_by_generations() -> None:
+def test_the_cache_keeps_two_versions_per_node_and_forgets_deleted_nodes() -> None:
     facts = NodeFacts(MFRS, size_hint=lambda: 10)
     node = profiled_nodes()[0]
-    for version in range(5000):
-        copy_ = {**node, "metadata": {**node["metadata"], "resourceVersion": str(version)}}
-        facts.view(copy_)
+    versions = [
+        {**node, "metadata": {**node["metadata"], "resourceVersion": str(version)}}
+        for version in range(50)
+    ]
+    for version in versions:
+        facts.view(version)
+    assert len(facts) == 2  # an update compares the last two; older ones are let go
+    first = facts.view(versions[-2])
+    assert facts.view(versions[-2]) is first and facts.view(versions[-1]) is not None
+    for uid in range(5000):  # nodes that come and go
+        facts.view({**node, "metadata": {**node["metadata"], "uid": f"gone-{uid}"}})
     assert len(facts) <= 2 * 1024
 
 

@@ -141,3 +141,15 @@ def test_index_count_and_generation_move_only_with_membership() -> None:
     store.delete("y")
     assert store.index_count("team", "a") == 0 and store.index_generation("team") > moved
     assert store.index_keys("team", "b") == ["x"]
+
+
+def test_strip_managed_fields_shares_label_strings_between_objects() -> None:
+    import json
+
+    decoded = [json.loads(json.dumps(obj(name, zone="eu-west-1a"))) for name in ("a", "b")]
+    first, second = (strip_managed_fields(o) for o in decoded)
+    (key_a, value_a), (key_b, value_b) = (
+        next(iter(o["metadata"]["labels"].items())) for o in (first, second)
+    )
+    assert decoded[0]["metadata"]["labels"] == first["metadata"]["labels"]
+    assert key_a is key_b and value_a is value_b
