@@ -10,8 +10,10 @@ key) that adds each key when its burst is due:
 - later events within the window open a burst, enqueued once the events pause for
   ``window`` seconds, at the latest ``max_delay`` seconds after the burst's first event;
 - while the optional ``hold`` says so (a fleet is still settling), pauses do not count: the
-  burst waits until the hold ends (looked at every ``window``), at most ``hold_max_delay``
-  seconds after its first event;
+  burst waits until the hold ends, at most ``hold_max_delay`` seconds after its first event;
+  a burst that waited on the hold is enqueued as soon as the hold is seen to end (at the
+  next event of the watch, or within ``window``), not a further quiet window later: what it
+  waited for has arrived. Still at most once per ``window``;
 - ``deletes_at_once``: delete events skip the window.
 
 So a key is enqueued at most once per ``window`` under any event stream (deletes with
@@ -86,6 +88,8 @@ class _Key:
     last_enqueue: float
     pending_since: float | None
     scheduled: float = math.inf
+    held: bool = False
+    """The pending burst waited on the hold (it is due once the hold ends)."""
 
 
 class Coalescer:
@@ -100,6 +104,7 @@ class Coalescer:
         self._keys: dict[str, _Key] = {}
         self._heap: list[tuple[float, int, str]] = []
         self._seq = itertools.count()
+        self._held_bursts: set[str] = set()
 
     def __len__(self) -> int:
         return len(self._keys)
@@ -108,8 +113,16 @@ class Coalescer:
         """Keys with a burst still to be enqueued (tracked quiet keys do not count)."""
         return sum(1 for state in self._keys.values() if state.pending_since is not None)
 
-    def _held(self) -> bool:
-        return self.spec.hold is not None and self.spec.hold.active()
+    def _held(self, now: float) -> bool:
+        """Whether the hold is active; when it is not, the bursts it held fall due."""
+        held = self.spec.hold is not None and self.spec.hold.active()
+        if not held and self._held_bursts:
+            released, self._held_bursts = self._held_bursts, set()
+            for key in released:
+                state = self._keys.get(key)
+                if state is not None and state.pending_since is not None:
+                    self._schedule(key, state, now, held=False)
+        return held
 
     def event(self, key: str, now: float, *, at_once: bool = False) -> bool:
         """An event for *key* at *now*; True when the key is to be enqueued now."""
@@ -120,13 +133,14 @@ class Coalescer:
                 state = self._keys[key] = _Key(now, now, None)
             state.last_event = state.last_enqueue = now
             state.pending_since = None
+            state.held = False
             self._schedule(key, state, now, held=False)
             return True
         quiet = state is None or (
             state.pending_since is None
             and now - max(state.last_event, state.last_enqueue) >= spec.window
         )
-        held = self._held()
+        held = self._held(now)
         if quiet and spec.leading and not held:
             state = self._keys[key] = _Key(now, now, None)
             self._schedule(key, state, now, held=held)
@@ -136,6 +150,9 @@ class Coalescer:
         state.last_event = now
         if state.pending_since is None:
             state.pending_since = now
+        if held:
+            state.held = True
+            self._held_bursts.add(key)
         self._schedule(key, state, now, held=held)
         return False
 
@@ -145,6 +162,8 @@ class Coalescer:
             return max(state.last_event, state.last_enqueue) + spec.window
         if held:
             return min(state.pending_since + spec.latest_held, now + spec.window)
+        if state.held:  # the hold it waited on has ended: due, once a window after the last
+            return max(now, state.last_enqueue + spec.window)
         return min(state.last_event + spec.window, state.pending_since + spec.latest)
 
     def _schedule(self, key: str, state: _Key, now: float, *, held: bool) -> None:
@@ -166,7 +185,7 @@ class Coalescer:
     def pop_due(self, now: float) -> list[str]:
         """The keys whose bursts are due at *now* (each then counts as enqueued)."""
         due_keys: list[str] = []
-        held = self._held()
+        held = self._held(now)
         while self._heap and self._heap[0][0] <= now:
             at, _, key = heapq.heappop(self._heap)
             state = self._keys.get(key)
@@ -178,6 +197,7 @@ class Coalescer:
                 self._schedule(key, state, now, held=held)
             elif state.pending_since is not None:
                 state.pending_since = None
+                state.held = False
                 state.last_enqueue = now
                 due_keys.append(key)
                 self._schedule(key, state, now, held=held)

@@ -4,7 +4,9 @@ Hypothesis drives events, deletes, hold changes and the passing of time over a f
 machine advances time only up to the core's next due moment, as the timer does, and checks
 after every step: a key is enqueued at most once per window (deletes that skip it aside),
 never without an event since its last enqueue, never later than the longest delay after an
-event, and at once for the first event after a quiet window while no hold is active.
+event, at once for the first event after a quiet window while no hold is active, and, for a
+burst that waited on the hold, as soon as the hold is seen to have ended (a window after the
+key's last enqueue at the earliest).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class CoalescerModel(RuleBasedStateMachine):
         self.last_enqueue: dict[str, float] = {}
         self.last_windowed: dict[str, float] = {}  # enqueues that respect the window
         self.unserved_since: dict[str, float] = {}  # first event not yet enqueued
+        self.held: set[str] = set()  # keys whose pending burst saw the hold active
 
     def _enqueued(self, key: str, *, windowed: bool) -> None:
         assert key in self.unserved_since, f"{key} enqueued without an event since the last"
@@ -56,6 +59,7 @@ class CoalescerModel(RuleBasedStateMachine):
             self.last_windowed[key] = self.now
         self.last_enqueue[key] = self.now
         del self.unserved_since[key]
+        self.held.discard(key)
 
     @rule(key=KEYS)
     def event(self, key: str) -> None:
@@ -70,6 +74,8 @@ class CoalescerModel(RuleBasedStateMachine):
             assert at_once, "the first event after a quiet window is enqueued at once"
         if at_once:
             self._enqueued(key, windowed=True)
+        elif self.hold.on:
+            self.held.add(key)
 
     @rule(key=KEYS)
     def delete(self, key: str) -> None:
@@ -90,6 +96,10 @@ class CoalescerModel(RuleBasedStateMachine):
         self.now = target if due is None else min(target, max(due, self.now))
         for key in self.core.pop_due(self.now):
             self._enqueued(key, windowed=True)
+        if not self.hold.on:
+            for key in self.held:
+                since = self.now - self.last_windowed.get(key, -math.inf)
+                assert since < WINDOW - 1e-9, f"{key} still waits though its hold ended"
 
     @invariant()
     def no_event_waits_too_long(self) -> None:
