@@ -25,7 +25,7 @@ from gpustack_operator.controllers.common import (
 )
 from gpustack_operator.domain.flavors import TolerationPolicy, desired_resource_flavor
 from gpustack_operator.domain.nodeview import is_deleting
-from gpustack_operator.runtime.coalesce import Coalesce
+from gpustack_operator.runtime.coalesce import Coalesce, Hold
 from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request
 from gpustack_operator.runtime.resources import NODES
 
@@ -74,15 +74,21 @@ def build_flavor_controller(
     workers: int,
     batch_window: float,
     tolerations: TolerationPolicy = None,
+    settling: Hold | None = None,
+    settling_max_delay: float | None = None,
 ) -> Controller:
+    """*settling*: the fleet-settling hold (docs/worker.md, "Batching"): while nodes still
+    await their capacity labels, a flavor's Node events wait for the labelling to end, so a
+    joining fleet renders each flavor about once rather than once a window."""
     facts = caches.facts
 
     def by_node(node: dict[str, Any]) -> list[str]:
         return facts.names(node, "flavor")
 
+    coalesce = Coalesce(batch_window, hold=settling, hold_max_delay=settling_max_delay or 0.0)
     return (
         builder.for_(caches.kueue.resource_flavors, METADATA_OR_SPEC_CHANGED)
-        .watches(NODES, by_node, NodeChanged(facts), coalesce=Coalesce(batch_window))
+        .watches(NODES, by_node, NodeChanged(facts), coalesce=coalesce)
         .with_options(max_concurrent_reconciles=workers)
         .complete(FlavorReconciler(caches, writer, tolerations))
     )

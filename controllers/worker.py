@@ -234,6 +234,8 @@ class Worker:
                 workers=workers,
                 batch_window=window,
                 tolerations=config.flavor_tolerations,
+                settling=self.settling,
+                settling_max_delay=config.settling_max_delay,
             ),
             build_cohort_controller(
                 manager.controller(COHORT),
@@ -242,6 +244,8 @@ class Worker:
                 workers=workers,
                 deleting_requeue=config.cohort_deleting_requeue,
                 batch_window=window,
+                settling=self.settling,
+                settling_max_delay=config.settling_max_delay,
             ),
             build_cluster_queue_controller(
                 manager.controller(CLUSTER_QUEUE),
