@@ -7,6 +7,7 @@ caller treats it as absent. Formatting produces the canonical form the API serve
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from fractions import Fraction
@@ -61,6 +62,13 @@ def _parse_exact(value: object) -> Fraction | None:
         return Fraction(value) if math.isfinite(value) else None
     if not isinstance(value, str) or len(value) > _MAX_TEXT:
         return None
+    return _parse_text(value)
+
+
+@functools.lru_cache(maxsize=8192)
+def _parse_text(value: str) -> Fraction | None:
+    """A quantity string's exact value. Memoised: the same strings (``"8"``, ``"64Gi"``,
+    ``"true"``) come back for every node, and a ``Fraction`` is immutable."""
     match = _QUANTITY.fullmatch(value.strip())
     if match is None:
         return None
@@ -77,12 +85,14 @@ def _parse_exact(value: object) -> Fraction | None:
 
 def ceil_value(quantity: Fraction) -> int:
     """Kubernetes ``Quantity.Value()``: the value rounded up to an integer."""
-    return math.ceil(quantity)
+    # Integer arithmetic on the exact numerator and denominator: the same result as
+    # math.ceil, without building an intermediate Fraction.
+    return -(-quantity.numerator // quantity.denominator)
 
 
 def floor_gi(quantity: Fraction) -> int:
     """Whole GiB in a byte quantity, rounded down."""
-    return math.floor(quantity / GI)
+    return quantity.numerator // (quantity.denominator * GI)
 
 
 def parse_count(value: object) -> int | None:

@@ -204,8 +204,8 @@ def _credits(nodes: list[object], resource: str) -> int:
     total = 0
     for node in nodes:
         quantity = parse_quantity(status_field(node, "allocatable").get(resource))
-        if quantity is not None and quantity > 0:
-            total += int(quantity)
+        if quantity is not None and quantity.numerator > 0:
+            total += quantity.numerator // quantity.denominator  # int(), truncating
     return total
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import copy
 import json
+import math
+from fractions import Fraction
 from typing import Any
 
 from hypothesis import given, settings
@@ -20,7 +22,7 @@ from gpustack_operator.domain.devices import DetectedDevice, device_labels, grou
 from gpustack_operator.domain.manufacturers import KNOWN_MANUFACTURERS, default_manufacturers
 from gpustack_operator.domain.names import normalize_name, sanitize_label_value
 from gpustack_operator.domain.profiles import format_node_profile, parse_node_profile
-from gpustack_operator.domain.quantities import parse_quantity
+from gpustack_operator.domain.quantities import GI, ceil_value, floor_gi, parse_quantity
 from gpustack_operator.domain.validation import (
     is_valid_dns_label,
     is_valid_dns_subdomain,
@@ -260,8 +262,18 @@ def test_profile_names_round_trip(
 
 def test_quantities_beyond_int64_are_treated_as_absent() -> None:
     """A float such as 1e64 in status.allocatable must not become an unstorable quota."""
-    from gpustack_operator.domain.quantities import parse_quantity
+    from gpustack_operator.domain.quantities import GI, ceil_value, floor_gi, parse_quantity
 
     assert parse_quantity(1e64) is None
     assert parse_quantity(str(2**63)) is None
     assert parse_quantity(2**63 - 1) == 2**63 - 1
+
+
+@given(
+    numerator=st.integers(min_value=-(2**70), max_value=2**70),
+    denominator=st.integers(min_value=1, max_value=10**9),
+)
+def test_rounding_without_fractions_equals_math_rounding(numerator: int, denominator: int) -> None:
+    value = Fraction(numerator, denominator)
+    assert ceil_value(value) == math.ceil(value)
+    assert floor_gi(value) == math.floor(value / GI)
