@@ -262,7 +262,7 @@ def test_profile_names_round_trip(
 
 def test_quantities_beyond_int64_are_treated_as_absent() -> None:
     """A float such as 1e64 in status.allocatable must not become an unstorable quota."""
-    from gpustack_operator.domain.quantities import GI, ceil_value, floor_gi, parse_quantity
+    from gpustack_operator.domain.quantities import parse_quantity
 
     assert parse_quantity(1e64) is None
     assert parse_quantity(str(2**63)) is None
