@@ -38,6 +38,7 @@ from gpustack_operator.domain.manufacturers import Manufacturer
 from gpustack_operator.domain.nodefeature import can_publish_for
 from gpustack_operator.domain.nodeview import is_deleting, labels_of, metadata, name_of, uid_of
 from gpustack_operator.domain.queues import HOST_RESOURCES
+from gpustack_operator.runtime.cache import shared_strings
 
 Part = Literal["flavor", "queue", "cohort"]
 # Node labels whose change can move a capacity profile, a flavor, a queue or its notes.
@@ -205,7 +206,8 @@ class NodeFacts:
         the same version's labels; deriving them is the worker's largest per-node cost."""
         facts = self._facts(node)
         if facts.capacity_labels is None:
-            facts.capacity_labels = worker_capacity_labels(node, self.manufacturers)
+            # Interned: tens of labels per Node, the same keys and mostly the same values.
+            facts.capacity_labels = shared_strings(worker_capacity_labels(node, self.manufacturers))
         return facts.capacity_labels
 
     def awaits_labels(self, node: Mapping[str, Any]) -> bool:

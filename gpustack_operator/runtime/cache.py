@@ -46,7 +46,7 @@ def namespace_index(obj: JSON) -> list[str]:
     return [str(namespace)] if namespace else []
 
 
-def _shared_strings(labels: dict[str, Any]) -> dict[str, Any]:
+def shared_strings(labels: dict[str, Any]) -> dict[str, Any]:
     """*labels* with keys and values interned: every Node carries the same label keys and
     mostly the same values, each decoded from its own watch event into its own copy."""
     intern = sys.intern
@@ -60,9 +60,10 @@ def strip_managed_fields(obj: JSON) -> JSON:
     """Default informer transform: drop what controllers never read, to bound memory.
 
     Removes ``metadata.managedFields`` (often the largest part of a Node) and kubectl's
-    last-applied-configuration annotation (a full copy of the object), and interns the label
-    keys and values (thousands of Nodes share them; about 5 KiB per Node of the worker).
-    Copies only the dicts it changes, so the input is left intact.
+    last-applied-configuration annotation (a full copy of the object), and interns the keys
+    and values of label maps, ``metadata.labels`` and a NodeFeature's ``spec.labels``
+    (thousands of Nodes share them: about 5 KiB per Node of the worker). Copies only the
+    dicts it changes, so the input is left intact.
     """
     meta = obj.get("metadata")
     if not isinstance(meta, dict):
@@ -70,14 +71,22 @@ def strip_managed_fields(obj: JSON) -> JSON:
     annotations = meta.get("annotations")
     has_last_applied = isinstance(annotations, dict) and LAST_APPLIED_ANNOTATION in annotations
     labels = meta.get("labels")
-    if "managedFields" not in meta and not has_last_applied and not labels:
+    spec = obj.get("spec")
+    spec_labels = spec.get("labels") if type(spec) is dict else None
+    if "managedFields" not in meta and not has_last_applied and not labels and not spec_labels:
         return obj
     new_meta = {k: v for k, v in meta.items() if k != "managedFields"}
     if type(labels) is dict:
-        new_meta["labels"] = _shared_strings(labels)
+        new_meta["labels"] = shared_strings(labels)
     if has_last_applied and isinstance(annotations, dict):
         new_meta["annotations"] = {
             k: v for k, v in annotations.items() if k != LAST_APPLIED_ANNOTATION
+        }
+    if type(spec) is dict and type(spec_labels) is dict and spec_labels:
+        return {
+            **obj,
+            "metadata": new_meta,
+            "spec": {**spec, "labels": shared_strings(spec_labels)},
         }
     return {**obj, "metadata": new_meta}
 

@@ -153,3 +153,19 @@ def test_strip_managed_fields_shares_label_strings_between_objects() -> None:
     )
     assert decoded[0]["metadata"]["labels"] == first["metadata"]["labels"]
     assert key_a is key_b and value_a is value_b
+
+
+def test_strip_managed_fields_shares_node_feature_label_strings_and_keeps_the_input() -> None:
+    import json
+
+    feature = {
+        "kind": "NodeFeature",
+        "metadata": {"name": "f"},
+        "spec": {"labels": {"gpustack.ai/managed": "true"}},
+    }
+    decoded = [json.loads(json.dumps(feature)) for _ in range(2)]
+    before = copy.deepcopy(decoded[0])
+    first, second = (strip_managed_fields(o) for o in decoded)
+    assert first == before and decoded[0] == before
+    key_a, key_b = (next(iter(o["spec"]["labels"])) for o in (first, second))
+    assert key_a is key_b
