@@ -150,9 +150,6 @@ class Coalescer:
         state.last_event = now
         if state.pending_since is None:
             state.pending_since = now
-        if held:
-            state.held = True
-            self._held_bursts.add(key)
         self._schedule(key, state, now, held=held)
         return False
 
@@ -167,6 +164,9 @@ class Coalescer:
         return min(state.last_event + spec.window, state.pending_since + spec.latest)
 
     def _schedule(self, key: str, state: _Key, now: float, *, held: bool) -> None:
+        if held and state.pending_since is not None:
+            state.held = True  # released, and due, as soon as the hold is seen to end
+            self._held_bursts.add(key)
         due = self._due(state, now, held)
         if due < state.scheduled:
             state.scheduled = due
