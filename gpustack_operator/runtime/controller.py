@@ -249,8 +249,10 @@ class _WatchHandler:
             self._enqueue(obj, add=self._add_deleted)
 
     def on_resync(self, obj: Obj) -> None:
-        # The periodic safety net: predicates filter changes, and a resync is none.
-        self._enqueue(obj)
+        # The periodic safety net: predicates filter changes, and a resync is none. Nor is it
+        # a burst: its keys go straight to the work queue (deduplicated there), so it opens
+        # no coalescing window that a real change a moment later would have to wait out.
+        self._enqueue(obj, add=self._controller.queue.add)
 
 
 # --- the controller ------------------------------------------------------------------------

@@ -142,3 +142,24 @@ def test_pending_counts_bursts_not_quiet_keys() -> None:
     assert core.pending() == 1
     assert core.pop_due(2.0) == ["a"]
     assert core.pending() == 0
+
+
+@pytest.mark.anyio
+async def test_a_resync_goes_straight_to_the_queue_and_opens_no_burst() -> None:
+    """A periodic resync is not a burst of changes (docs/runtime.md, "Coalescing")."""
+    source = FakeSource(NODES)
+    controller = Controller(unique("resync-coalesced"), lambda req: _noop())
+    coalesce = Coalesce(3600.0)
+    controller.watch(source, lambda node: ["k"], coalesce=coalesce)
+    controller.start_watches()
+    source.add(obj("n1"))  # leading edge: at once
+    assert await controller.queue.get() == "k"
+    controller.queue.done("k")
+    source.resync()  # within the window, yet enqueued at once and without a burst
+    assert len(controller.queue) == 1
+    assert controller.coalescing(coalesce).core.pending() == 0
+    controller.queue.shut_down()
+
+
+async def _noop() -> None:
+    return None
