@@ -3,8 +3,6 @@ reads one (docs/configuration.md, "Kubeconfig errors")."""
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import os
 import socket
 import ssl
@@ -18,6 +16,8 @@ import yaml
 
 from gpustack_operator import cli
 from gpustack_operator.kubeconfig import KubeconfigError, connect
+
+from ..certs import self_signed
 
 
 def _config(server: str, contexts: tuple[str, ...] = ("a",), current: str | None = "a") -> str:
@@ -42,37 +42,7 @@ def _refused_port() -> int:
 @pytest.fixture
 def tls_server(tmp_path: Path) -> Iterator[str]:
     """An HTTPS listener on 127.0.0.1 with a self-signed certificate no kubeconfig trusts."""
-    x509 = pytest.importorskip("cryptography.x509", reason="cryptography builds the test cert")
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "untrusted-test-server")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .sign(key, hashes.SHA256())
-    )
-    cert_file, key_file = tmp_path / "server.crt", tmp_path / "server.key"
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
+    cert_file, key_file = self_signed(tmp_path, "untrusted-test-server", stem="server")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert_file, key_file)
     listener = socket.create_server(("127.0.0.1", 0))

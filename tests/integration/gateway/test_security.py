@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import ssl
 from pathlib import Path
 
@@ -13,6 +11,7 @@ import pytest
 from gpustack_operator.gateway.api import ApiOptions
 from gpustack_operator.gateway.server import load_tokens, tls_context
 
+from ...certs import self_signed
 from .conftest import SimCluster
 from .support import all_ready, running_gateway
 
@@ -61,39 +60,7 @@ def test_a_token_file_without_tokens_is_refused(tmp_path: Path) -> None:
 
 
 def _self_signed(tmp_path: Path, common_name: str = "worker-gateway-test") -> tuple[Path, Path]:
-    x509 = pytest.importorskip("cryptography.x509", reason="cryptography builds the test cert")
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_file, key_file = tmp_path / "tls.crt", tmp_path / "tls.key"
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_file, key_file
+    return self_signed(tmp_path, common_name)
 
 
 async def test_tls_serves_https(clusters: list[SimCluster], tmp_path: Path) -> None:
