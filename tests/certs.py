@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,7 +27,7 @@ def self_signed(
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     now = datetime.datetime.now(datetime.UTC)
-    alternative_names: list[x509.GeneralName] = [x509.DNSName(n) for n in dns_names]
+    alternative_names: list[Any] = [x509.DNSName(n) for n in dns_names]
     alternative_names.append(x509.IPAddress(ipaddress.ip_address("127.0.0.1")))
     cert = (
         x509.CertificateBuilder()
