@@ -2,7 +2,9 @@
 
 kr8s provides configuration and authentication only (kubeconfig / ``--context`` /
 ``KUBECONFIG`` / ``~/.kube/config`` / in-cluster service account, exec plugins, credential
-re-reads) and the HTTP session, through ``Api.call_api``. Everything above that is ours,
+re-reads) and answers the first ``/version``. Requests and watches then go over the
+keep-alive transport of ``runtime.http11`` with kr8s's TLS context and token (kr8s's httpx
+session, through ``Api.call_api``, where the kubeconfig names a proxy). Everything above is ours,
 because kr8s's object layer does not fit a controller runtime: ``api.get()`` drops the list's
 ``resourceVersion``, ``api.watch()`` loops on a stale resourceVersion after 410 and ends
 silently, and Box objects cost memory at thousands of Nodes.
@@ -497,7 +499,8 @@ class Client:
         content_type: str = _JSON_CONTENT_TYPE,
         stream: bool = False,
     ) -> AsyncIterator[_Answer]:
-        """One HTTP exchange through kr8s, with limiter, metrics and typed errors.
+        """One HTTP exchange, with limiter, metrics and typed errors: over the keep-alive
+        transport (:meth:`_call_http11`) when there is one, else through kr8s.
 
         The URL is ``base/version/url`` (kr8s's ``call_api`` layout). A streamed response has
         no read timeout: the watch enforces its own inactivity timeout instead.
