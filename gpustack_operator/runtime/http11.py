@@ -94,7 +94,7 @@ class StreamedResponse:
             yield b"".join(pending)
 
 
-@dataclass(slots=True, eq=False)  # compared and hashed by identity
+@dataclass(slots=True)
 class _Connection:
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
@@ -139,7 +139,6 @@ class Http11Transport:
         self._ssl = ssl_context if self._tls else None
         self._server_hostname = (server_hostname or self._host) if self._tls else None
         self._idle: list[_Connection] = []
-        self._streams: set[_Connection] = set()
         self._max_idle = max_idle
         self._closed = False
 
@@ -187,7 +186,6 @@ class Http11Transport:
         if self._closed:
             raise TransportError("the transport is closed")
         connection = await self._connect()
-        self._streams.add(connection)
         try:
             reader, writer = connection.reader, connection.writer
             try:
@@ -202,16 +200,12 @@ class Http11Transport:
                 raise TransportError(f"connection failed: {exc!r}") from exc
             yield StreamedResponse(status, reason, answer_headers, _body(reader, answer_headers))
         finally:
-            self._streams.discard(connection)
             connection.close()
 
     async def aclose(self) -> None:
-        """Close the idle connections and the open streams (their readers see the stream
-        break); requests in flight close theirs when they end."""
+        """Close the idle connections; requests in flight close theirs when they end."""
         self._closed = True
         self.drop_idle()
-        for connection in list(self._streams):
-            connection.close()
 
     def drop_idle(self) -> None:
         """Close the idle connections (new credentials: the next requests connect anew)."""
