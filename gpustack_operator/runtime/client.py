@@ -462,7 +462,9 @@ class Client:
         return self._api
 
     async def close(self) -> None:
-        """Close the HTTP session (open watches end with :class:`WatchInterrupted`)."""
+        """Close the HTTP connections for new requests. Open watches keep their connection
+        until their task ends (cancel the informers first), so closing at shutdown starts no
+        retry of every watch."""
         if self._transport is not None:
             await self._transport.aclose()
         await close_session(self._api)
