@@ -167,7 +167,7 @@ def worker_child(kubeconfig: str, report: Path, resync_period: float) -> int:
         setup_worker(manager, WorkerConfig())
 
         def resync_all() -> None:
-            for informer in manager.informers.informers():
+            for informer in manager.informers.informers:
                 informer.resync()
 
         asyncio.get_running_loop().add_signal_handler(signal.SIGUSR2, resync_all)
