@@ -265,7 +265,7 @@ class Http11Transport:
             if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
                 content, complete = b"", True
             elif "chunked" in headers.get("transfer-encoding", "").lower():
-                content, complete = b"".join([c async for c in _chunks(reader)]), True
+                content, complete = b"".join([c async for c in _buffered_chunks(reader)]), True
             elif "content-length" in headers:
                 length = _content_length(headers["content-length"])
                 content, complete = await reader.readexactly(length), True
@@ -350,9 +350,11 @@ _MAX_SIZE_LINE: Final = 4096
 
 
 async def _buffered_chunks(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
-    """A chunked stream's data, read 64 KiB at a time: every complete chunk in the buffer is
-    handed out at once (joined), so a backlog of watch events, one chunk each, costs one read
-    and one hand-over rather than two awaits per event."""
+    """A chunked body's data (RFC 9112 section 7.1), read 64 KiB at a time: every complete
+    chunk in the buffer is handed out at once (joined), so a backlog of watch events, one
+    chunk each, costs one read and one hand-over rather than two awaits per event. Trailers
+    are read and dropped. Serves one-shot answers too: nothing follows an answer on a
+    connection before the next request (no pipelining), so reading ahead loses nothing."""
     buffer = bytearray()
     position = 0
     while True:
@@ -399,22 +401,3 @@ def _parse_chunk_size(size_line: bytes) -> int:
     if size < 0:
         raise TransportError(f"bad chunk size {size_line[:40]!r}")
     return size
-
-
-async def _chunk_size(reader: asyncio.StreamReader) -> int:
-    return _parse_chunk_size(await reader.readuntil(b"\r\n"))
-
-
-async def _chunks(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
-    """A chunked body's data (RFC 9112 section 7.1): size lines, data, an empty chunk, then
-    trailers (read and dropped: the API server sends none that matter)."""
-    while True:
-        size = await _chunk_size(reader)
-        if size == 0:
-            while (await reader.readuntil(b"\r\n")) != b"\r\n":
-                pass
-            return
-        chunk = await reader.readexactly(size + 2)
-        if chunk[-2:] != b"\r\n":
-            raise TransportError("a chunk does not end with CRLF")
-        yield chunk[:-2]
