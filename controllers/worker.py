@@ -20,7 +20,8 @@ Build the manager with :func:`new_worker_manager` to get the worker's informer t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -164,7 +165,7 @@ class Worker:
     def __init__(self, manager: Manager, config: WorkerConfig) -> None:
         self.manager = manager
         self.config = config
-        self.writer = Writer(manager.client, config.field_manager, manager.recorder)
+        self.writer = Writer(manager.client, config.field_manager, manager.recorder, manager.fence)
         self.kueue: KueueResources | None = None
         """The Kueue kinds in use, once discovered."""
         self.kueue_found = anyio.Event()
@@ -315,8 +316,14 @@ def setup_worker(manager: Manager, config: WorkerConfig) -> Worker:
     return worker
 
 
-def new_worker_manager(client: Client, options: ManagerOptions | None = None) -> Manager:
-    """A manager whose shared informers use the worker's transform (:func:`trim_for_worker`)."""
+def new_worker_manager(
+    client: Client,
+    options: ManagerOptions | None = None,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+) -> Manager:
+    """A manager whose shared informers use the worker's transform (:func:`trim_for_worker`);
+    *clock* is its leader election's monotonic clock."""
     opts = options or ManagerOptions()
     informers = InformerFactory(
         client,
@@ -324,4 +331,4 @@ def new_worker_manager(client: Client, options: ManagerOptions | None = None) ->
         resync_period=opts.resync_period,
         settings=opts.reflector,
     )
-    return Manager(client, opts, informers=informers)
+    return Manager(client, opts, informers=informers, clock=clock)

@@ -35,6 +35,7 @@ import structlog
 from gpustack_operator.runtime import metrics
 from gpustack_operator.runtime.cache import object_key
 from gpustack_operator.runtime.coalesce import Coalesce, CoalescingQueue
+from gpustack_operator.runtime.fence import LeaseNotHeld
 from gpustack_operator.runtime.predicates import Predicate, PredicateLike, and_, as_predicate
 from gpustack_operator.runtime.resources import Resource
 from gpustack_operator.runtime.workqueue import RateLimiter, ShutDown, WorkQueue
@@ -491,6 +492,13 @@ class Controller:
                 self._total["error"].inc()
                 log.error("reconcile failed with a terminal error; not retrying", error=str(err))
                 self._record_failure(key, "ReconcileFailed", err)
+            except LeaseNotHeld as err:  # nothing was sent; the manager is stopping
+                queue.add_rate_limited(key)
+                self._errors.inc()
+                self._total["error"].inc()
+                log.warning(
+                    "reconcile refused to write: the Lease is not known held", error=str(err)
+                )
             except Exception as err:
                 queue.add_rate_limited(key)
                 self._errors.inc()
