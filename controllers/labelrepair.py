@@ -10,8 +10,8 @@ NFD merge the labels again, and the mark ensures one repair per Node version, so
 refuses to write cannot start a loop.
 
 Only labels *taken* from a Node count: :class:`LabelsTaken` notes the Nodes an update removed
-or changed a published label on (and Nodes seen on start-up); a Node still waiting for NFD's
-first merge of a new NodeFeature is not repaired.
+or changed a published label on; a Node still waiting for NFD's first merge of a new
+NodeFeature is not repaired.
 """
 
 from __future__ import annotations
@@ -40,8 +40,9 @@ class LabelsTaken(Predicate):
     """Passes every Node event; remembers the Nodes whose update took a published label.
 
     *published* says whether a label key is one the publisher's NodeFeature owns. A Node
-    update that removes such a label or changes its value, and every Node create (a restart
-    sees each Node once), marks the Node; :meth:`take` reads and clears the mark.
+    update that removes such a label or changes its value marks the Node; :meth:`take` reads
+    and clears the mark. Creates do not: a new Node waits for NFD's first merge, and one seen
+    at start-up may too.
     """
 
     def __init__(self, published: Callable[[str], bool]) -> None:
@@ -54,10 +55,6 @@ class LabelsTaken(Predicate):
             self._marked.discard(node_name)
             return True
         return False
-
-    def create(self, obj: Mapping[str, Any]) -> bool:
-        self._marked.add(name_of(obj))
-        return True
 
     def update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
         before, after = labels_of(old), labels_of(new)
