@@ -19,16 +19,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-import structlog
-
 from gpustack_operator.apis import NODE_FEATURES
 from gpustack_operator.controllers.common import NodeChanged, Writer, is_up_to_date
-from gpustack_operator.controllers.labelrepair import (
-    LABEL_REPAIRS,
-    LabelsTaken,
-    missing_labels,
-    repair_request,
-)
+from gpustack_operator.controllers.labelrepair import LabelsTaken, repair_request
 from gpustack_operator.controllers.nodefacts import NodeFacts
 from gpustack_operator.domain.labels import PART_OF_LABEL, PART_OF_WORKER
 from gpustack_operator.domain.nodefeature import (
@@ -46,7 +39,6 @@ from gpustack_operator.runtime.resources import NODES, RESOURCE_SLICES
 
 NAME: Final = "capacity"
 PUBLISHER: Final = "worker"
-log = structlog.get_logger(__name__)
 
 BY_SLICE_NODE: Final = "resourceslice-node"
 WORKER_NODE_FEATURES: Final = f"{PART_OF_LABEL}={PART_OF_WORKER}"
@@ -148,17 +140,9 @@ class CapacityReconciler:
     ) -> None:
         """The NodeFeature is right but the Node lost some of its labels: rewrite it so NFD
         applies them again (docs/worker.md, "Label repair")."""
-        missing = missing_labels(node, want)
-        marked = repair_request(node, want, have) if missing else None
-        if marked is None:
-            return
-        log.info(
-            "node lost labels its NodeFeature publishes; asking NFD to apply them again",
-            node=name_of(node),
-            labels=missing,
-        )
-        LABEL_REPAIRS.labels(PUBLISHER).inc()
-        await self._apply(marked, have)
+        marked = repair_request(node, want, have, publisher=PUBLISHER)
+        if marked is not None:
+            await self._apply(marked, have)
 
 
 def setup_capacity(

@@ -20,12 +20,15 @@ import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import structlog
 from prometheus_client import Counter
 
 from gpustack_operator.domain.labels import LABEL_REPAIR_ANNOTATION
 from gpustack_operator.domain.nodeview import annotations_of, labels_of, metadata, name_of
 from gpustack_operator.runtime.metrics import REGISTRY
 from gpustack_operator.runtime.predicates import Predicate
+
+log = structlog.get_logger(__name__)
 
 LABEL_REPAIRS = Counter(
     "gpustack_label_repairs_total",
@@ -81,10 +84,19 @@ def missing_labels(node: Mapping[str, Any], want: Mapping[str, Any]) -> list[str
 
 
 def repair_request(
-    node: Mapping[str, Any], want: Mapping[str, Any], have: Mapping[str, Any] | None
+    node: Mapping[str, Any],
+    want: Mapping[str, Any],
+    have: Mapping[str, Any] | None,
+    *,
+    publisher: str,
 ) -> dict[str, Any] | None:
-    """*want* marked for this Node version, or None when *have* already carries that mark
-    (this version was repaired once: NFD did not apply it, so writing again would not help)."""
+    """The NodeFeature to apply so NFD merges again the labels *node* lost: *want* (already
+    what the cluster holds) marked with the Node's version; counted and logged. None when the
+    Node lacks nothing, or when *have* carries the mark of this Node version already (it was
+    repaired once and NFD did not apply it: writing again would not help)."""
+    missing = missing_labels(node, want)
+    if not missing:
+        return None
     version = str(metadata(node).get("resourceVersion") or "")
     if have is not None and annotations_of(have).get(LABEL_REPAIR_ANNOTATION) == version:
         return None
@@ -92,4 +104,11 @@ def repair_request(
     marked.setdefault("metadata", {}).setdefault("annotations", {})[LABEL_REPAIR_ANNOTATION] = (
         version
     )
+    log.info(
+        "node lost labels its NodeFeature publishes; asking NFD to apply them again",
+        node=name_of(node),
+        publisher=publisher,
+        labels=missing,
+    )
+    LABEL_REPAIRS.labels(publisher).inc()
     return marked

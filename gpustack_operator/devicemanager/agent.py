@@ -23,12 +23,7 @@ import structlog
 from prometheus_client.registry import CollectorRegistry
 
 from gpustack_operator.apis import NODE_FEATURES
-from gpustack_operator.controllers.labelrepair import (
-    LABEL_REPAIRS,
-    LabelsTaken,
-    missing_labels,
-    repair_request,
-)
+from gpustack_operator.controllers.labelrepair import LabelsTaken, repair_request
 from gpustack_operator.devicemanager.detection import (
     DetectionConfig,
     DetectionResult,
@@ -236,15 +231,11 @@ class DeviceManagerAgent:
     ) -> None:
         """The NodeFeature is right but the Node lost some of its labels: rewrite it so NFD
         applies them again (docs/worker.md, "Label repair")."""
-        missing = missing_labels(node, desired)
-        marked = repair_request(node, desired, current) if missing else None
-        if marked is None:
-            return
-        self._log.info("node lost device labels; asking NFD to apply them again", labels=missing)
-        LABEL_REPAIRS.labels(PUBLISHER).inc()
-        await self.manager.client.apply(
-            NODE_FEATURES, marked, field_manager=FIELD_MANAGER, force=True
-        )
+        marked = repair_request(node, desired, current, publisher=PUBLISHER)
+        if marked is not None:
+            await self.manager.client.apply(
+                NODE_FEATURES, marked, field_manager=FIELD_MANAGER, force=True
+            )
 
     async def refresh_metrics(self) -> None:
         """Read live device metrics off the event loop for the next ``/metrics`` scrapes."""

@@ -9,6 +9,7 @@ garbage-collected. Every DELETED event the simulated server commits is recorded.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -45,6 +46,21 @@ def only_flavor_of_a_queue(cluster: SimCluster) -> tuple[dict[str, Any], str]:
     raise AssertionError("the worked example has no ClusterQueue with a single flavor")
 
 
+def deletes_into(deleted: list[tuple[str, str]]) -> Callable[[str, dict[str, Any]], None]:
+    """A store subscriber recording (kind, name) of every committed delete."""
+
+    def record(event_type: str, obj: dict[str, Any]) -> None:
+        if event_type == "DELETED":
+            deleted.append((obj["kind"], obj["metadata"]["name"]))
+
+    return record
+
+
+def recreated(cluster: SimCluster, name: str, uid: str) -> bool:
+    again = cluster.sim.store.get(KUEUE, "ResourceFlavor", name)
+    return again is not None and again["metadata"]["uid"] != uid
+
+
 def queue_reconciles() -> float:
     return sum(
         REGISTRY.get_sample_value(
@@ -65,12 +81,7 @@ async def test_a_deleted_flavor_is_recreated_and_its_queues_are_kept() -> None:
         ]
         assert local_queues, f"{queue} has no LocalQueue to protect"
         deleted: list[tuple[str, str]] = []
-
-        def record(event_type: str, obj: dict[str, Any]) -> None:
-            if event_type == "DELETED":
-                deleted.append((obj["kind"], obj["metadata"]["name"]))
-
-        unsubscribe = cluster.sim.store.subscribe(record)
+        unsubscribe = cluster.sim.store.subscribe(deletes_into(deleted))
         # The flavor cannot be recreated at once, so the queue is reconciled while its only
         # flavor is missing from the cache.
         fault = cluster.sim.faults.add(verb="patch", kind="ResourceFlavor", status=500)
@@ -83,11 +94,9 @@ async def test_a_deleted_flavor_is_recreated_and_its_queues_are_kept() -> None:
         )
         cluster.sim.faults.remove(fault)
 
-        def recreated() -> bool:
-            again = cluster.sim.store.get(KUEUE, "ResourceFlavor", name)
-            return again is not None and again["metadata"]["uid"] != uid
-
-        await eventually(recreated, f"ResourceFlavor {name} to be recreated", TIMEOUT)
+        await eventually(
+            lambda: recreated(cluster, name, uid), f"ResourceFlavor {name} to be recreated", TIMEOUT
+        )
         await cluster.converge(TIMEOUT)
         unsubscribe()
 
@@ -111,12 +120,7 @@ async def test_a_flavor_held_by_kueue_is_let_go_and_recreated_without_deleting_i
         flavor["metadata"]["finalizers"] = [IN_USE]
         cluster.sim.store.update(flavor)
         deleted: list[tuple[str, str]] = []
-
-        def record(event_type: str, obj: dict[str, Any]) -> None:
-            if event_type == "DELETED":
-                deleted.append((obj["kind"], obj["metadata"]["name"]))
-
-        unsubscribe = cluster.sim.store.subscribe(record)
+        unsubscribe = cluster.sim.store.subscribe(deletes_into(deleted))
         cluster.sim.store.delete(KUEUE, "ResourceFlavor", name)
 
         def let_go() -> bool:
@@ -129,11 +133,9 @@ async def test_a_flavor_held_by_kueue_is_let_go_and_recreated_without_deleting_i
         terminating["metadata"]["finalizers"] = []  # Kueue: no queue lists it any more
         cluster.sim.store.update(terminating)
 
-        def recreated() -> bool:
-            again = cluster.sim.store.get(KUEUE, "ResourceFlavor", name)
-            return again is not None and again["metadata"]["uid"] != uid
-
-        await eventually(recreated, f"ResourceFlavor {name} to be recreated", TIMEOUT)
+        await eventually(
+            lambda: recreated(cluster, name, uid), f"ResourceFlavor {name} to be recreated", TIMEOUT
+        )
         await cluster.converge(TIMEOUT)
         unsubscribe()
 
