@@ -61,6 +61,8 @@ class LabelsTaken(Predicate):
 
     def update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
         before, after = labels_of(old), labels_of(new)
+        if before == after:  # most Node updates (heartbeats, status): one C-level compare
+            return True
         if any(self._published(k) and after.get(k) != v for k, v in before.items()):
             self._marked.add(name_of(new))
         return True
