@@ -10,6 +10,7 @@ garbage-collected. Every DELETED event the simulated server commits is recorded.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -71,74 +72,78 @@ def queue_reconciles() -> float:
     )
 
 
-async def test_a_deleted_flavor_is_recreated_and_its_queues_are_kept() -> None:
-    async with SimCluster(example_nodes(), ["default", "team-a"]) as cluster:
-        await cluster.converge(TIMEOUT)
-        flavor, queue = only_flavor_of_a_queue(cluster)
-        name, uid = flavor["metadata"]["name"], flavor["metadata"]["uid"]
-        local_queues = [
-            lq for lq in managed(cluster, "LocalQueue") if lq["spec"].get("clusterQueue") == queue
-        ]
-        assert local_queues, f"{queue} has no LocalQueue to protect"
-        deleted: list[tuple[str, str]] = []
-        unsubscribe = cluster.sim.store.subscribe(deletes_into(deleted))
-        # The flavor cannot be recreated at once, so the queue is reconciled while its only
-        # flavor is missing from the cache.
-        fault = cluster.sim.faults.add(verb="patch", kind="ResourceFlavor", status=500)
-        reconciles = queue_reconciles()
-        cluster.sim.store.delete(KUEUE, "ResourceFlavor", name)  # a person's kubectl delete
-        await eventually(
-            lambda: fault.fired > 0 and queue_reconciles() > reconciles,
-            "the ClusterQueue to be reconciled without its flavor",
-            TIMEOUT,
-        )
-        cluster.sim.faults.remove(fault)
-
-        await eventually(
-            lambda: recreated(cluster, name, uid), f"ResourceFlavor {name} to be recreated", TIMEOUT
-        )
-        await cluster.converge(TIMEOUT)
-        unsubscribe()
-
-        assert deleted == [("ResourceFlavor", name)]
-        assert cluster.sim.store.get(KUEUE, "ClusterQueue", queue) is not None
-        for lq in local_queues:
+def kept_uids(cluster: SimCluster, queue: str) -> dict[tuple[str, str], str]:
+    """(kind, namespace/name) -> uid of the ClusterQueue *queue* and its LocalQueues."""
+    found = cluster.sim.store.get(KUEUE, "ClusterQueue", queue)
+    assert found is not None
+    uids = {("ClusterQueue", queue): found["metadata"]["uid"]}
+    for lq in managed(cluster, "LocalQueue"):
+        if lq["spec"].get("clusterQueue") == queue:
             meta = lq["metadata"]
-            kept = cluster.sim.store.get(KUEUE, "LocalQueue", meta["name"], meta["namespace"])
-            assert kept is not None and kept["metadata"]["uid"] == meta["uid"]
+            uids[("LocalQueue", f"{meta['namespace']}/{meta['name']}")] = meta["uid"]
+    assert len(uids) > 1, f"{queue} has no LocalQueue to protect"
+    return uids
 
 
-async def test_a_flavor_held_by_kueue_is_let_go_and_recreated_without_deleting_its_queue() -> None:
+async def delete_while_it_cannot_come_back(cluster: SimCluster, name: str) -> None:
+    """Delete the flavor while applies of flavors fail, until the ClusterQueue has been
+    reconciled with its only flavor missing from the cache; then let the worker recreate it."""
+    fault = cluster.sim.faults.add(verb="patch", kind="ResourceFlavor", status=500)
+    reconciles = queue_reconciles()
+    cluster.sim.store.delete(KUEUE, "ResourceFlavor", name)  # a person's kubectl delete
+    await eventually(
+        lambda: fault.fired > 0 and queue_reconciles() > reconciles,
+        "the ClusterQueue to be reconciled without its flavor",
+        TIMEOUT,
+    )
+    cluster.sim.faults.remove(fault)
+
+
+async def delete_held_by_kueue(cluster: SimCluster, name: str, queue: str) -> None:
     """As on a real cluster, where Kueue's ``resource-in-use`` finalizer keeps a deleted
-    flavor until no ClusterQueue lists it: the queue stays, without resource groups, until the
-    flavor is gone and recreated (the test removes the finalizer as Kueue would)."""
+    flavor until no ClusterQueue lists it: the queue must let go of it (no resource groups),
+    then the test removes the finalizer as Kueue would."""
+    flavor = cluster.sim.store.get(KUEUE, "ResourceFlavor", name)
+    assert flavor is not None
+    flavor["metadata"]["finalizers"] = [IN_USE]
+    cluster.sim.store.update(flavor)
+    cluster.sim.store.delete(KUEUE, "ResourceFlavor", name)
+
+    def let_go() -> bool:
+        held = cluster.sim.store.get(KUEUE, "ClusterQueue", queue)
+        return held is not None and held["spec"].get("resourceGroups") == []
+
+    await eventually(let_go, f"{queue} to stop listing {name}", TIMEOUT)
+    terminating = cluster.sim.store.get(KUEUE, "ResourceFlavor", name)
+    assert terminating is not None and terminating["metadata"].get("deletionTimestamp")
+    terminating["metadata"]["finalizers"] = []  # Kueue: no queue lists it any more
+    cluster.sim.store.update(terminating)
+
+
+async def test_a_deleted_flavor_is_recreated_and_its_queues_are_kept() -> None:
+    """Plainly deleted, then (once the chain is whole again) deleted while Kueue holds it."""
     async with SimCluster(example_nodes(), ["default", "team-a"]) as cluster:
         await cluster.converge(TIMEOUT)
         flavor, queue = only_flavor_of_a_queue(cluster)
-        name, uid = flavor["metadata"]["name"], flavor["metadata"]["uid"]
-        queue_uid = cluster.sim.store.get(KUEUE, "ClusterQueue", queue)["metadata"]["uid"]
-        flavor["metadata"]["finalizers"] = [IN_USE]
-        cluster.sim.store.update(flavor)
-        deleted: list[tuple[str, str]] = []
-        unsubscribe = cluster.sim.store.subscribe(deletes_into(deleted))
-        cluster.sim.store.delete(KUEUE, "ResourceFlavor", name)
+        name = flavor["metadata"]["name"]
+        kept = kept_uids(cluster, queue)
+        for held in (False, True):
+            current = cluster.sim.store.get(KUEUE, "ResourceFlavor", name)
+            assert current is not None
+            uid = str(current["metadata"]["uid"])
+            deleted: list[tuple[str, str]] = []
+            unsubscribe = cluster.sim.store.subscribe(deletes_into(deleted))
+            if held:
+                await delete_held_by_kueue(cluster, name, queue)
+            else:
+                await delete_while_it_cannot_come_back(cluster, name)
+            await eventually(
+                partial(recreated, cluster, name, uid),
+                f"ResourceFlavor {name} to be recreated",
+                TIMEOUT,
+            )
+            await cluster.converge(TIMEOUT)
+            unsubscribe()
 
-        def let_go() -> bool:
-            held = cluster.sim.store.get(KUEUE, "ClusterQueue", queue)
-            return held is not None and held["spec"].get("resourceGroups") == []
-
-        await eventually(let_go, f"{queue} to stop listing {name}", TIMEOUT)
-        terminating = cluster.sim.store.get(KUEUE, "ResourceFlavor", name)
-        assert terminating is not None and terminating["metadata"].get("deletionTimestamp")
-        terminating["metadata"]["finalizers"] = []  # Kueue: no queue lists it any more
-        cluster.sim.store.update(terminating)
-
-        await eventually(
-            lambda: recreated(cluster, name, uid), f"ResourceFlavor {name} to be recreated", TIMEOUT
-        )
-        await cluster.converge(TIMEOUT)
-        unsubscribe()
-
-        assert deleted == [("ResourceFlavor", name)]
-        kept = cluster.sim.store.get(KUEUE, "ClusterQueue", queue)
-        assert kept is not None and kept["metadata"]["uid"] == queue_uid
+            assert deleted == [("ResourceFlavor", name)], f"held by Kueue: {held}"
+            assert kept_uids(cluster, queue) == kept, f"held by Kueue: {held}"
