@@ -3,7 +3,8 @@
 no write reaches the server.
 
 The leader's clock is injected: renewals are made to fail (a fault on Leases), the clock is
-moved past the deadline, and then a person's edits give the reconcilers work. Every write
+moved past the deadline — what a process resumed after a long stop sees — and then a person's
+edits give the reconcilers work. Every write
 request the simulated server receives from then on is counted. The same scenario with the
 fence held open shows that the reconcilers would have written, so the first assertion can
 fail.
