@@ -236,7 +236,7 @@ class Bootstrap:
         self.manager = manager
         self.client: Client = manager.client
         self.config = config
-        self.writer = Writer(manager.client, FIELD_MANAGER, manager.recorder)
+        self.writer = Writer(manager.client, FIELD_MANAGER, manager.recorder, manager.fence)
         ns = config.namespace
         self.caches: dict[Resource, Informer] = {}
         for res in NAMESPACED_KINDS:

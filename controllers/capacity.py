@@ -21,9 +21,14 @@ from typing import Any, Final
 
 from gpustack_operator.apis import NODE_FEATURES
 from gpustack_operator.controllers.common import NodeChanged, Writer, is_up_to_date
+from gpustack_operator.controllers.labelrepair import LabelsTaken, repair_request
 from gpustack_operator.controllers.nodefacts import NodeFacts
 from gpustack_operator.domain.labels import PART_OF_LABEL, PART_OF_WORKER
-from gpustack_operator.domain.nodefeature import worker_node_feature, worker_node_feature_with
+from gpustack_operator.domain.nodefeature import (
+    is_worker_label,
+    worker_node_feature,
+    worker_node_feature_with,
+)
 from gpustack_operator.domain.nodeview import metadata, name_of
 from gpustack_operator.runtime.coalesce import Coalesce
 from gpustack_operator.runtime.controller import Request
@@ -33,6 +38,8 @@ from gpustack_operator.runtime.predicates import Predicate
 from gpustack_operator.runtime.resources import NODES, RESOURCE_SLICES
 
 NAME: Final = "capacity"
+PUBLISHER: Final = "worker"
+
 BY_SLICE_NODE: Final = "resourceslice-node"
 WORKER_NODE_FEATURES: Final = f"{PART_OF_LABEL}={PART_OF_WORKER}"
 
@@ -86,9 +93,11 @@ class CapacityReconciler:
         facts: NodeFacts,
         slices: Informer | None = None,
         applied: NotLastApplied | None = None,
+        taken: LabelsTaken | None = None,
     ) -> None:
         self.nodes = nodes
         self.applied = applied
+        self.taken = taken
         self.slices = slices
         self.features = features
         self.writer = writer
@@ -114,11 +123,26 @@ class CapacityReconciler:
             return  # being deleted, or a name NFD cannot attribute (over 63 characters)
         name = want["metadata"]["name"]
         have = self.features.indexer.get(f"{self.system_namespace}/{name}")
+        taken = self.taken is not None and self.taken.take(request.key)
         if is_up_to_date(have, want):
+            if taken:
+                await self._repair(node, want, have)
             return
+        await self._apply(want, have)
+
+    async def _apply(self, want: dict[str, Any], have: Mapping[str, Any] | None) -> None:
         if self.applied is not None:
             self.applied.applying(want)
         await self.writer.apply(NODE_FEATURES, want, existed=have is not None)
+
+    async def _repair(
+        self, node: Mapping[str, Any], want: dict[str, Any], have: Mapping[str, Any] | None
+    ) -> None:
+        """The NodeFeature is right but the Node lost some of its labels: rewrite it so NFD
+        applies them again (docs/worker.md, "Label repair")."""
+        marked = repair_request(node, want, have, publisher=PUBLISHER)
+        if marked is not None:
+            await self._apply(marked, have)
 
 
 def setup_capacity(
@@ -142,6 +166,7 @@ def setup_capacity(
     if slices is not None:
         slices.add_index(BY_SLICE_NODE, slice_node)
     applied = NotLastApplied()
+    taken = LabelsTaken(is_worker_label)
     reconciler = CapacityReconciler(
         nodes,
         features,
@@ -150,11 +175,12 @@ def setup_capacity(
         facts=facts,
         slices=slices,
         applied=applied,
+        taken=taken,
     )
     per_node = Coalesce(window=window)  # one window per node, shared by both watches
     builder = (
         manager.controller(NAME)
-        .for_(NODES, NodeChanged(facts), coalesce=per_node)
+        .for_(NODES, taken, NodeChanged(facts), coalesce=per_node)
         .owns(
             NODE_FEATURES,
             applied,

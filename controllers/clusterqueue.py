@@ -32,13 +32,20 @@ from gpustack_operator.controllers.common import (
 )
 from gpustack_operator.domain.kueue import OwnerReference
 from gpustack_operator.domain.labels import QUEUE_ANNOTATION
-from gpustack_operator.domain.nodeview import annotations_of, is_deleting, name_of, uid_of
+from gpustack_operator.domain.nodeview import (
+    annotations_of,
+    is_deleting,
+    metadata,
+    name_of,
+    uid_of,
+)
 from gpustack_operator.domain.quantities import parse_quantity
 from gpustack_operator.domain.queues import (
     DEFAULT_QUOTA_RESOURCES,
     QuotaResources,
     cluster_queue_cohort,
     desired_cluster_queue,
+    without_flavors,
 )
 from gpustack_operator.runtime.client import NotFound
 from gpustack_operator.runtime.coalesce import Coalesce, Hold
@@ -48,6 +55,12 @@ from gpustack_operator.runtime.resources import NODES
 NAME: Final = "clusterqueue"
 _USAGE_FIELDS: Final = ("flavorsReservation", "flavorsUsage")
 _WORKLOAD_COUNTS: Final = ("reservingWorkloads", "admittedWorkloads")
+
+
+def _without_deletion(obj: dict[str, Any]) -> dict[str, Any]:
+    """*obj* as if it were not being deleted (to render what its queue holds besides it)."""
+    meta = {k: v for k, v in metadata(obj).items() if k != "deletionTimestamp"}
+    return {**obj, "metadata": meta}
 
 
 def has_reservations(cluster_queue: Mapping[str, Any]) -> bool:
@@ -107,19 +120,19 @@ class ClusterQueueReconciler:
                 self.writer.not_ours(self.resource, have)
             return None
         flavors = caches.flavors.indexer.by_index(BY_QUEUE, name)
-        index: dict[str, list[object]] = {
-            name_of(f): list(caches.managed_nodes(BY_FLAVOR, name_of(f))) for f in flavors
-        }
-        nodes = [n for members in index.values() for n in members]
-        want = desired_cluster_queue(
-            name,
-            flavors,
-            nodes,
-            caches.manufacturers,
-            version=caches.kueue.version,
-            flavor_index=index,
-            quota_resources=self.quota_resources,
-        )
+        wanted = self._wanted_flavors(name)
+        if have is not None and not wanted <= {name_of(f) for f in flavors}:
+            # A flavor the nodes want is missing from the cache (a person deleted it): the
+            # flavor reconciler recreates it, and its creation brings the queue back here.
+            return Result(requeue_after=self.waiting_requeue)
+        want = self._desired(name, flavors)
+        if want is None and wanted and have is not None:
+            # Every flavor is being deleted (Kueue holds a flavor while a queue lists it):
+            # the queue lets go of them instead of going away (docs/worker.md, "Chain
+            # objects deleted by hand").
+            live = [_without_deletion(f) for f in flavors]
+            full = self._desired(name, live)
+            want = without_flavors(full) if full is not None else None
         if want is None:
             return await self._delete(have)
         if have is not None and is_deleting(have):
@@ -139,6 +152,32 @@ class ClusterQueueReconciler:
         if not is_up_to_date(have, want):
             await self.writer.apply(self.resource, want, existed=have is not None)
         return None
+
+    def _wanted_flavors(self, name: str) -> set[str]:
+        """The flavors the managed nodes of queue *name* have in their profiles."""
+        profiles = self.caches.facts.profiles
+        return {
+            p.flavor
+            for node in self.caches.managed_nodes(BY_QUEUE, name)
+            for p in profiles(node)
+            if p.queue == name and p.flavor
+        }
+
+    def _desired(self, name: str, flavors: list[dict[str, Any]]) -> dict[str, Any] | None:
+        caches = self.caches
+        index: dict[str, list[object]] = {
+            name_of(f): list(caches.managed_nodes(BY_FLAVOR, name_of(f))) for f in flavors
+        }
+        nodes = [n for members in index.values() for n in members]
+        return desired_cluster_queue(
+            name,
+            flavors,
+            nodes,
+            caches.manufacturers,
+            version=caches.kueue.version,
+            flavor_index=index,
+            quota_resources=self.quota_resources,
+        )
 
     async def _delete(self, have: Mapping[str, Any] | None) -> Result | None:
         if have is None or is_deleting(have):

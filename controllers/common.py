@@ -27,6 +27,7 @@ from gpustack_operator.runtime.client import Client, Conflict, NotFound
 from gpustack_operator.runtime.controller import (
     EventRecorderLike,
 )
+from gpustack_operator.runtime.fence import WriteFence
 from gpustack_operator.runtime.predicates import Predicate
 from gpustack_operator.runtime.resources import Resource
 
@@ -180,17 +181,27 @@ def is_up_to_date(have: Mapping[str, Any] | None, want: Mapping[str, Any]) -> bo
 
 
 class Writer:
-    """Server-side apply and guarded deletes as one field manager, with an Event per write."""
+    """Server-side apply and guarded deletes as one field manager, with an Event per write.
+
+    Every write first passes *fence* (the manager's): a replica whose Lease is not known
+    held sends nothing and raises ``LeaseNotHeld`` (docs/runtime.md, "Write fence").
+    """
 
     def __init__(
-        self, client: Client, field_manager: str, recorder: EventRecorderLike | None
+        self,
+        client: Client,
+        field_manager: str,
+        recorder: EventRecorderLike | None,
+        fence: WriteFence | None = None,
     ) -> None:
         self.client = client
         self.field_manager = field_manager
         self.recorder = recorder
+        self.fence = fence or WriteFence()
 
     async def apply(self, resource: Resource, want: JSON, *, existed: bool) -> JSON:
         """Apply *want* (fields the worker owns, so ``force``) and log what happened."""
+        self.fence.check(f"an apply of {resource.kind} {name_of(want)}")
         result = await self.client.apply(
             resource, want, field_manager=self.field_manager, force=True
         )
@@ -215,6 +226,7 @@ class Writer:
             raise RuntimeError(f"refusing to delete {resource.kind} {name_of(obj)}: not ours")
         meta = metadata(obj)
         namespace = meta.get("namespace") if resource.namespaced else None
+        self.fence.check(f"a delete of {resource.kind} {name_of(obj)}")
         try:
             await self.client.delete(
                 resource, name_of(obj), namespace, preconditions={"uid": uid_of(obj)}

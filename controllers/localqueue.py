@@ -17,8 +17,10 @@ controller is removing it), nor LocalQueues without the managed-by label.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
+
+import structlog
 
 from gpustack_operator.controllers.caches import BY_NAMESPACE, KueueCaches
 from gpustack_operator.controllers.common import (
@@ -30,12 +32,15 @@ from gpustack_operator.controllers.common import (
 from gpustack_operator.domain.labels import RESOURCE_TYPE_INSTANCETYPES, RESOURCE_TYPE_LABEL
 from gpustack_operator.domain.nodeview import is_deleting, labels_of, metadata, name_of
 from gpustack_operator.domain.queues import desired_local_queues
+from gpustack_operator.runtime.client import ApiError, Forbidden, NotFound
 from gpustack_operator.runtime.coalesce import Coalesce
 from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request
 from gpustack_operator.runtime.predicates import Predicate
 from gpustack_operator.runtime.resources import NAMESPACES
 
 NAME: Final = "localqueue"
+
+log = structlog.get_logger(__name__)
 
 
 def _is_our_queue(cluster_queue: object) -> bool:
@@ -107,7 +112,18 @@ class LocalQueueReconciler:
             if have is not None and not is_managed_object(have):
                 self.writer.not_ours(self.resource, have)
             elif have is None or not is_up_to_date(have, want):
-                await self.writer.apply(self.resource, want, existed=have is not None)
+                try:
+                    await self.writer.apply(self.resource, want, existed=have is not None)
+                except (NotFound, Forbidden) as err:
+                    if not namespace_went_away(err, namespace_name):
+                        raise
+                    log.info(
+                        "namespace went away under a LocalQueue apply; nothing to do",
+                        namespace=namespace_name,
+                        local_queue=lq_name,
+                        reason=err.reason,
+                    )
+                    return
         for lq_name, have in present.items():
             if (namespace_name, lq_name) in wanted or not is_managed_object(have):
                 continue
@@ -125,6 +141,20 @@ class LocalQueueReconciler:
         return (
             isinstance(target, str) and self.caches.cluster_queues.indexer.get(target) is not None
         )
+
+
+def namespace_went_away(err: ApiError, namespace: str) -> bool:
+    """The write failed because *namespace* is gone (404 on the Namespace) or terminating
+    (403 ``NamespaceTerminating``): the Namespace's own events end the matter, so this is
+    logged at info, not retried (docs/worker.md, "Writes and ownership")."""
+    details = err.details
+    if isinstance(err, NotFound):
+        return details.get("kind") == "namespaces" and details.get("name") == namespace
+    causes = details.get("causes")
+    return isinstance(err, Forbidden) and any(
+        isinstance(c, Mapping) and c.get("reason") == "NamespaceTerminating"
+        for c in (causes if isinstance(causes, list) else [])
+    )
 
 
 def build_local_queue_controller(

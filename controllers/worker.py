@@ -20,8 +20,9 @@ Build the manager with :func:`new_worker_manager` to get the worker's informer t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Final
 
 import anyio
@@ -61,11 +62,12 @@ from gpustack_operator.domain.queues import (
     QuotaResources,
 )
 from gpustack_operator.environment import load_manufacturers
+from gpustack_operator.runtime.backoff import BackoffPolicy
 from gpustack_operator.runtime.client import ApiError, Client
 from gpustack_operator.runtime.controller import (
     Controller,
 )
-from gpustack_operator.runtime.informer import InformerFactory
+from gpustack_operator.runtime.informer import InformerFactory, ReflectorSettings
 from gpustack_operator.runtime.manager import Manager, ManagerOptions
 from gpustack_operator.runtime.poll import poll_until
 from gpustack_operator.runtime.resources import NODES, RESOURCE_SLICES
@@ -79,6 +81,13 @@ KUEUE_MISSING_MESSAGE: Final = (
     "https://github.com/kubernetes-sigs/kueue/releases/download/<version>/manifests.yaml`. "
     "The worker stays not ready and keeps checking."
 )
+
+
+WORKER_INFORMER_BACKOFF: Final = BackoffPolicy(initial=0.8, cap=3.0, jitter=0.3)
+"""The worker's list/watch retries: 0.8 s doubling to 3 s plus up to 30% jitter (at most
+3.9 s), so its caches, and ``/readyz``, follow the API server within seconds of it
+recovering; one process with a handful of informers (docs/runtime.md, "Recovery after
+faults")."""
 
 
 @dataclass
@@ -164,7 +173,7 @@ class Worker:
     def __init__(self, manager: Manager, config: WorkerConfig) -> None:
         self.manager = manager
         self.config = config
-        self.writer = Writer(manager.client, config.field_manager, manager.recorder)
+        self.writer = Writer(manager.client, config.field_manager, manager.recorder, manager.fence)
         self.kueue: KueueResources | None = None
         """The Kueue kinds in use, once discovered."""
         self.kueue_found = anyio.Event()
@@ -315,13 +324,21 @@ def setup_worker(manager: Manager, config: WorkerConfig) -> Worker:
     return worker
 
 
-def new_worker_manager(client: Client, options: ManagerOptions | None = None) -> Manager:
-    """A manager whose shared informers use the worker's transform (:func:`trim_for_worker`)."""
+def new_worker_manager(
+    client: Client,
+    options: ManagerOptions | None = None,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+) -> Manager:
+    """A manager whose shared informers use the worker's transform (:func:`trim_for_worker`);
+    *clock* is its leader election's monotonic clock."""
     opts = options or ManagerOptions()
+    if opts.reflector is None:
+        opts = replace(opts, reflector=ReflectorSettings(backoff=WORKER_INFORMER_BACKOFF))
     informers = InformerFactory(
         client,
         default_transform=trim_for_worker,
         resync_period=opts.resync_period,
         settings=opts.reflector,
     )
-    return Manager(client, opts, informers=informers)
+    return Manager(client, opts, informers=informers, clock=clock)

@@ -23,6 +23,7 @@ import structlog
 from prometheus_client.registry import CollectorRegistry
 
 from gpustack_operator.apis import NODE_FEATURES
+from gpustack_operator.controllers.labelrepair import LabelsTaken, repair_request
 from gpustack_operator.devicemanager.detection import (
     DetectionConfig,
     DetectionResult,
@@ -38,6 +39,7 @@ from gpustack_operator.domain.labels import MANAGED_LABEL
 from gpustack_operator.domain.nodefeature import (
     DEVICE_MANAGER_SUFFIX,
     device_manager_node_feature,
+    is_device_manager_label,
     node_feature_name,
 )
 from gpustack_operator.environment import load_manufacturers
@@ -56,6 +58,7 @@ from gpustack_operator.simcluster.devices import SIM_DEVICES_ANNOTATION
 log = structlog.get_logger(__name__)
 
 FIELD_MANAGER: Final = "gpustack-device-manager"
+PUBLISHER: Final = "device-manager"
 CONTROLLER_NAME: Final = "device-manager"
 MIN_MONITOR_PERIOD: Final = 1.0
 
@@ -143,10 +146,12 @@ class DeviceManagerAgent:
         self.detection = DeviceDetection(config, library_detectors=library_detectors, sim=sim)
         self.last_identity: tuple[tuple[str, str, bool], ...] | None = None
         self.controller = Controller(controller_name, self.reconcile, recorder=manager.recorder)
+        self.taken = LabelsTaken(is_device_manager_label)
+        """Marks the Node when an update takes one of this agent's labels from it."""
         self.controller.watch(
             self.nodes,
             enqueue_object(),
-            [or_(LABELS_CHANGED, ANNOTATIONS_CHANGED)],
+            [self.taken, or_(LABELS_CHANGED, ANNOTATIONS_CHANGED)],
             primary=True,
         )
         self.controller.watch(self.features, self._own_node)
@@ -205,7 +210,10 @@ class DeviceManagerAgent:
                 "valid label value, so NFD cannot attribute a NodeFeature to it"
             )
         current = self.features.indexer.get(f"{self.system_namespace}/{self.feature_name}")
+        taken = self.taken.take(self.node_name)
         if current is not None and is_up_to_date(current, desired):
+            if taken:
+                await self._repair(node, desired, current)
             return None
         await self.manager.client.apply(
             NODE_FEATURES, desired, field_manager=FIELD_MANAGER, force=True
@@ -217,6 +225,17 @@ class DeviceManagerAgent:
             groups=[g.key for g in result.groups],
         )
         return None
+
+    async def _repair(
+        self, node: Mapping[str, Any], desired: dict[str, Any], current: Mapping[str, Any]
+    ) -> None:
+        """The NodeFeature is right but the Node lost some of its labels: rewrite it so NFD
+        applies them again (docs/worker.md, "Label repair")."""
+        marked = repair_request(node, desired, current, publisher=PUBLISHER)
+        if marked is not None:
+            await self.manager.client.apply(
+                NODE_FEATURES, marked, field_manager=FIELD_MANAGER, force=True
+            )
 
     async def refresh_metrics(self) -> None:
         """Read live device metrics off the event loop for the next ``/metrics`` scrapes."""

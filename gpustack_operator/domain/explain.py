@@ -123,8 +123,8 @@ def check_managed(node: Mapping[str, Any], _: Mapping[str, Manufacturer]) -> lis
     return [
         Reason(
             "not-managed",
-            f"{MANAGED_LABEL}={value if value is not None else '(absent)'}: only 'true' is "
-            "managed; remove the label and the worker sets it to true",
+            f"{MANAGED_LABEL}={value}: only 'true' (or no label) is managed; remove the label "
+            "and the worker sets it to true",
         )
     ]
 

@@ -89,7 +89,9 @@ class Profile:
 
 
 def is_managed(node: object) -> bool:
-    """A node the queues count: labelled exactly ``gpustack.ai/managed=true``, not deleting."""
+    """A node the queues count, not deleting: ``gpustack.ai/managed`` is ``true``, empty or
+    absent (docs/labels.md, "From people (read)"). An absent label is what the worker is about
+    to publish as ``true``, so a node whose label a person removed keeps its pools."""
     meta = metadata(node)
     labels = meta.get("labels")
     # Decoded JSON holds plain dicts: read the one label directly (every flavor and cohort
@@ -97,7 +99,7 @@ def is_managed(node: object) -> bool:
     value = labels.get(MANAGED_LABEL) if type(labels) is dict else None
     if type(value) is not str:  # absent, or a YAML scalar such as an unquoted true
         value = label_of(node, MANAGED_LABEL)
-    return value == "true" and not meta.get("deletionTimestamp")
+    return (not value or value == "true") and not meta.get("deletionTimestamp")
 
 
 def general_keys(labels: Mapping[str, str]) -> list[str]:

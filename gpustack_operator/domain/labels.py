@@ -20,6 +20,9 @@ RESOURCE_PREFIX: Final = "resource.gpustack.ai/"
 
 # Node labels.
 MANAGED_LABEL: Final = "gpustack.ai/managed"
+LABEL_REPAIR_ANNOTATION: Final = "gpustack.ai/labels-repaired-for"
+"""On a NodeFeature: the Node ``resourceVersion`` it was rewritten for, so NFD applies again
+labels the Node lost (docs/worker.md, "Label repair")."""
 ACCELERATABLE_LABEL: Final = "feature.gpustack.ai/acceleratable"
 NFD_CPU_VENDOR_LABEL: Final = "feature.node.kubernetes.io/cpu-model.vendor_id"
 NFD_CPU_FAMILY_LABEL: Final = "feature.node.kubernetes.io/cpu-model.family"

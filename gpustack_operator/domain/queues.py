@@ -434,6 +434,15 @@ def desired_cluster_queue(
     return queue.manifest(version)
 
 
+def without_flavors(queue: Mapping[str, Any]) -> dict[str, Any]:
+    """*queue* with no resource group: what a ClusterQueue the nodes still want holds while
+    every flavor it lists is being deleted, so Kueue lets the flavors go and the worker
+    recreates them (docs/worker.md, "Chain objects deleted by hand")."""
+    spec = dict(queue.get("spec") or {})
+    spec["resourceGroups"] = []
+    return {**queue, "spec": spec}
+
+
 def desired_cluster_queues(
     flavors: Mapping[str, Mapping[str, Any]],
     nodes: Iterable[object],

@@ -11,7 +11,10 @@ The reconcile contract (controller-runtime's):
 * ``Result(requeue_after=d)`` -> forget, then add the key again after *d* seconds;
 * ``Result(requeue=True)`` -> a rate-limited retry without counting as an error;
 * raise :class:`TerminalError` -> forget, log, count as an error, never retried;
-* raise any other exception -> log, count, retry with per-key exponential backoff.
+* raise any other exception -> log, count, retry with per-key exponential backoff; after a
+  transient API error (429, 5xx, no answer) that backoff is capped at
+  ``transient_backoff_cap`` and never shorter than the server's ``Retry-After``;
+* ``LeaseNotHeld`` (the write fence refused a write) -> a warning and a retry.
 
 Every log line emitted during a reconcile carries ``controller``, ``key`` and ``reconcile_id``
 (bound with structlog's contextvars, so the reconciler's own loggers get them too).
@@ -34,7 +37,9 @@ import structlog
 
 from gpustack_operator.runtime import metrics
 from gpustack_operator.runtime.cache import object_key
+from gpustack_operator.runtime.client import ApiUnavailable, ServerError, TooManyRequests
 from gpustack_operator.runtime.coalesce import Coalesce, CoalescingQueue
+from gpustack_operator.runtime.fence import LeaseNotHeld
 from gpustack_operator.runtime.predicates import Predicate, PredicateLike, and_, as_predicate
 from gpustack_operator.runtime.resources import Resource
 from gpustack_operator.runtime.workqueue import RateLimiter, ShutDown, WorkQueue
@@ -56,6 +61,11 @@ __all__ = [
 ]
 
 log = structlog.get_logger(__name__)
+
+TRANSIENT_BACKOFF_CAP = 4.0
+"""Seconds: the longest retry delay of a key after a 429, a 5xx or no answer (a
+``Retry-After`` aside), so keys converge within seconds of the API server recovering
+(docs/runtime.md, "Recovery after faults")."""
 
 Obj = dict[str, Any]
 
@@ -275,6 +285,7 @@ class Controller:
         cache_sync_timeout: float = 120.0,
         drain_timeout: float = 30.0,
         recorder: EventRecorderLike | None = None,
+        transient_backoff_cap: float = TRANSIENT_BACKOFF_CAP,
     ) -> None:
         if max_concurrent_reconciles < 1:
             raise ValueError(
@@ -287,6 +298,9 @@ class Controller:
         self.cache_sync_timeout = cache_sync_timeout
         self.drain_timeout = drain_timeout
         self.recorder = recorder
+        self.transient_backoff_cap = transient_backoff_cap
+        """The longest retry delay after an answer the API server may not give again (429,
+        5xx, no answer), a ``Retry-After`` aside (docs/runtime.md, "Recovery after faults")."""
         self.queue = WorkQueue(name, rate_limiter=rate_limiter)
         self._sources: list[EventSource] = []
         self._handlers: list[tuple[EventSource, Any]] = []
@@ -491,6 +505,25 @@ class Controller:
                 self._total["error"].inc()
                 log.error("reconcile failed with a terminal error; not retrying", error=str(err))
                 self._record_failure(key, "ReconcileFailed", err)
+            except LeaseNotHeld as err:  # nothing was sent; the manager is stopping
+                queue.add_rate_limited(key)
+                self._errors.inc()
+                self._total["error"].inc()
+                log.warning(
+                    "reconcile refused to write: the Lease is not known held", error=str(err)
+                )
+            except (TooManyRequests, ServerError, ApiUnavailable) as err:
+                queue.add_rate_limited(
+                    key, at_most=self.transient_backoff_cap, at_least=err.retry_after or 0.0
+                )
+                self._errors.inc()
+                self._total["error"].inc()
+                log.warning(
+                    "reconcile failed on a transient API error; retrying",
+                    error=str(err) or type(err).__name__,
+                    status=err.status,
+                    retries=queue.num_requeues(key),
+                )
             except Exception as err:
                 queue.add_rate_limited(key)
                 self._errors.inc()
@@ -685,6 +718,7 @@ class ControllerBuilder:
         rate_limiter: RateLimiter | None = None,
         cache_sync_timeout: float | None = None,
         drain_timeout: float | None = None,
+        transient_backoff_cap: float | None = None,
     ) -> ControllerBuilder:
         """Worker count, retry backoff, cache-sync and drain timeouts (None keeps the default)."""
         given = {
@@ -692,6 +726,7 @@ class ControllerBuilder:
             "rate_limiter": rate_limiter,
             "cache_sync_timeout": cache_sync_timeout,
             "drain_timeout": drain_timeout,
+            "transient_backoff_cap": transient_backoff_cap,
         }
         self._options.update({k: v for k, v in given.items() if v is not None})
         return self

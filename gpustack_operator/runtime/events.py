@@ -26,6 +26,7 @@ import structlog
 
 from gpustack_operator.runtime import metrics
 from gpustack_operator.runtime.client import ApiError, NotFound
+from gpustack_operator.runtime.fence import WriteFence
 from gpustack_operator.runtime.resources import EVENTS, Resource
 
 __all__ = ["EventClient", "EventRecorder", "EventType"]
@@ -131,6 +132,9 @@ class EventRecorder:
         self._idle: anyio.Event | None = None
         self.written = 0
         """Events created or updated so far (for tests and diagnostics)."""
+        self.fence: WriteFence = WriteFence()
+        """Events pass it before they are sent (the manager sets its own): a replica whose
+        Lease is not known held drops them (docs/runtime.md, "Write fence")."""
 
     def event(
         self,
@@ -214,6 +218,10 @@ class EventRecorder:
 
     async def _write(self, pending: _Pending) -> None:
         involved = pending.involved
+        if not self.fence.held():
+            metrics.EVENTS_DROPPED.labels("not_leader").inc()
+            log.debug("event dropped: the Lease is not known held", reason=pending.reason)
+            return
         # Events of cluster-scoped objects live in "default", as kubectl expects.
         namespace = str(involved.get("namespace") or "default")
         identity = (

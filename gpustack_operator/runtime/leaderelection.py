@@ -30,6 +30,7 @@ import structlog
 
 from gpustack_operator.runtime import metrics
 from gpustack_operator.runtime.client import ApiError, Conflict, NotFound
+from gpustack_operator.runtime.fence import LeaseFence
 from gpustack_operator.runtime.resources import LEASES, Resource
 
 __all__ = [
@@ -132,6 +133,10 @@ class LeaderElector:
         self._is_leader = False
         self.elected = anyio.Event()
         """Set once this candidate first becomes the leader."""
+        self.fence = LeaseFence(config.renew_deadline, clock=clock)
+        """Open while the Lease is known held: each successful renewal opens it for
+        ``renew_deadline`` seconds from when its request was sent (docs/runtime.md, "Write
+        fence")."""
         self._gauge = metrics.LEADER_ELECTION_MASTER_STATUS.labels(config.lease_name)
         self._log = log.bind(
             lease=f"{config.lease_namespace}/{config.lease_name}", identity=config.identity
@@ -216,6 +221,7 @@ class LeaderElector:
     async def try_acquire_or_renew(self) -> bool:
         """Read the Lease and take or renew it if free, expired or ours; True on success."""
         cfg = self.config
+        started = self._clock()  # the fence counts from before the request is sent
         now = _micro_time(self._wall_clock())
         duration = max(1, math.ceil(cfg.lease_duration))
         try:
@@ -239,6 +245,7 @@ class LeaderElector:
                 self._log.debug("could not create the lease", error=str(err))
                 return False
             self._observe(created)
+            self.fence.renewed(started)
             return True
         except ApiError as err:
             self._log.warning("could not read the lease", error=str(err), status=err.status)
@@ -270,6 +277,7 @@ class LeaderElector:
         if holder != cfg.identity:
             self._log.info("acquired the lease", previous_holder=holder or None)
         self._observe(updated)
+        self.fence.renewed(started)
         return True
 
     async def _release(self) -> None:
@@ -311,5 +319,7 @@ class LeaderElector:
                 self._log.info("observed a new leader", leader=self.observed_holder or None)
 
     def _set_leader(self, leading: bool) -> None:
+        if not leading:
+            self.fence.close()
         self._is_leader = leading
         self._gauge.set(1 if leading else 0)

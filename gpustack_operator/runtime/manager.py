@@ -30,6 +30,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import signal
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -47,6 +48,7 @@ from gpustack_operator.runtime.controller import (
     EventSource,
 )
 from gpustack_operator.runtime.events import EventRecorder
+from gpustack_operator.runtime.fence import WriteFence
 from gpustack_operator.runtime.informer import Informer, InformerFactory, ReflectorSettings
 from gpustack_operator.runtime.leaderelection import (
     LeaderElectionConfig,
@@ -115,7 +117,10 @@ class Manager:
         options: ManagerOptions | None = None,
         *,
         informers: InformerFactory | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """*clock*: the monotonic clock of leader election and its write fence (tests
+        inject a fake one)."""
         self.client = client
         self.options = opts = options or ManagerOptions()
         # Fail on a bad address now, not after the caches have been filled.
@@ -137,8 +142,13 @@ class Manager:
         self.health_server: HttpServer | None = None
         self.metrics_server: HttpServer | None = None
         self.elector: LeaderElector | None = None
+        self.fence = WriteFence()
+        """What leader-only writes pass first (docs/runtime.md, "Write fence"): the elector's
+        Lease fence with leader election, else always open."""
         if opts.leader_election is not None:
-            self.elector = LeaderElector(client, opts.leader_election)
+            self.elector = LeaderElector(client, opts.leader_election, clock=clock)
+            self.fence = self.elector.fence
+        self.event_recorder.fence = self.fence
         self.serving = anyio.Event()
         """Set once the HTTP servers are bound (their ports are known)."""
         self.synced = anyio.Event()

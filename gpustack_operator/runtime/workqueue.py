@@ -259,13 +259,19 @@ class WorkQueue:
         heapq.heappush(self._heap, (deadline, key))
         self._arm_timer(loop)
 
-    def add_rate_limited(self, key: str) -> None:
-        """Add *key* after its rate limiter's backoff (a retry)."""
+    def add_rate_limited(
+        self, key: str, *, at_most: float | None = None, at_least: float = 0.0
+    ) -> None:
+        """Add *key* after its rate limiter's backoff (a retry), capped at *at_most* seconds
+        when given, but no sooner than *at_least* (a server's ``Retry-After``)."""
         if self._shutting_down:
             return
         if self._name is not None:
             self._retries.inc()
-        self.add_after(key, self._rate_limiter.when(key))
+        delay = self._rate_limiter.when(key)
+        if at_most is not None:
+            delay = min(delay, at_most)
+        self.add_after(key, max(delay, at_least))
 
     def forget(self, key: str) -> None:
         """Reset *key*'s backoff (after a success); it does not remove a queued key."""

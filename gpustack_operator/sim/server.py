@@ -244,6 +244,15 @@ class SimServer:
         await self._runner.cleanup()
         self._runner = None
 
+    def end_watches(self) -> int:
+        """End every open watch cleanly, as an API server restart would; clients watch again
+        (through the fault table, so injected faults then hit their next requests). Returns
+        how many were ended."""
+        open_watches = list(self._watches)
+        for queue in open_watches:
+            queue.put_nowait(None)
+        return len(open_watches)
+
     async def settle(self, within: float = 10.0) -> None:
         """Wait until the garbage collector and namespace controller have nothing left to do.
 

@@ -8,7 +8,9 @@ Comparison ("converged") looks at what the operator decides, never at what the s
 ``apiVersion``, ``kind``, ``metadata.name`` / ``namespace`` / ``labels`` / ``annotations`` and
 ``spec`` must be equal; ``uid``, ``resourceVersion``, ``creationTimestamp``, ``generation``,
 ``managedFields``, ``ownerReferences`` (``plan`` cannot know owners' uids) and ``status`` are
-ignored. Owner references are checked separately by :func:`ownership_problems`.
+ignored, and so is a NodeFeature's label-repair mark (docs/worker.md, "Label repair"), which
+records a past repair rather than a desired state. Owner references are checked separately by
+:func:`ownership_problems`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,11 @@ from typing import Any
 
 from gpustack_operator.apis import NODE_FEATURES, KueueResources, kueue_resources
 from gpustack_operator.domain.desired import DesiredState
-from gpustack_operator.domain.labels import MANAGED_BY_LABEL, MANAGED_BY_VALUE
+from gpustack_operator.domain.labels import (
+    LABEL_REPAIR_ANNOTATION,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+)
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.resources import NODES, Resource
 from gpustack_operator.sim.store import Store
@@ -124,7 +130,10 @@ async def read_chain(
 
 def comparable(obj: Mapping[str, Any]) -> JSON:
     """The part of an object the operator decides (see the module docstring)."""
-    meta = obj.get("metadata") or {}
+    meta = dict(obj.get("metadata") or {})
+    annotations = meta.get("annotations")
+    if isinstance(annotations, Mapping) and LABEL_REPAIR_ANNOTATION in annotations:
+        meta["annotations"] = {k: v for k, v in annotations.items() if k != LABEL_REPAIR_ANNOTATION}
     out: JSON = {
         "apiVersion": obj.get("apiVersion"),
         "kind": obj.get("kind"),

@@ -19,8 +19,10 @@ from prometheus_client import CollectorRegistry
 from gpustack_operator.devicemanager.agent import NODE_FEATURES, DeviceManagerAgent
 from gpustack_operator.devicemanager.detection import DetectionConfig
 from gpustack_operator.devicemanager.detectors.nvidia import NvidiaDetector
+from gpustack_operator.domain.labels import LABEL_REPAIR_ANNOTATION
 from gpustack_operator.runtime.client import Client, NotFound
 from gpustack_operator.runtime.manager import Manager, ManagerOptions
+from gpustack_operator.runtime.metrics import REGISTRY
 from gpustack_operator.runtime.resources import NODES
 from gpustack_operator.sim.server import SimServer
 from tests.unit.devicemanager.fakes import FakeNvml, a10g, tesla_t4
@@ -279,3 +281,44 @@ async def test_serve_publishes_and_stops_cleanly_on_sigterm(
         assert code == 0, err
         assert "no accelerator found" in err
         assert "signal received" in err
+
+
+async def test_a_device_label_taken_from_the_node_is_published_again(
+    sim: SimServer, sim_kubeconfig: Path, admin_kubeconfig: Path
+) -> None:
+    """docs/worker.md, "Label repair": the NodeFeature is rewritten (marked with the Node's
+    resourceVersion) so NFD merges it again; a Node that only waits for NFD is left alone."""
+
+    def repairs() -> float:
+        sample = {"publisher": "device-manager"}
+        return REGISTRY.get_sample_value("gpustack_label_repairs_total", sample) or 0.0
+
+    async with await Client.connect(admin_kubeconfig) as client:  # the test's own steps
+        await client.create(NODES, node("node-a", devices=T4))
+        async with agent_running(sim_kubeconfig, "node-a") as agent:
+            await settled(agent)
+            published = await feature_labels(client, "node-a")
+            assert published
+            before = repairs()
+            # NFD merges the labels (the Node only lacked them so far: no repair).
+            await client.patch(NODES, "node-a", {"metadata": {"labels": published}})
+            await eventually(
+                lambda: P + "nvidia-tesla-t4.count" in agent.node()["metadata"]["labels"],
+                "the merge in the cache",
+            )
+            await settled(agent)
+            assert repairs() == before
+            # A person removes one of them.
+            taken = await client.patch(
+                NODES, "node-a", {"metadata": {"labels": {P + "nvidia-tesla-t4.count": None}}}
+            )
+            version = taken["metadata"]["resourceVersion"]
+
+            async def marked() -> bool:
+                obj = await feature(client, "node-a")
+                annotations = (obj or {}).get("metadata", {}).get("annotations") or {}
+                return annotations.get(LABEL_REPAIR_ANNOTATION) == version
+
+            await eventually(marked, "the NodeFeature to be rewritten for the Node's version")
+            assert repairs() == before + 1
+            assert await feature_labels(client, "node-a") == published

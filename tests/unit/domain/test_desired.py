@@ -500,9 +500,13 @@ def test_device_manager_node_feature_and_label_ownership() -> None:
         ({"gpustack.ai/managed": "true"}, {}, True),
         ({"gpustack.ai/managed": True}, {}, True),  # an unquoted YAML true
         ({"gpustack.ai/managed": "false"}, {}, False),
-        ({}, {}, False),
+        ({"gpustack.ai/managed": "yes"}, {}, False),
+        # Absent (or empty) is what the worker publishes as true: managed (docs/labels.md).
+        ({}, {}, True),
+        ({"gpustack.ai/managed": ""}, {}, True),
         ({"gpustack.ai/managed": "true"}, {"deletionTimestamp": "2026-01-01T00:00:00Z"}, False),
-        (None, {}, False),
+        ({}, {"deletionTimestamp": "2026-01-01T00:00:00Z"}, False),
+        (None, {}, True),
     ],
 )
 def test_is_managed_reads_the_label_as_kubectl_would_store_it(
