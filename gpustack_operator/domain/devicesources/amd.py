@@ -60,7 +60,7 @@ def amd_pools(
             f"{where} names {len(products)} models ({', '.join(products)}) that share one "
             f"{GPU_RESOURCE} resource; their cards cannot be told apart"
         )
-        return [], [Diagnostic(SOURCE, AMBIGUOUS_MODELS, detail)]
+        return [], [Diagnostic(SOURCE, AMBIGUOUS_MODELS, detail, GPU_RESOURCE)]
     product = products[0].replace("_", " ")
     count = allocatable_count(allocatable, GPU_RESOURCE)
     if count == 0:

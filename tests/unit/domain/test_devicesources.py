@@ -297,7 +297,7 @@ def test_dra_devices_become_pools_only_where_no_label_source_describes_them() ->
     ] == [("NVIDIA H100 80GB HBM3", 4, 80 * 1024, "gpu.nvidia.com/gpu", "9.0")]
     assert [p.reason for p in problems] == ["unknown-vendor"]
     derived = derive_devices({}, {}, MFRS, node_name="h100-dra-1", slices=slices)
-    q = A + "nvidia-h100-80gb-hbm3"
+    q = A + "nvidia-h100-80gb-hbm3-dra"  # a model of its own: never a device-plugin flavor
     assert derived.labels[q + ".dra"] == "true"
     assert derived.labels[q + ".resource"] == "gpu.nvidia.com_gpu"
     with_gfd = derive_devices(
