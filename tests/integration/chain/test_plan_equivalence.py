@@ -180,9 +180,9 @@ def test_sim_converges_on_a_dump_of_real_gpu_stacks() -> None:
 )
 def test_sim_converges_on_every_example_dump(dump: str) -> None:
     """Each vendor-stack and managed-cloud example (docs/devices.md): the live controllers
-    converge to exactly plan's chain and explanations, and no ClusterQueue covers a device resource with a zero
-    quota. (plan's quotas equal the allocatable of each pool's resource for every example:
-    tests/unit/domain/test_devicesources.py.)"""
+    converge to exactly plan's chain and explanations, and no ClusterQueue covers a device
+    resource with a zero quota. (plan's quotas equal the allocatable of each pool's resource
+    for every example: tests/unit/domain/test_devicesources.py.)"""
     path = str(EXAMPLE.parent / dump)
     planned = _run_json("plan", "--nodes", path, "-o", "json")
     simulated = _run_json("sim", "--cluster", path, "-o", "json")
