@@ -29,9 +29,11 @@ from gpustack_operator.domain.devicesources import (
     neuron,
     unpooled,
 )
+from gpustack_operator.domain.devicesources.common import allocatable_count
 from gpustack_operator.domain.devicesources.model import (
     DESCRIBED_BY_AGENT,
     DUPLICATE_KEY,
+    INFORMATIONAL_REASONS,
     UNKNOWN_VENDOR,
     DevicePool,
     Diagnostic,
@@ -316,3 +318,19 @@ def node_device_diagnostics(
         node_name=name_of(node),
         slices=slices,
     ).diagnostics
+
+
+def unpooled_devices(
+    node: object,
+    manufacturers: Mapping[str, Manufacturer],
+    slices: Iterable[Mapping[str, Any]] = (),
+) -> tuple[tuple[Diagnostic, int], ...]:
+    """The node's devices that feed no pool, with how many each reason leaves out: the
+    allocatable amount of the resource it names, else 1 (a model whose cards are not counted
+    yet). Informational reasons are left out (docs/devices.md, "Why a device gets no pool")."""
+    allocatable = status_field(node, "allocatable")
+    return tuple(
+        (d, allocatable_count(allocatable, d.resource) if d.resource else 1)
+        for d in node_device_diagnostics(node, manufacturers, slices)
+        if d.reason not in INFORMATIONAL_REASONS
+    )

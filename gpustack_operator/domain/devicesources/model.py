@@ -61,3 +61,7 @@ DUPLICATE_KEY = "duplicate-key"
 MODEL_UNKNOWN = "model-unknown"
 UNKNOWN_RESOURCE = "unknown-resource"
 COUNTED_AS_DEVICES = "counted-as-devices"
+
+INFORMATIONAL_REASONS = frozenset({DESCRIBED_BY_AGENT, COUNTED_AS_DEVICES})
+"""Reasons whose devices do feed a pool (through another source, or as whole devices): the
+worker reports them in ``plan`` only, not as unpooled devices."""
