@@ -62,4 +62,11 @@ async def test_unpooled_devices_get_an_event_and_a_gauge_until_they_are_pooled()
         node["metadata"]["labels"].update(GFD_T4)
         cluster.sim.store.update(node)
         await eventually(lambda: _gauge("model-unknown") == 1, "the T4s pooled")
-        await cluster.converge(60)
+        await eventually(
+            lambda: any(
+                q["metadata"]["name"].endswith("--nvidia-tesla-t4-1d")
+                for q in cluster.sim.store.list("kueue.x-k8s.io/v1beta2", "ClusterQueue")
+            ),
+            "the T4 pool's ClusterQueue",
+        )
+        assert _gauge("no-allocatable-resource") == 1
