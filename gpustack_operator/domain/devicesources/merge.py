@@ -218,16 +218,20 @@ def _vendor_claims(
 
 
 def _dra_claims(
-    node_name: str, slices: Iterable[Mapping[str, Any]], claims: dict[str, _Claim]
+    node_name: str,
+    slices: Iterable[Mapping[str, Any]],
+    claims: dict[str, _Claim],
+    agent: frozenset[str],
 ) -> list[Diagnostic]:
-    """Add the DRA pools of manufacturers no label source gives a pool; a label source that
-    only found devices without a device plugin gives way to DRA (docs/devices.md, "DRA")."""
+    """Add the DRA pools of manufacturers neither our agent nor a label source gives a pool;
+    a label source that only found devices without a device plugin gives way to DRA
+    (docs/devices.md, "DRA")."""
     found, why = dra.dra_pools(node_name, slices)
     problems = list(why)
     for mfr in sorted({p.manufacturer for p in found}):
         mine = [p for p in found if p.manufacturer == mfr]
         claim = claims.get(mfr)
-        if claim is not None and claim.pools:
+        if mfr in agent or (claim is not None and claim.pools):
             detail = f"{mfr} devices are already described by labels (docs/devices.md)"
             problems.append(Diagnostic(dra.SOURCE, DESCRIBED_BY_AGENT, detail))
             continue
@@ -253,7 +257,7 @@ def derive_devices(
     problems: list[Diagnostic] = []
     claims = _vendor_claims(labels, allocatable, agent, problems)
     if node_name:
-        problems.extend(_dra_claims(node_name, slices, claims))
+        problems.extend(_dra_claims(node_name, slices, claims, agent))
     pools: list[DevicePool] = []
     derived: dict[str, str] = {}
     for mfr, claim in claims.items():

@@ -21,7 +21,7 @@ from gpustack_operator.domain.capacity import device_keys
 from gpustack_operator.domain.desired import DesiredState
 from gpustack_operator.domain.devicesources.dra import node_slices
 from gpustack_operator.domain.devicesources.gfd import gfd_pools
-from gpustack_operator.domain.devicesources.merge import decode_resource
+from gpustack_operator.domain.devicesources.merge import decode_resource, derive_devices
 from gpustack_operator.domain.devicesources.neuron import neuron_pools
 from gpustack_operator.domain.labels import ACCELERATABLE_PREFIX
 from gpustack_operator.domain.manufacturers import default_manufacturers
@@ -222,3 +222,13 @@ def test_a_neuron_node_is_pooled_by_devices_or_by_cores_never_both() -> None:
     ]
     pools, problems = neuron_pools({}, both)
     assert pools == [] and {d.reason for d in problems} == {"model-unknown"}
+
+
+def test_our_agent_wins_over_dra_slices_too() -> None:
+    """docs/devices.md, "Precedence": a manufacturer our agent describes is taken from the
+    agent alone, DRA slices of the node included."""
+    _, _, slices = read_cluster_file(EXAMPLES / "dra-h100.yaml")
+    agent = {"acceleratable.feature.gpustack.ai/nvidia": "true"}
+    derived = derive_devices(agent, {}, MFRS, node_name="h100-dra-1", slices=slices)
+    assert derived.pools == () and derived.labels == {}
+    assert [d.reason for d in derived.diagnostics] == ["described-by-agent"]
