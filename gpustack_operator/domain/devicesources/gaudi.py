@@ -12,9 +12,8 @@ import re
 from collections.abc import Mapping
 from typing import Final
 
-from gpustack_operator.domain.devicesources.common import allocatable_count
+from gpustack_operator.domain.devicesources.common import allocatable_count, instance_family
 from gpustack_operator.domain.devicesources.model import MODEL_UNKNOWN, DevicePool, Diagnostic
-from gpustack_operator.domain.devicesources.neuron import instance_family
 from gpustack_operator.domain.manufacturers import GAUDI_INSTANCE_FAMILIES, GAUDI_MODELS
 
 SOURCE: Final = "intel-gaudi"

@@ -13,7 +13,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-from gpustack_operator.domain.devicesources.common import allocatable_count
+from gpustack_operator.domain.devicesources.common import (
+    INSTANCE_TYPE_LABEL,
+    allocatable_count,
+    instance_family,
+)
 from gpustack_operator.domain.devicesources.model import (
     COUNTED_AS_DEVICES,
     MODEL_UNKNOWN,
@@ -26,12 +30,6 @@ SOURCE: Final = "aws-neuron"
 MANUFACTURER: Final = "aws"
 DEVICE_RESOURCES: Final = ("aws.amazon.com/neuron", "aws.amazon.com/neurondevice")
 CORE_RESOURCE: Final = "aws.amazon.com/neuroncore"
-INSTANCE_TYPE_LABEL: Final = "node.kubernetes.io/instance-type"
-
-
-def instance_family(labels: Mapping[str, str]) -> str:
-    """``trn1`` of ``trn1.32xlarge`` (``""`` without the well-known label)."""
-    return labels.get(INSTANCE_TYPE_LABEL, "").partition(".")[0]
 
 
 def neuron_pools(
