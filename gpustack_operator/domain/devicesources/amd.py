@@ -53,8 +53,7 @@ def _unnamed(labels: Mapping[str, str], allocatable: Mapping[str, object]) -> li
     """Why a labeller release that names no product (``beta.`` labels before v1.31) gives no
     pool: the cards are there, their model is not."""
     count = allocatable_count(allocatable, GPU_RESOURCE)
-    described = any(k.startswith((PREFIX, BETA_PREFIX)) for k in labels)
-    if not count or not described:
+    if not count or not any(k.startswith((PREFIX, BETA_PREFIX)) for k in labels):
         return []
     device = ", ".join(_property(labels, "device-id")[0]) or "unknown"
     detail = (

@@ -79,7 +79,9 @@ def _sliced(labels: Mapping[str, str], prefix: str) -> int:
 
 
 def _has_mixed_mig(labels: Mapping[str, str]) -> bool:
-    return labels.get(MIG_STRATEGY_LABEL) == "mixed" or any(_MIG_COUNT.fullmatch(k) for k in labels)
+    return labels.get(MIG_STRATEGY_LABEL) == "mixed" or any(
+        k.startswith("nvidia.com/mig-") and k.endswith(".count") for k in labels
+    )
 
 
 def _full_cards(

@@ -284,6 +284,8 @@ def derive_devices(
 
 def _labelled_resources(labels: Mapping[str, str], agent: frozenset[str]) -> set[str]:
     """Resources the ``.resource`` labels of our agent's (or people's) pools name."""
+    if not agent:
+        return set()
     return {
         decode_resource(value)
         for key, value in labels.items()

@@ -62,8 +62,10 @@ def unpooled_resources(
     by_resource = {m.resource_name: m for m in manufacturers.values()}
     problems = []
     for resource in sorted(allocatable):
+        if resource in done or not is_extended_resource(resource):
+            continue
         count = allocatable_count(allocatable, resource)
-        if resource in done or not count or not is_extended_resource(resource):
+        if not count:
             continue
         manufacturer = by_resource.get(resource)
         if manufacturer is not None:
