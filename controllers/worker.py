@@ -1,9 +1,11 @@
 """The worker's reconcilers on one manager: capacity profiling and the Kueue chain.
 
-``setup_worker(manager, config)`` registers six independent controllers (each with its
+``setup_worker(manager, config)`` registers seven independent controllers (each with its
 own work queue and workers) on the manager's shared informers:
 
 - ``capacity`` (NodeFeatures, docs/labels.md) at once: it needs no Kueue;
+- ``unpooled`` (docs/devices.md, "Why a device gets no pool") at once: an Event and a gauge
+  for devices that feed no pool;
 - ``kueueconfig`` (docs/workloads.md) beside the queue controllers: it reads Kueue's own
   configuration and reports what the queues need from it;
 - ``resourceflavor``, ``cohort``, ``clusterqueue``, ``localqueue`` (docs/worker.md) once Kueue is
@@ -50,6 +52,7 @@ from gpustack_operator.controllers.kueueconfig import (
 )
 from gpustack_operator.controllers.localqueue import NAME as LOCAL_QUEUE
 from gpustack_operator.controllers.localqueue import build_local_queue_controller
+from gpustack_operator.controllers.unpooled import setup_unpooled
 from gpustack_operator.domain.flavors import TolerationPolicy
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.kueueconfig import DEFAULT_KUEUE_CONFIGMAP, DEFAULT_KUEUE_NAMESPACE
@@ -302,11 +305,11 @@ async def serves_dra(client: Client) -> bool:
 
 
 def setup_worker(manager: Manager, config: WorkerConfig) -> Worker:
-    """Register the worker's six reconcilers and Kueue discovery on *manager*.
+    """Register the worker's seven reconcilers and Kueue discovery on *manager*.
 
-    Call before ``manager.run()``. The capacity controller is added at once; the four Kueue
-    controllers are added once Kueue is discovered (on every replica; they run on the
-    leader). Adds the readiness check ``kueue``.
+    Call before ``manager.run()``. The capacity and unpooled controllers are added at once;
+    the four Kueue controllers are added once Kueue is discovered (on every replica; they run
+    on the leader). Adds the readiness check ``kueue``.
     """
     worker = Worker(manager, config)
     add_node_indexes(manager.informer(NODES), worker.facts)
@@ -319,6 +322,7 @@ def setup_worker(manager: Manager, config: WorkerConfig) -> Worker:
         dra=config.dra,
         window=config.capacity_window,
     )
+    setup_unpooled(manager, facts=worker.facts, dra=config.dra)
     manager.add_readyz_check("kueue", worker.kueue_ready)
     manager.add_runnable(worker.discover_kueue, name="kueue discovery", needs_leader=False)
     return worker

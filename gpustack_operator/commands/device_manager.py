@@ -43,7 +43,7 @@ from gpustack_operator.devicemanager.detection import (
 from gpustack_operator.devicemanager.detectors.pci import DEFAULT_PCI_ROOT
 from gpustack_operator.devicemanager.detectors.sim import SimDetector
 from gpustack_operator.devicemanager.pciids import PCI_IDS_ENV
-from gpustack_operator.domain.manufacturers import KNOWN_MANUFACTURERS
+from gpustack_operator.domain.manufacturers import AGENT_MANUFACTURERS
 from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
 from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.runtime import metrics as runtime_metrics
@@ -63,7 +63,7 @@ def add_detection_flags(parser: argparse._ActionsContainer) -> None:
         action="append",
         metavar="NAME",
         help=f"detect only this manufacturer (repeatable; default: all of "
-        f"{', '.join(KNOWN_MANUFACTURERS)})",
+        f"{', '.join(AGENT_MANUFACTURERS)})",
     )
     parser.add_argument(
         "--no-pci-check",

@@ -297,7 +297,12 @@ async def _converge_and_print(
     took = converging.result()  # raises NotConverged
     chain = await cluster.read_back()
     # The live nodes explained as plan explains its input (docs/plan.md): the same output.
-    chain.explanations = explain_nodes(chain.nodes, cluster.manufacturers)
+    chain.explanations = explain_nodes(
+        chain.nodes,
+        cluster.manufacturers,
+        inputs=chain.nodes,
+        resource_slices=cluster.resource_slices,
+    )
     sys.stdout.write(render(chain, args.output, cluster.manufacturers))
     sys.stdout.flush()
     if getattr(args, "demo_jobs", False):

@@ -38,7 +38,7 @@ from gpustack_operator.devicemanager.detectors.pci import (
 from gpustack_operator.devicemanager.detectors.sim import SimDetector
 from gpustack_operator.devicemanager.pciids import PciIds, find_pci_ids, load_pci_ids
 from gpustack_operator.domain.devices import DeviceGroup, device_labels
-from gpustack_operator.domain.manufacturers import KNOWN_MANUFACTURERS, Manufacturer
+from gpustack_operator.domain.manufacturers import AGENT_MANUFACTURERS, Manufacturer
 from gpustack_operator.environment import (
     load_group_id_with_memory,
     load_manufacturers,
@@ -85,13 +85,15 @@ class DetectionConfig:
         *manufacturers* ``None`` or empty selects every known one. Raises ``ValueError`` for an
         unknown manufacturer or an invalid environment value, naming it.
         """
-        known = load_manufacturers(env)
+        # Label-only manufacturers have no detector (docs/devices.md, "Managed clouds and
+        # label-only accelerators").
+        known = {name: m for name, m in load_manufacturers(env).items() if m.agent}
         wanted = [m.strip().lower() for m in manufacturers or () if m.strip()]
         unknown = sorted(set(wanted) - set(known))
         if unknown:
             raise ValueError(
                 f"unknown manufacturer(s) {', '.join(unknown)}: "
-                f"choose from {', '.join(KNOWN_MANUFACTURERS)}"
+                f"choose from {', '.join(AGENT_MANUFACTURERS)}"
             )
         selected = {name: known[name] for name in sorted(set(wanted) or set(known))}
         return cls(

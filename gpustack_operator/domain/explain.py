@@ -129,16 +129,21 @@ def check_managed(node: Mapping[str, Any], _: Mapping[str, Manufacturer]) -> lis
     ]
 
 
-def check_cpu_identity(node: Mapping[str, Any], _: Mapping[str, Manufacturer]) -> list[Reason]:
+def check_cpu_identity(
+    node: Mapping[str, Any], manufacturers: Mapping[str, Manufacturer]
+) -> list[Reason]:
     labels = labels_of(node)
     if cpu_node_key(labels, annotations_of(node)):
         return []
+    # Say what the missing identity does to this node: only a node with device pools has
+    # pools named 'generic'.
+    devices = ", device pools are named 'generic'" if device_keys(labels, manufacturers) else ""
     return [
         Reason(
             "no-cpu-identity",
             f"no CPU identity (NFD's {NFD_CPU_FAMILY_LABEL}/.id labels and the "
-            f"{CPU_NAME_ANNOTATION} annotation are missing): no CPU pool, device pools are "
-            "named 'generic'; run NFD on the node",
+            f"{CPU_NAME_ANNOTATION} annotation are missing): no CPU pool{devices}; run NFD "
+            "on the node",
         )
     ]
 

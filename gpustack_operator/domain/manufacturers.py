@@ -29,6 +29,9 @@ class Manufacturer(BaseModel):
     """The class part of a ``<class>_<vendor>`` override, else ``None``."""
     resource_name: str
     runtime_class: str | None = None
+    agent: bool = True
+    """Our device manager has a detector for it; ``False``: known from vendor labels and
+    allocatable only (docs/devices.md, "Managed clouds and label-only accelerators")."""
 
     @property
     def credits_resource(self) -> str:
@@ -48,8 +51,18 @@ _DEFAULTS: Final[dict[str, tuple[str, str, str | None]]] = {
     "nvidia": ("10de", "nvidia.com/gpu", "nvidia"),
     "thead": ("1ded", "alibabacloud.com/ppu", None),
 }
+# Accelerators the chain knows from vendor labels and allocatable alone: the device manager
+# has no detector for them, so no agent DaemonSet is rendered (docs/devices.md, "Managed
+# clouds and label-only accelerators"). name -> (PCI vendor id, extended resource).
+_LABEL_ONLY: Final[dict[str, tuple[str, str]]] = {
+    "aws": ("1d0f", "aws.amazon.com/neuron"),
+    "google": ("1ae0", "google.com/tpu"),
+    "habana": ("1da3", "habana.ai/gaudi"),
+}
 
-KNOWN_MANUFACTURERS: Final[tuple[str, ...]] = tuple(sorted(_DEFAULTS))
+KNOWN_MANUFACTURERS: Final[tuple[str, ...]] = tuple(sorted({*_DEFAULTS, *_LABEL_ONLY}))
+AGENT_MANUFACTURERS: Final[tuple[str, ...]] = tuple(sorted(_DEFAULTS))
+"""The manufacturers our device manager detects (and the worker bootstraps an agent for)."""
 DEFAULT_PCI_CLASS_PREFIXES: Final = ("02", "03", "0b", "12")
 
 _VENDOR = re.compile(r"[0-9a-f]{4}")
@@ -99,7 +112,7 @@ def _parse_runtime(var: str, raw: str) -> str:
 def manufacturers_with_overrides(
     overrides: Mapping[str, str | None],
 ) -> dict[str, Manufacturer]:
-    """The nine manufacturers with *overrides* applied, sorted by name.
+    """The known manufacturers with *overrides* applied, sorted by name.
 
     *overrides* maps ``<mfr>_<field>`` (:data:`OVERRIDE_FIELDS`) to the raw value of its
     ``GPUSTACK_`` variable; missing and ``None`` values keep the default. The configuration
@@ -108,7 +121,11 @@ def manufacturers_with_overrides(
     """
     result: dict[str, Manufacturer] = {}
     for name in KNOWN_MANUFACTURERS:
-        vendor, resource, runtime = _DEFAULTS[name]
+        if name in _DEFAULTS:
+            vendor, resource, runtime = _DEFAULTS[name]
+        else:
+            vendor, resource = _LABEL_ONLY[name]
+            runtime = None
         pci_class: str | None = None
         raw_vendor = overrides.get(f"{name}_pci_vendor_id")
         if raw_vendor is not None:
@@ -128,6 +145,7 @@ def manufacturers_with_overrides(
             pci_class=pci_class,
             resource_name=resource,
             runtime_class=runtime,
+            agent=name in _DEFAULTS,
         )
     return result
 
@@ -157,3 +175,83 @@ def parse_pci_class_prefixes(raw: str) -> tuple[str, ...]:
 def default_manufacturers() -> dict[str, Manufacturer]:
     """The registry without any environment overrides (docs/configuration.md table)."""
     return manufacturers_with_overrides({})
+
+
+class AcceleratorModel(BaseModel):
+    """One accelerator model as its vendor names it, with the facts no label carries."""
+
+    model_config = ConfigDict(frozen=True)
+
+    manufacturer: str
+    product: str
+    memory_mib: int = 0
+    cores: int = 0
+    """Cores per device where the vendor schedules cores separately (AWS NeuronCores)."""
+
+
+# Vendor facts the label sources read (docs/devices.md, "Managed clouds and label-only
+# accelerators", where each is sourced). Kept here so that they sit beside the manufacturers.
+GKE_GPU_MODELS: Final[Mapping[str, AcceleratorModel]] = {
+    "nvidia-tesla-t4": AcceleratorModel(
+        manufacturer="nvidia", product="Tesla T4", memory_mib=16384
+    ),
+    "nvidia-tesla-v100": AcceleratorModel(
+        manufacturer="nvidia", product="Tesla V100-SXM2-16GB", memory_mib=16384
+    ),
+    "nvidia-tesla-p4": AcceleratorModel(manufacturer="nvidia", product="Tesla P4", memory_mib=8192),
+    "nvidia-tesla-p100": AcceleratorModel(
+        manufacturer="nvidia", product="Tesla P100-PCIE-16GB", memory_mib=16384
+    ),
+    "nvidia-tesla-a100": AcceleratorModel(
+        manufacturer="nvidia", product="NVIDIA A100-SXM4-40GB", memory_mib=40960
+    ),
+    "nvidia-a100-80gb": AcceleratorModel(
+        manufacturer="nvidia", product="NVIDIA A100-SXM4-80GB", memory_mib=81920
+    ),
+    "nvidia-l4": AcceleratorModel(manufacturer="nvidia", product="NVIDIA L4", memory_mib=24576),
+    "nvidia-h100-80gb": AcceleratorModel(
+        manufacturer="nvidia", product="NVIDIA H100 80GB HBM3", memory_mib=81920
+    ),
+    "nvidia-h100-mega-80gb": AcceleratorModel(
+        manufacturer="nvidia", product="NVIDIA H100 80GB HBM3", memory_mib=81920
+    ),
+    "nvidia-h200-141gb": AcceleratorModel(
+        manufacturer="nvidia", product="NVIDIA H200", memory_mib=144384
+    ),
+}
+"""GKE's ``cloud.google.com/gke-accelerator`` values -> the card as NVIDIA names it."""
+
+GKE_TPU_MODELS: Final[Mapping[str, AcceleratorModel]] = {
+    "tpu-v4-podslice": AcceleratorModel(manufacturer="google", product="TPU v4", memory_mib=32768),
+    "tpu-v5-lite-podslice": AcceleratorModel(
+        manufacturer="google", product="TPU v5e", memory_mib=16384
+    ),
+    "tpu-v5-lite-device": AcceleratorModel(
+        manufacturer="google", product="TPU v5e", memory_mib=16384
+    ),
+    "tpu-v5p-slice": AcceleratorModel(manufacturer="google", product="TPU v5p", memory_mib=97280),
+    "tpu-v6e-slice": AcceleratorModel(manufacturer="google", product="TPU v6e", memory_mib=32768),
+}
+"""GKE's ``cloud.google.com/gke-tpu-accelerator`` values -> the TPU version (HBM per chip)."""
+
+NEURON_MODELS: Final[Mapping[str, AcceleratorModel]] = {
+    "inf1": AcceleratorModel(manufacturer="aws", product="Inferentia", memory_mib=8192, cores=4),
+    "inf2": AcceleratorModel(manufacturer="aws", product="Inferentia2", memory_mib=32768, cores=2),
+    "trn1": AcceleratorModel(manufacturer="aws", product="Trainium", memory_mib=32768, cores=2),
+    "trn1n": AcceleratorModel(manufacturer="aws", product="Trainium", memory_mib=32768, cores=2),
+    "trn2": AcceleratorModel(manufacturer="aws", product="Trainium2", memory_mib=98304, cores=8),
+}
+"""EC2 instance families with AWS Neuron devices -> the device (HBM and NeuronCores per
+device)."""
+
+GAUDI_MODELS: Final[Mapping[str, AcceleratorModel]] = {
+    "1000": AcceleratorModel(manufacturer="habana", product="Gaudi", memory_mib=32768),
+    "1010": AcceleratorModel(manufacturer="habana", product="Gaudi", memory_mib=32768),
+    "1020": AcceleratorModel(manufacturer="habana", product="Gaudi2", memory_mib=98304),
+    "1030": AcceleratorModel(manufacturer="habana", product="Gaudi2", memory_mib=98304),
+    "1060": AcceleratorModel(manufacturer="habana", product="Gaudi3", memory_mib=131072),
+}
+"""Habana Labs PCI device ids (vendor ``1da3``) -> the Intel Gaudi generation."""
+
+GAUDI_INSTANCE_FAMILIES: Final[Mapping[str, str]] = {"dl1": "1000"}
+"""EC2 instance families with Gaudi cards -> their PCI device id in :data:`GAUDI_MODELS`."""

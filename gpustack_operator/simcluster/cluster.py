@@ -219,6 +219,17 @@ class SimCluster:
             await stack.aclose()
         self._tg = None
 
+    def _owned_by_simulated_nodes(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """A dumped object whose Node owner references name the simulated Node's uid (the
+        dump's name the real one, and the garbage collector would delete the object)."""
+        refs = obj.get("metadata", {}).get("ownerReferences") or []
+        for ref in refs:
+            if isinstance(ref, dict) and ref.get("kind") == "Node":
+                node = self.sim.store.get("v1", "Node", str(ref.get("name", "")))
+                if node is not None:
+                    ref["uid"] = node["metadata"]["uid"]
+        return obj
+
     async def _start(self, stack: AsyncExitStack) -> None:
         self.sim.load_crds(self.crds)
         for ns in self.namespaces:
@@ -228,7 +239,7 @@ class SimCluster:
         for node in self.nodes.values():
             self.sim.store.create(_seedable(node))
         for obj in self.resource_slices:
-            self.sim.store.create(_seedable(obj))
+            self.sim.store.create(self._owned_by_simulated_nodes(_seedable(obj)))
         await stack.enter_async_context(self.sim)
         if self._kubeconfig_path is None:
             tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="gpustack-sim-"))

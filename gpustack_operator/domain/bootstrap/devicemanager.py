@@ -281,4 +281,6 @@ def render_device_manager(
     are created only when missing.
     """
     chosen = [settings.manufacturers[name] for name in sorted(set(manufacturers))]
-    return [_daemonset(settings, m, image) for m in chosen]
+    # A label-only manufacturer has no detector, so no agent (docs/devices.md, "Managed
+    # clouds and label-only accelerators").
+    return [_daemonset(settings, m, image) for m in chosen if m.agent]

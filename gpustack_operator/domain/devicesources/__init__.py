@@ -12,6 +12,7 @@ from gpustack_operator.domain.devicesources.merge import (
     agent_manufacturers,
     derive_devices,
     node_device_diagnostics,
+    unpooled_devices,
 )
 from gpustack_operator.domain.devicesources.model import DevicePool, Diagnostic
 
@@ -22,4 +23,5 @@ __all__ = [
     "agent_manufacturers",
     "derive_devices",
     "node_device_diagnostics",
+    "unpooled_devices",
 ]

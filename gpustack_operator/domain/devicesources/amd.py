@@ -15,6 +15,7 @@ from typing import Final
 from gpustack_operator.domain.devicesources.common import allocatable_count
 from gpustack_operator.domain.devicesources.model import (
     AMBIGUOUS_MODELS,
+    MODEL_UNKNOWN,
     NO_ALLOCATABLE,
     DevicePool,
     Diagnostic,
@@ -48,19 +49,35 @@ def _vram_mib(text: str) -> int:
     return int(match.group(1)) * _UNIT_MIB[match.group(2)] if match else 0
 
 
+def _unnamed(labels: Mapping[str, str], allocatable: Mapping[str, object]) -> list[Diagnostic]:
+    """Why a labeller release that names no product (``beta.`` labels before v1.31) gives no
+    pool: the cards are there, their model is not."""
+    count = allocatable_count(allocatable, GPU_RESOURCE)
+    if not count or not any(k.startswith((PREFIX, BETA_PREFIX)) for k in labels):
+        return []
+    device = ", ".join(_property(labels, "device-id")[0]) or "unknown"
+    detail = (
+        f"{GPU_RESOURCE} ({count}): the AMD node labeller on the node names no product "
+        f"(device id {device}; releases before v1.31 label no product-name): upgrade the "
+        "labeller, or let gpustack-operator's device manager for amd describe the node (its "
+        "DaemonSet avoids only nodes with amd.com/gpu.product-name)"
+    )
+    return [Diagnostic(SOURCE, MODEL_UNKNOWN, detail, GPU_RESOURCE)]
+
+
 def amd_pools(
     labels: Mapping[str, str], allocatable: Mapping[str, object]
 ) -> tuple[list[DevicePool], list[Diagnostic]]:
     """The AMD device pool the labeller describes on a node, and why it gets none."""
     products, where = _property(labels, "product-name")
     if not products:
-        return [], []
+        return [], _unnamed(labels, allocatable)
     if len(products) > 1:
         detail = (
             f"{where} names {len(products)} models ({', '.join(products)}) that share one "
             f"{GPU_RESOURCE} resource; their cards cannot be told apart"
         )
-        return [], [Diagnostic(SOURCE, AMBIGUOUS_MODELS, detail)]
+        return [], [Diagnostic(SOURCE, AMBIGUOUS_MODELS, detail, GPU_RESOURCE)]
     product = products[0].replace("_", " ")
     count = allocatable_count(allocatable, GPU_RESOURCE)
     if count == 0:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Final
 
 from gpustack_operator.domain.quantities import parse_count, parse_quantity
+
+INSTANCE_TYPE_LABEL: Final = "node.kubernetes.io/instance-type"
 
 
 def allocatable_count(allocatable: Mapping[str, object], resource: str) -> int:
@@ -18,3 +21,9 @@ def allocatable_count(allocatable: Mapping[str, object], resource: str) -> int:
 def label_count(labels: Mapping[str, str], key: str) -> int | None:
     """A positive integer label (``"8"``), else ``None``."""
     return parse_count(labels.get(key))
+
+
+def instance_family(labels: Mapping[str, str]) -> str:
+    """The cloud instance family: ``trn1`` of ``trn1.32xlarge`` (``""`` without the kubelet's
+    well-known ``node.kubernetes.io/instance-type`` label)."""
+    return labels.get(INSTANCE_TYPE_LABEL, "").partition(".")[0]

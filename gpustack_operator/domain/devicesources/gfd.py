@@ -78,6 +78,12 @@ def _sliced(labels: Mapping[str, str], prefix: str) -> int:
     return 0
 
 
+def _has_mixed_mig(labels: Mapping[str, str]) -> bool:
+    return labels.get(MIG_STRATEGY_LABEL) == "mixed" or any(
+        k.startswith("nvidia.com/mig-") and k.endswith(".count") for k in labels
+    )
+
+
 def _full_cards(
     labels: Mapping[str, str], allocatable: Mapping[str, object]
 ) -> tuple[list[DevicePool], list[Diagnostic]]:
@@ -87,10 +93,10 @@ def _full_cards(
         return [], []
     if not product:
         detail = f"{COUNT_LABEL} is set but {PRODUCT_LABEL} is missing"
-        return [], [Diagnostic(SOURCE, PRODUCT_MISSING, detail)]
+        return [], [Diagnostic(SOURCE, PRODUCT_MISSING, detail, GPU_RESOURCE)]
     if count is None:
         detail = f"{product}: {COUNT_LABEL} is missing or not a positive count"
-        return [], [Diagnostic(SOURCE, COUNT_MISSING, detail)]
+        return [], [Diagnostic(SOURCE, COUNT_MISSING, detail, GPU_RESOURCE)]
     sliced = _sliced(labels, GPU_PREFIX)
     resource = GPU_RESOURCE
     if allocatable_count(allocatable, GPU_RESOURCE) == 0 and allocatable_count(
@@ -103,6 +109,10 @@ def _full_cards(
             "the cards, or they are partitioned into MIG devices)"
         )
         return [], [Diagnostic(SOURCE, NO_ALLOCATABLE, detail)]
+    if _has_mixed_mig(labels):
+        # gpu.count counts the MIG-enabled cards too; the full cards are what the device
+        # plugin advertises as whole GPUs (docs/devices.md, "NVIDIA").
+        count = min(count, allocatable_count(allocatable, resource) // max(sliced, 1)) or count
     family, comcap = _architecture(labels)
     driver, runtime = _versions(labels)
     pool = DevicePool(

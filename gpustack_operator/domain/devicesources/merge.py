@@ -15,13 +15,25 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Final
 
 from gpustack_operator.domain.devices import device_group_id
-from gpustack_operator.domain.devicesources import amd, dra, gfd
+from gpustack_operator.domain.devicesources import (
+    amd,
+    dra,
+    gaudi,
+    gfd,
+    gke,
+    karpenter,
+    neuron,
+    unpooled,
+)
+from gpustack_operator.domain.devicesources.common import allocatable_count
 from gpustack_operator.domain.devicesources.model import (
     DESCRIBED_BY_AGENT,
     DUPLICATE_KEY,
+    INFORMATIONAL_REASONS,
     UNKNOWN_VENDOR,
     DevicePool,
     Diagnostic,
@@ -49,17 +61,41 @@ from gpustack_operator.domain.validation import is_valid_label_key
 LabelSource = Callable[
     [Mapping[str, str], Mapping[str, object]], tuple[list[DevicePool], list[Diagnostic]]
 ]
-# Vendor label sources in precedence order, with the manufacturer each describes.
+# Vendor label sources in precedence order, with the manufacturer each describes: the first
+# source that describes a manufacturer's devices on a node is the one used (docs/devices.md,
+# "Precedence").
 VENDOR_SOURCES: Final[tuple[tuple[str, str, LabelSource], ...]] = (
     (gfd.MANUFACTURER, gfd.SOURCE, gfd.gfd_pools),
+    ("nvidia", gke.GPU_SOURCE, gke.gke_gpu_pools),
+    ("nvidia", karpenter.SOURCE, partial(karpenter.karpenter_pools, "nvidia")),
     (amd.MANUFACTURER, amd.SOURCE, amd.amd_pools),
+    ("amd", karpenter.SOURCE, partial(karpenter.karpenter_pools, "amd")),
+    ("google", gke.TPU_SOURCE, gke.gke_tpu_pools),
+    (neuron.MANUFACTURER, neuron.SOURCE, neuron.neuron_pools),
+    (gaudi.MANUFACTURER, gaudi.SOURCE, gaudi.gaudi_pools),
 )
 # Node labels and allocatable resources the vendor sources read: a change to any of them can
 # change the derived pools (the worker's Node predicate watches them).
-VENDOR_LABEL_PREFIXES: Final = ("nvidia.com/", "amd.com/", "beta.amd.com/")
-VENDOR_RESOURCE_PREFIXES: Final = ("nvidia.com/", "amd.com/")
+VENDOR_LABEL_PREFIXES: Final = (
+    "nvidia.com/",
+    "amd.com/",
+    "beta.amd.com/",
+    "cloud.google.com/gke-",
+    "karpenter.k8s.aws/instance-gpu-",
+    "node.kubernetes.io/instance-type",
+    "feature.node.kubernetes.io/pci-",
+    "kubernetes.azure.com/accelerator",
+)
+VENDOR_RESOURCE_PREFIXES: Final = (
+    "nvidia.com/",
+    "amd.com/",
+    "google.com/",
+    "aws.amazon.com/",
+    "habana.ai/",
+)
 _WORKER_SUFFIXES: Final = (".cpu", ".ram", ".storage", ".z-flavor", ".z-queue", ".z-cohort")
 _RESOURCE_SEPARATOR: Final = "_"
+DRA_KEY_SUFFIX: Final = "dra"
 
 
 @dataclass(frozen=True)
@@ -111,7 +147,12 @@ def _pool_labels(
     pool: DevicePool, manufacturer: Manufacturer, labels: dict[str, str]
 ) -> Diagnostic | None:
     mfr = pool.manufacturer
-    akey_id = device_group_id(mfr, pool.product, pool.memory_mib)
+    # A DRA pool is allocated through another resource than the device plugin's: it is a
+    # model of its own, so that DRA and device-plugin nodes never share a flavor
+    # (docs/devices.md, "DRA").
+    akey_id = device_group_id(
+        mfr, f"{pool.product} {DRA_KEY_SUFFIX}" if pool.dra else pool.product, pool.memory_mib
+    )
     akey = accelerated_key(f"{mfr}-{akey_id}")
     if not is_valid_label_key(akey + SUFFIX_SLICED):
         return Diagnostic(pool.source, UNKNOWN_VENDOR, f"{pool.product}: no valid device key")
@@ -144,6 +185,60 @@ def _pool_labels(
     return None
 
 
+@dataclass
+class _Claim:
+    """What the first source describing a manufacturer on a node found."""
+
+    source: str
+    pools: list[DevicePool]
+    problems: list[Diagnostic]
+
+
+def _vendor_claims(
+    labels: Mapping[str, str],
+    allocatable: Mapping[str, object],
+    agent: frozenset[str],
+    problems: list[Diagnostic],
+) -> dict[str, _Claim]:
+    """Per manufacturer, the first vendor source that describes its devices on the node."""
+    claims: dict[str, _Claim] = {}
+    for mfr, source, read in VENDOR_SOURCES:
+        found, why = read(labels, allocatable)
+        if not found and not why:
+            continue
+        if mfr in agent:
+            detail = f"{mfr} devices are described by the gpustack device manager"
+            resources = sorted({p.resource for p in found} | {d.resource for d in why} - {""})
+            problems.append(
+                Diagnostic(source, DESCRIBED_BY_AGENT, detail, resources[0] if resources else "")
+            )
+            continue
+        claims.setdefault(mfr, _Claim(source, list(found), list(why)))
+    return claims
+
+
+def _dra_claims(
+    node_name: str,
+    slices: Iterable[Mapping[str, Any]],
+    claims: dict[str, _Claim],
+    agent: frozenset[str],
+) -> list[Diagnostic]:
+    """Add the DRA pools of manufacturers neither our agent nor a label source gives a pool;
+    a label source that only found devices without a device plugin gives way to DRA
+    (docs/devices.md, "DRA")."""
+    found, why = dra.dra_pools(node_name, slices)
+    problems = list(why)
+    for mfr in sorted({p.manufacturer for p in found}):
+        mine = [p for p in found if p.manufacturer == mfr]
+        claim = claims.get(mfr)
+        if mfr in agent or (claim is not None and claim.pools):
+            detail = f"{mfr} devices are already described by labels (docs/devices.md)"
+            problems.append(Diagnostic(dra.SOURCE, DESCRIBED_BY_AGENT, detail))
+            continue
+        claims[mfr] = _Claim(dra.SOURCE, mine, [])
+    return problems
+
+
 def derive_devices(
     labels: Mapping[str, str],
     allocatable: Mapping[str, object],
@@ -152,55 +247,52 @@ def derive_devices(
     node_name: str = "",
     slices: Iterable[Mapping[str, Any]] = (),
 ) -> DerivedDevices:
-    """The device pools vendor labels, then DRA, give a node our agent does not describe.
+    """The device pools vendor labels, then DRA, give a node our agent does not describe,
+    and a reason for every device that feeds no pool.
 
     Pure: *labels* are the Node's labels, *allocatable* its ``status.allocatable``, *slices*
     ResourceSlice objects (those of other nodes are ignored).
     """
     agent = agent_manufacturers(labels, manufacturers)
-    pools: list[DevicePool] = []
     problems: list[Diagnostic] = []
+    claims = _vendor_claims(labels, allocatable, agent, problems)
+    if node_name:
+        problems.extend(_dra_claims(node_name, slices, claims, agent))
+    pools: list[DevicePool] = []
     derived: dict[str, str] = {}
-    described = set(agent)
-
-    def add(found: Iterable[DevicePool], manufacturer: Manufacturer) -> None:
-        for pool in found:
+    for mfr, claim in claims.items():
+        manufacturer = manufacturers.get(mfr)
+        if manufacturer is None:
+            if claim.pools:
+                detail = f"{mfr} is not configured"
+                resource = claim.pools[0].resource
+                problems.append(Diagnostic(claim.source, UNKNOWN_VENDOR, detail, resource))
+            continue
+        problems.extend(claim.problems)
+        for pool in claim.pools:
             problem = _pool_labels(pool, manufacturer, derived)
             if problem is None:
                 pools.append(pool)
             else:
                 problems.append(problem)
-
-    for mfr, source, read in VENDOR_SOURCES:
-        found, why = read(labels, allocatable)
-        if mfr in agent:
-            if found or why:
-                detail = f"{mfr} devices are described by the gpustack device manager"
-                problems.append(Diagnostic(source, DESCRIBED_BY_AGENT, detail))
-            continue
-        if found or why:
-            described.add(mfr)
-        manufacturer = manufacturers.get(mfr)
-        if manufacturer is None:
-            if found:
-                problems.append(Diagnostic(source, UNKNOWN_VENDOR, f"{mfr} is not configured"))
-            continue
-        problems.extend(why)
-        add(found, manufacturer)
-    if node_name:
-        found, why = dra.dra_pools(node_name, slices)
-        problems.extend(why)
-        for mfr in sorted({p.manufacturer for p in found}):
-            mine = [p for p in found if p.manufacturer == mfr]
-            manufacturer = manufacturers.get(mfr)
-            if mfr in described:
-                detail = f"{mfr} devices are already described by labels (docs/devices.md)"
-                problems.append(Diagnostic(dra.SOURCE, DESCRIBED_BY_AGENT, detail))
-            elif manufacturer is None:
-                problems.append(Diagnostic(dra.SOURCE, UNKNOWN_VENDOR, f"{mfr} is not configured"))
-            else:
-                add(mine, manufacturer)
+    accounted = {p.resource for p in pools} | {d.resource for d in problems}
+    accounted |= {manufacturers[m].resource_name for m in agent}
+    accounted |= _labelled_resources(labels, agent)
+    problems.extend(unpooled.unpooled_resources(labels, allocatable, manufacturers, accounted))
     return DerivedDevices(tuple(pools), dict(sorted(derived.items())), tuple(problems))
+
+
+def _labelled_resources(labels: Mapping[str, str], agent: frozenset[str]) -> set[str]:
+    """Resources the ``.resource`` labels of our agent's (or people's) pools name."""
+    if not agent:
+        return set()
+    return {
+        decode_resource(value)
+        for key, value in labels.items()
+        if key.endswith(SUFFIX_RESOURCE)
+        and key.startswith(ACCELERATABLE_PREFIX)
+        and _manufacturer_of(key) in agent
+    }
 
 
 def effective_device_labels(
@@ -232,3 +324,19 @@ def node_device_diagnostics(
         node_name=name_of(node),
         slices=slices,
     ).diagnostics
+
+
+def unpooled_devices(
+    node: object,
+    manufacturers: Mapping[str, Manufacturer],
+    slices: Iterable[Mapping[str, Any]] = (),
+) -> tuple[tuple[Diagnostic, int], ...]:
+    """The node's devices that feed no pool, with how many each reason leaves out: the
+    allocatable amount of the resource it names, else 1 (a model whose cards are not counted
+    yet). Informational reasons are left out (docs/devices.md, "Why a device gets no pool")."""
+    allocatable = status_field(node, "allocatable")
+    return tuple(
+        (d, allocatable_count(allocatable, d.resource) if d.resource else 1)
+        for d in node_device_diagnostics(node, manufacturers, slices)
+        if d.reason not in INFORMATIONAL_REASONS
+    )

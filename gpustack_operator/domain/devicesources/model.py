@@ -41,6 +41,9 @@ class Diagnostic:
     source: str
     reason: str
     detail: str
+    resource: str = ""
+    """The allocatable resource the reason accounts for (``""``: none), so that it is not
+    reported again as a resource that feeds no pool."""
 
     def __str__(self) -> str:
         return f"{self.source}: {self.detail}"
@@ -55,3 +58,10 @@ UNKNOWN_VENDOR = "unknown-vendor"
 DESCRIBED_BY_AGENT = "described-by-agent"
 AMBIGUOUS_MODELS = "ambiguous-models"
 DUPLICATE_KEY = "duplicate-key"
+MODEL_UNKNOWN = "model-unknown"
+UNKNOWN_RESOURCE = "unknown-resource"
+COUNTED_AS_DEVICES = "counted-as-devices"
+
+INFORMATIONAL_REASONS = frozenset({DESCRIBED_BY_AGENT, COUNTED_AS_DEVICES})
+"""Reasons whose devices do feed a pool (through another source, or as whole devices): the
+worker reports them in ``plan`` only, not as unpooled devices."""

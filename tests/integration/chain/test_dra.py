@@ -14,7 +14,7 @@ from .support import REPO
 
 pytestmark = pytest.mark.anyio
 DUMP = REPO / "examples" / "dra-h100.yaml"
-QUEUE = "gpustack--intel-6-143-ln-x64-64c-504g--nvidia-h100-80gb-hbm3-1d"
+QUEUE = "gpustack--intel-6-143-ln-x64-64c-504g--nvidia-h100-80gb-hbm3-dra-1d"
 
 
 async def test_a_resource_slice_published_later_brings_the_pool() -> None:

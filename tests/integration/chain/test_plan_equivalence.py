@@ -66,6 +66,7 @@ def test_sim_prints_what_plan_prints_for_the_example_cluster() -> None:
     assert [_normalised(i) for i in simulated["items"]] == [
         _normalised(i) for i in planned["items"]
     ]
+    assert simulated.get("explanations") == planned.get("explanations")
     # Read back from a server: every object has a uid, and no managedFields are printed.
     assert all(i["metadata"].get("uid") for i in simulated["items"])
     assert not any("managedFields" in i["metadata"] for i in simulated["items"])
@@ -178,16 +179,18 @@ def test_sim_converges_on_a_dump_of_real_gpu_stacks() -> None:
     sorted(p.name for p in EXAMPLE.parent.glob("*.yaml") if p.name not in ("cluster.yaml",)),
 )
 def test_sim_converges_on_every_example_dump(dump: str) -> None:
-    """Each vendor-stack example (docs/devices.md): the live controllers
-    converge to exactly plan's chain, and no ClusterQueue covers a device resource with a zero
-    quota. (plan's quotas equal the allocatable of each pool's resource for every example:
-    tests/unit/domain/test_devicesources.py.)"""
+    """Each vendor-stack and managed-cloud example (docs/devices.md): the live controllers
+    converge to exactly plan's chain and explanations, and no ClusterQueue covers a device
+    resource with a zero quota. (plan's quotas equal the allocatable of each pool's resource
+    for every example: tests/unit/domain/test_devicesources.py.)"""
     path = str(EXAMPLE.parent / dump)
     planned = _run_json("plan", "--nodes", path, "-o", "json")
     simulated = _run_json("sim", "--cluster", path, "-o", "json")
     assert [_normalised(i) for i in simulated["items"]] == [
         _normalised(i) for i in planned["items"]
     ]
+    # docs/plan.md: sim explains every node as plan does, device-source reasons included.
+    assert simulated.get("explanations") == planned.get("explanations")
     device_quotas = [
         int(res["nominalQuota"])
         for queue in simulated["items"]

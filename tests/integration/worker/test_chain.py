@@ -114,6 +114,7 @@ async def test_the_chain_follows_the_cluster(sim: SimServer, sim_kubeconfig: Pat
         assert caches is not None
         keys = {
             "capacity": set(caches.nodes.indexer.keys()),
+            "unpooled": set(caches.nodes.indexer.keys()),
             "resourceflavor": set(caches.flavors.indexer.keys()),
             "cohort": set(caches.cohorts.indexer.keys()),
             "clusterqueue": set(caches.cluster_queues.indexer.keys()),

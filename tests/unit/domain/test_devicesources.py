@@ -15,9 +15,12 @@ import pytest
 from gpustack_operator.cli import main
 from gpustack_operator.commands.plan import read_cluster_file, read_nodes_file
 from gpustack_operator.domain.capacity import worker_capacity_labels
-from gpustack_operator.domain.devicesources import derive_devices, node_device_diagnostics
+from gpustack_operator.domain.devicesources import (
+    derive_devices,
+    node_device_diagnostics,
+)
 from gpustack_operator.domain.devicesources.amd import amd_pools
-from gpustack_operator.domain.devicesources.dra import dra_pools
+from gpustack_operator.domain.devicesources.dra import dra_pools, node_slices
 from gpustack_operator.domain.devicesources.gfd import gfd_pools
 from gpustack_operator.domain.devicesources.merge import decode_resource, encode_resource
 from gpustack_operator.domain.devicesources.model import (
@@ -251,8 +254,17 @@ def test_example_device_quota_is_the_allocatable_of_the_pools_resource(
                 assert int(quota) == expected > 0, (dump, queue["metadata"]["name"])
                 covered[pool] += int(quota)
     assert device_queues > 0
+    # Each card is counted once, and a card no pool counts has a reason that says so
+    # (docs/devices.md, "Why a device gets no pool"; none in the GPU-stack dumps), Neuron
+    # cores counted as their devices included.
+    unpooled: Counter[str] = Counter()
+    for node in nodes:
+        for diagnostic in node_device_diagnostics(node, MFRS, node_slices(name_of(node), slices)):
+            if diagnostic.resource and diagnostic.reason != DESCRIBED_BY_AGENT:
+                unpooled[diagnostic.resource] += _devices(node, diagnostic.resource, [])
     for resource, total in covered.items():
-        assert total == sum(_devices(n, resource, slices) for n in state.nodes), (dump, resource)
+        advertised = sum(_devices(n, resource, slices) for n in state.nodes)
+        assert total + unpooled[resource] == advertised, (dump, resource)
 
 
 def test_example_markers_mig_profiles_and_counting_once() -> None:
@@ -297,7 +309,7 @@ def test_dra_devices_become_pools_only_where_no_label_source_describes_them() ->
     ] == [("NVIDIA H100 80GB HBM3", 4, 80 * 1024, "gpu.nvidia.com/gpu", "9.0")]
     assert [p.reason for p in problems] == ["unknown-vendor"]
     derived = derive_devices({}, {}, MFRS, node_name="h100-dra-1", slices=slices)
-    q = A + "nvidia-h100-80gb-hbm3"
+    q = A + "nvidia-h100-80gb-hbm3-dra"  # a model of its own: never a device-plugin flavor
     assert derived.labels[q + ".dra"] == "true"
     assert derived.labels[q + ".resource"] == "gpu.nvidia.com_gpu"
     with_gfd = derive_devices(

@@ -15,10 +15,15 @@ from gpustack_operator.environment import (
 def test_defaults_match_spec_table() -> None:
     m = load_manufacturers({})
     assert tuple(m) == KNOWN_MANUFACTURERS == tuple(sorted(KNOWN_MANUFACTURERS))
-    assert len(m) == 9
+    assert len(m) == 12
+    # Known from vendor labels and allocatable only: no detector, no agent (docs/devices.md).
+    assert [n for n, x in m.items() if not x.agent] == ["aws", "google", "habana"]
     rows = {n: (x.pci_vendor_id, x.resource_name, x.runtime_class) for n, x in m.items()}
     assert rows == {
         "amd": ("1002", "amd.com/gpu", "amd"),
+        "aws": ("1d0f", "aws.amazon.com/neuron", None),
+        "google": ("1ae0", "google.com/tpu", None),
+        "habana": ("1da3", "habana.ai/gaudi", None),
         "ascend": ("19e5", "huawei.com/npu", "ascend"),
         "cambricon": ("cabc", "cambricon.com/mlu", "cambricon"),
         "hygon": ("1d94", "hygon.com/dcu", "hygon"),

@@ -6,22 +6,33 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import yaml
 
+from gpustack_operator.commands.plan import read_cluster_file
 from gpustack_operator.domain.desired import desired_state
 from gpustack_operator.domain.kueueconfig import recommended_configuration
 from gpustack_operator.domain.manufacturers import default_manufacturers
+from gpustack_operator.simcluster.plan import plan_state
 from tests.integration.worker.support import node
 
 DOC = Path(__file__).parents[3] / "docs" / "workloads.md"
 MFRS = default_manufacturers()
 
 
-def job_example() -> dict[str, object]:
+def _documents() -> list[dict[str, Any]]:
     blocks = re.findall(r"```yaml\n(.*?)```", DOC.read_text(), re.S)
-    jobs = [d for b in blocks if (d := yaml.safe_load(b)) and d.get("kind") == "Job"]
-    assert len(jobs) == 1, "docs/workloads.md should hold exactly one complete Job"
+    return [d for b in blocks if (d := yaml.safe_load(b)) and isinstance(d, dict)]
+
+
+def _claims(job: dict[str, Any]) -> list[Any]:
+    return list(job["spec"]["template"]["spec"].get("resourceClaims") or [])
+
+
+def job_example() -> dict[str, object]:
+    jobs = [d for d in _documents() if d.get("kind") == "Job" and not _claims(d)]
+    assert len(jobs) == 1, "docs/workloads.md should hold exactly one device-plugin Job"
     return jobs[0]
 
 
@@ -47,3 +58,31 @@ def test_job_example_targets_the_t4_pool_and_its_covered_resources() -> None:
     assert "nvidia.com/gpu" in requests
     for resource in requests:
         assert resource in covered or charged_as.get(resource) in covered, resource
+
+
+def test_dra_job_example_claims_the_dra_pools_device_class() -> None:
+    """The DRA Job names the LocalQueue of examples/dra-migration.yaml's DRA pool, claims a
+    template of the DeviceClass the pool's resource is mapped from, and asks for no
+    extended device resource."""
+    docs = _documents()
+    (job,) = [d for d in docs if d.get("kind") == "Job" and _claims(d)]
+    (template,) = [d for d in docs if d.get("kind") == "ResourceClaimTemplate"]
+    nodes, _, slices = read_cluster_file(DOC.parents[1] / "examples" / "dra-migration.yaml")
+    namespace = job["metadata"]["namespace"]
+    state = plan_state(nodes, [namespace], manufacturers=MFRS, resource_slices=slices)
+    queue_name = job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]
+    (local,) = [lq for lq in state.local_queues if lq["metadata"]["name"] == queue_name]
+    (queue,) = [
+        q for q in state.cluster_queues if q["metadata"]["name"] == local["spec"]["clusterQueue"]
+    ]
+    assert queue["metadata"]["name"].endswith("-dra-1d")
+    covered = set(queue["spec"]["resourceGroups"][0]["coveredResources"])
+    assert "gpu.nvidia.com/gpu" in covered
+    (request,) = template["spec"]["spec"]["devices"]["requests"]
+    assert request["exactly"]["deviceClassName"] == "gpu.nvidia.com"
+    assert template["metadata"]["namespace"] == namespace
+    (claim,) = _claims(job)
+    assert claim["resourceClaimTemplateName"] == template["metadata"]["name"]
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert [c["name"] for c in container["resources"]["claims"]] == [claim["name"]]
+    assert set(container["resources"]["requests"]) <= covered
