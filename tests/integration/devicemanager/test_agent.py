@@ -236,11 +236,17 @@ async def test_the_monitor_republishes_when_cards_change(
 
             await eventually(both, "the monitor to publish the new card")
             labels = {"manufacturer": "nvidia", "uuid": "GPU-1", "index": "1"}
-            value = registry.get_sample_value(
-                "gpustack_device_memory_total_bytes",
-                {"node": "node-a", "model": "NVIDIA A10G", **labels},
-            )
-            assert value == 23028 * 2**20
+
+            def memory() -> float | None:
+                return registry.get_sample_value(
+                    "gpustack_device_memory_total_bytes",
+                    {"node": "node-a", "model": "NVIDIA A10G", **labels},
+                )
+
+            # The monitor refreshes the metrics of the cards it knew before it detects new
+            # ones, so the new card's series can follow its labels by one monitor tick.
+            await eventually(lambda: memory() is not None, "the new card's memory metric")
+            assert memory() == 23028 * 2**20
 
 
 async def test_serve_publishes_and_stops_cleanly_on_sigterm(
