@@ -40,6 +40,7 @@ from gpustack_operator.domain.queues import (
     cluster_queue_cohort,
     desired_cluster_queue,
 )
+from gpustack_operator.domain.tenancy import tenant_cluster_queue
 from gpustack_operator.runtime.client import NotFound
 from gpustack_operator.runtime.coalesce import Coalesce, Hold
 from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request, Result
@@ -120,6 +121,9 @@ class ClusterQueueReconciler:
             flavor_index=index,
             quota_resources=self.quota_resources,
         )
+        if want is not None and caches.tenant is not None:
+            # docs/tenants.md, "Quota a tenant may count on"
+            want = tenant_cluster_queue(want, caches.tenant.settings.quota_caps)
         if want is None:
             return await self._delete(have)
         if have is not None and is_deleting(have):
@@ -174,7 +178,7 @@ def build_cluster_queue_controller(
     facts = caches.facts
 
     def by_node(node: dict[str, Any]) -> list[str]:
-        return facts.names(node, "queue")
+        return caches.event_names(node, "queue")
 
     def by_flavor(flavor: dict[str, Any]) -> list[str]:
         queue = annotations_of(flavor).get(QUEUE_ANNOTATION, "")
