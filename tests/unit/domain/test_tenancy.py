@@ -3,6 +3,7 @@ host-owned labels, merged pools, quota caps, DRA."""
 
 from __future__ import annotations
 
+import argparse
 import copy
 import json
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 import yaml
 
 from gpustack_operator.cli import main
+from gpustack_operator.commands.tenant_flags import quota_caps
 from gpustack_operator.domain.labels import MANAGED_LABEL
 from gpustack_operator.domain.manufacturers import default_manufacturers
 from gpustack_operator.domain.nodeview import labels_of, name_of
@@ -189,3 +191,10 @@ def test_the_virtual_scheduler_setting_lets_flavors_use_tenant_labels() -> None:
     count = lambda s: sum("tesla-t4" in f["metadata"]["name"] for f in s.resource_flavors)  # noqa: E731
     assert (count(host), count(virtual)) == (1, 2)
     assert all(MANAGED_LABEL not in f["spec"]["nodeLabels"] for f in virtual.resource_flavors)
+
+
+def test_quota_caps_read_resource_equals_count() -> None:
+    assert quota_caps("nvidia.com/gpu=4, amd.com/gpu=0") == {"nvidia.com/gpu": 4, "amd.com/gpu": 0}
+    for bad in ("nvidia.com/gpu", "nvidia.com/gpu=four", "=3"):
+        with pytest.raises(argparse.ArgumentTypeError, match="RESOURCE=N"):
+            quota_caps(bad)
