@@ -185,13 +185,14 @@ class SimCluster:
         self.nfd = NfdMaster(self.sim, namespace=system_namespace)
         self.kubelet = SimKubelet(self.sim, self.manufacturers, with_memory=with_memory)
         self.kueue_admission = KueueStandIn(self.sim, kueue_config)
+        """Kueue's admission for Jobs (``sim/kueue.py``); *kueue_config* is a Kueue
+        Configuration (its resource transformations), None for Kueue's default."""
         self.scheduler = SchedulerStandIn(
             self.sim,
             host_labels_only=self.tenant.is_tenant and not self.tenant.virtual_scheduler,
         )
-        """Binds started Jobs' pods to Nodes (``sim/scheduler.py``)."""
-        """Kueue's admission for Jobs (``sim/kueue.py``); *kueue_config* is a Kueue
-        Configuration (its resource transformations), None for Kueue's default."""
+        """Binds started Jobs' pods to Nodes (``sim/scheduler.py``); in a shared-node tenant
+        by host-owned labels, as the host scheduler does (docs/tenants.md)."""
         self._run_worker = run_worker
         self._run_agents = run_agents and not self.tenant.is_tenant
         self.worker_config = worker_config or WorkerConfig(
