@@ -1,11 +1,12 @@
 """A stand-in for the scheduler that places a started Job's pods (a test double).
 
-Kueue's stand-in unsuspends an admitted Job with its flavors' ``nodeLabels`` as
-``nodeSelector``; this one then creates the Job's pods (``<job>-<i>``, ``parallelism`` of
-them capped at ``completions``) and binds each to the first Node by name that matches the
-selector, tolerates its ``NoSchedule``/``NoExecute`` taints and has the requested resources
-left in ``status.allocatable``; a pod no Node fits stays ``Pending`` with
-``PodScheduled=False`` (``Unschedulable``) and is tried again when Nodes or pods change.
+Kueue's stand-in unsuspends an admitted Job (one labelled ``kueue.x-k8s.io/queue-name``)
+with its flavors' ``nodeLabels`` as ``nodeSelector``; this one then creates the Job's pods
+(``<job>-<i>``, ``parallelism`` of them capped at ``completions``) and binds each to the
+first Node by name that matches the selector, tolerates its ``NoSchedule``/``NoExecute``
+taints and has the requested resources left in ``status.allocatable``; a pod no Node fits
+stays ``Pending`` with ``PodScheduled=False`` (``Unschedulable``) and is tried again when
+Nodes or pods change.
 
 In a vCluster tenant on shared nodes (*host_labels_only*) the pods are placed as the host
 scheduler places them: against the labels the host owns on each Node, since vCluster copies a
@@ -27,6 +28,7 @@ from gpustack_operator.domain.nodeview import labels_of, name_of, status_field
 from gpustack_operator.domain.quantities import parse_quantity
 from gpustack_operator.domain.tenancy import scheduling_labels
 from gpustack_operator.sim.errors import ApiError
+from gpustack_operator.sim.kueue import QUEUE_NAME_LABEL
 from gpustack_operator.sim.standin import StoreLoop
 from gpustack_operator.sim.store import now_rfc3339
 
@@ -55,6 +57,7 @@ def pod_requests(spec: Mapping[str, Any]) -> dict[str, Fraction]:
 
 
 def tolerates(tolerations: list[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
+    """Whether one of *tolerations* tolerates *taint* (``Exists`` or an equal value)."""
     for t in tolerations:
         if t.get("effect") not in (None, "", taint.get("effect")):
             continue
@@ -115,8 +118,8 @@ class SchedulerStandIn(StoreLoop):
         by_name = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in pods}
         for job in store.list(JOB_API, "Job"):
             spec = job.get("spec") or {}
-            if spec.get("suspend"):
-                continue
+            if spec.get("suspend") or QUEUE_NAME_LABEL not in labels_of(job):
+                continue  # only Jobs Kueue's stand-in started
             count = min(int(spec.get("parallelism", 1)), int(spec.get("completions", 1) or 1))
             namespace = job["metadata"]["namespace"]
             for i in range(count):
