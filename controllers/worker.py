@@ -74,8 +74,9 @@ from gpustack_operator.runtime.resources import NODES, RESOURCE_SLICES
 log = structlog.get_logger(__name__)
 
 TENANT_NO_NODE_FEATURES: Final = (
-    "vCluster tenant: no NodeFeatures, no NFD and no device managers; the pools come from "
-    "the host-owned labels and allocatable of the synced Nodes (docs/tenants.md)"
+    "vCluster tenant: no NodeFeatures, no NFD and no device managers (the host runs NFD and "
+    "the GPU stacks); pools come from the host-owned labels and allocatable of synced Nodes, "
+    "none from pseudo nodes (docs/tenants.md)"
 )
 
 KUEUE_AUTO: Final = "auto"

@@ -204,8 +204,9 @@ class TenantFleet:
     """A tenant's Nodes as its pools see them (capacity labels merged in memory)."""
 
     nodes: tuple[dict[str, Any], ...]
-    merged: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    """Node name -> the flavors (names before merging) its pools were merged from."""
+    merged: Mapping[str, tuple[tuple[str, ...], ...]] = field(default_factory=dict)
+    """Node name -> each group of flavors (names before merging) one of its pools was
+    merged from."""
     unresolved: frozenset[str] = frozenset()
     """Nodes left without pools: host labels cannot tell their pools from others."""
 
@@ -292,7 +293,7 @@ def tenant_fleet(
         name_of(n): _tenant_input(n, virtual_scheduler) for n in ordered if not is_pseudo_node(n)
     }
     overrides: dict[str, dict[str, str]] = {}
-    merged: dict[str, set[str]] = {}
+    merged: dict[str, set[tuple[str, ...]]] = {}
     effective = {k: _effective(v, {}, manufacturers) for k, v in given.items()}
     unresolved: set[str] = set()
     for _ in range(_MERGE_ROUNDS):
@@ -313,7 +314,7 @@ def tenant_fleet(
                             prefix + SUFFIX_STORAGE: f"{storage}Gi",
                         }
                     )
-                    merged.setdefault(name, set()).update(group)
+                    merged.setdefault(name, set()).add(tuple(sorted(group)))
         effective = {
             k: _effective(v, overrides.get(k, {}), manufacturers) for k, v in given.items()
         }
@@ -414,14 +415,15 @@ def tenant_reasons(
                 f"{INSTANCE_TYPE_LABEL}) or sync NFD's CPU labels",
             )
         )
-    elif name in fleet.merged:
-        reasons.append(
+    else:
+        reasons.extend(
             Reason(
                 MERGED_REASON,
-                f"the host-owned labels cannot tell {', '.join(fleet.merged[name])} apart: "
-                "they form one pool shaped as the smallest of them, so a pod the host "
-                "scheduler places on any of their nodes fits",
+                f"the host-owned labels cannot tell {', '.join(group)} apart: they form one "
+                "pool shaped as the smallest of them, so a pod the host scheduler places on "
+                "any of their nodes fits",
             )
+            for group in fleet.merged.get(name, ())
         )
     if has_slices:
         reasons.append(

@@ -161,6 +161,9 @@ def tenant_explanations(
         node = by_name.get(explanation.node, {})
         has_slices = bool(node_slices(explanation.node, resource_slices))
         extra = tenant_reasons(node, fleet, has_slices)
-        reasons = tuple(extra) if is_pseudo_node(node) else (*explanation.reasons, *extra)
+        own = explanation.reasons
+        if explanation.node in fleet.unresolved:  # not an opt-out: the tenant's reason says why
+            own = tuple(r for r in own if r.code not in ("opted-out", "not-managed"))
+        reasons = tuple(extra) if is_pseudo_node(node) else (*own, *extra)
         result.append(replace(explanation, reasons=reasons))
     return result

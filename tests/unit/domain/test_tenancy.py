@@ -198,3 +198,23 @@ def test_quota_caps_read_resource_equals_count() -> None:
     for bad in ("nvidia.com/gpu", "nvidia.com/gpu=four", "=3"):
         with pytest.raises(argparse.ArgumentTypeError, match="RESOURCE=N"):
             quota_caps(bad)
+
+
+def test_pools_still_indistinguishable_after_merging_get_no_nodes() -> None:
+    """Two CPU nodes whose host labels match but whose CPU keys differ (NFD's cpu-name
+    annotation): their flavors' names cannot be made one, and a selector of either would
+    match both, so neither feeds a pool, and plan says why (not as an opt-out)."""
+    cpu = next(n for n in load(TENANT) if name_of(n) == "host-cpu-1")
+    nodes = []
+    for name, model in (("c-a", "AMD EPYC 7763 64-Core Processor"), ("c-b", "AMD EPYC 7443")):
+        node = copy.deepcopy(cpu)
+        node["metadata"]["name"] = name
+        node["metadata"]["annotations"]["feature.gpustack.ai/cpu-name"] = model
+        nodes.append(node)
+    state = plan_state(nodes, ["default"], manufacturers=MFRS)
+    assert state.resource_flavors == [] and state.cluster_queues == []
+    codes = {e.node: [r.code for r in e.reasons] for e in state.explanations}
+    assert codes == {
+        "c-a": ["tenant-pools-indistinguishable"],
+        "c-b": ["tenant-pools-indistinguishable"],
+    }
