@@ -3,35 +3,33 @@
 In a vCluster tenant no NodeFeature is written, so the capacity labels the queue reconcilers
 read are never on the Nodes: they are derived in memory (``domain.tenancy.tenant_fleet``,
 docs/tenants.md, "Shared host nodes"). Pools the host's labels cannot tell apart are merged,
-which depends on the whole fleet, so the view is recomputed from the Node cache whenever a
-Node's version changes, and a Node event reaches every flavor, queue and cohort of the fleet
-before and after it (a tenant's fleet is small; docs/tenants.md, "Cost").
+which depends on the whole fleet, so the view is recomputed from the Node cache whenever
+what the worker reads of a Node changes, and a Node event reaches every flavor, queue and
+cohort of the fleet before and after it (a tenant's fleet is small; docs/tenants.md, "Cost").
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpustack_operator.controllers.nodefacts import NodeFacts, Part
 from gpustack_operator.domain.flavors import is_managed
-from gpustack_operator.domain.nodeview import metadata, name_of
+from gpustack_operator.domain.nodeview import name_of, uid_of
 from gpustack_operator.domain.tenancy import TenantSettings, tenant_fleet
 from gpustack_operator.runtime.informer import Informer
 
 _PARTS: tuple[Part, ...] = ("flavor", "queue", "cohort")
 
 
+def _uid(entry: tuple[str, tuple[Any, ...]]) -> str:
+    return entry[0]
+
+
 @dataclass
 class _Snapshot:
     members: dict[str, dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
     """part -> name -> managed effective Nodes, by name."""
-
-
-def _version(node: Mapping[str, Any]) -> tuple[str, str]:
-    meta = metadata(node)
-    return str(meta.get("uid", "")), str(meta.get("resourceVersion", ""))
 
 
 class TenantView:
@@ -41,13 +39,15 @@ class TenantView:
         self.nodes = nodes
         self.facts = facts
         self.settings = settings
-        self._key: tuple[tuple[str, str], ...] | None = None
+        self._key: tuple[tuple[str, tuple[Any, ...]], ...] | None = None
         self._current = _Snapshot()
         self._previous = _Snapshot()
 
     def _snapshot(self) -> _Snapshot:
         cached = self.nodes.indexer.list()
-        key = tuple(sorted(_version(n) for n in cached))
+        # What the pools depend on (NodeFacts.view, cached per Node version): a status
+        # update that changes none of it reuses the last fleet.
+        key = tuple(sorted(((uid_of(n), self.facts.view(n)) for n in cached), key=_uid))
         if key != self._key:
             fleet = tenant_fleet(
                 cached,
