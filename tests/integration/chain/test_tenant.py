@@ -103,3 +103,27 @@ async def test_private_node_tenant_gets_the_ordinary_chain() -> None:
         ordinary = cluster.expected().as_list()
     explicit = SimCluster(nodes, ["default"], tenancy="ordinary")
     assert explicit.expected().as_list() == ordinary
+
+
+async def test_pseudo_node_tenant_gets_no_pools() -> None:
+    """vCluster's pseudo nodes (no devices, made-up capacity): the worker builds nothing."""
+    amounts = {"cpu": "16", "memory": "32Gi", "ephemeral-storage": "100Gi", "pods": "110"}
+    nodes = [
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": f"vn-{i}", "labels": {"vcluster.loft.sh/fake-node": "true"}},
+            "status": {"capacity": dict(amounts), "allocatable": dict(amounts)},
+        }
+        for i in range(2)
+    ]
+    async with SimCluster(nodes, ["default"]) as cluster:
+        assert cluster.tenant.tenancy is Tenancy.PSEUDO_NODES
+        await cluster.converge(45)
+        store = cluster.sim.store
+        assert store.list("kueue.x-k8s.io/v1beta2", "ResourceFlavor") == []
+        assert store.list("kueue.x-k8s.io/v1beta2", "ClusterQueue") == []
+        assert store.list("nfd.k8s-sigs.io/v1alpha1", "NodeFeature") == []
+        back = await cluster.read_back()
+        codes = {e.node: [r.code for r in e.reasons] for e in back.explanations}
+        assert codes == {"vn-0": ["vcluster-pseudo-node"], "vn-1": ["vcluster-pseudo-node"]}
