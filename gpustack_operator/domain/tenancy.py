@@ -75,7 +75,9 @@ DEVICE_IDENTITY_SUFFIXES: Final = (
     ".device-id",
     ".vram",
 )
-"""Suffixes of the GPU stacks' labels (GFD, the AMD labeller) a device pool is selected by."""
+"""Properties of the GPU stacks' labels (GFD, the AMD labeller) a device pool is selected by:
+the key ends in one, or holds it followed by a dot (the labeller's beta form,
+``beta.amd.com/gpu.product-name.<value>``)."""
 _MERGE_ROUNDS: Final = 4
 
 
@@ -177,7 +179,8 @@ def identity_labels(labels: Mapping[str, str], accelerated: bool) -> dict[str, s
         result.update(
             (k, v)
             for k, v in labels.items()
-            if k.startswith(VENDOR_LABEL_PREFIXES) and k.endswith(DEVICE_IDENTITY_SUFFIXES)
+            if k.startswith(VENDOR_LABEL_PREFIXES)
+            and any(k.endswith(x) or f"{x}." in k for x in DEVICE_IDENTITY_SUFFIXES)
         )
     return result
 
@@ -195,8 +198,9 @@ def flavor_selector(
 
 
 def selects(selector: Mapping[str, str], node: object) -> bool:
+    """Whether a flavor with these nodeLabels can place pods on *node* (``{}``: any node)."""
     labels = labels_of(node)
-    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+    return all(labels.get(k) == v for k, v in selector.items())
 
 
 @dataclass(frozen=True)
@@ -252,8 +256,8 @@ def _colliding(
     names = sorted(members)
     for i, a in enumerate(names):
         for b in names[i + 1 :]:
-            if kinds.get(a) != kinds.get(b):
-                continue
+            if kinds.get(a) != kinds.get(b) or not selectors[a] or not selectors[b]:
+                continue  # an empty selector is never merged away (below)
             if any(selects(selectors[a], n) for n in members[b]) or any(
                 selects(selectors[b], n) for n in members[a]
             ):
@@ -261,7 +265,12 @@ def _colliding(
     groups: dict[str, set[str]] = {}
     for f in names:
         groups.setdefault(root(f), set()).add(f)
-    return [g for g in groups.values() if len(g) > 1]
+    result = [g for g in groups.values() if len(g) > 1]
+    # A flavor without identity labels would select every node: unless it covers them all,
+    # it can never be told apart; merging it would take every other pool of its kind along.
+    every = {name_of(n) for n in nodes}
+    result += [{f} for f in names if not selectors[f] and {name_of(n) for n in members[f]} != every]
+    return result
 
 
 def _smallest_shape(

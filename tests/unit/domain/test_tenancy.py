@@ -218,3 +218,21 @@ def test_pools_still_indistinguishable_after_merging_get_no_nodes() -> None:
         "c-a": ["tenant-pools-indistinguishable"],
         "c-b": ["tenant-pools-indistinguishable"],
     }
+
+
+def test_a_tenant_node_without_host_identity_labels_gets_no_pool_that_selects_everything() -> None:
+    """Tenancy forced on Nodes whose annotation lists no identity label: a flavor would have
+    empty nodeLabels, matching every node, so its nodes get no pools instead."""
+    nodes = load(TENANT)
+    bare = copy.deepcopy(next(n for n in nodes if name_of(n) == "host-cpu-1"))
+    bare["metadata"]["name"] = "host-bare"
+    bare["metadata"]["annotations"]["vcluster.loft.sh/managed-labels"] = "kubernetes.io/os"
+    bare["metadata"]["annotations"]["feature.gpustack.ai/cpu-name"] = "AMD EPYC 7763"
+    bare["status"]["capacity"]["cpu"] = bare["status"]["allocatable"]["cpu"] = "4"
+    state = plan_state([*nodes, bare], ["default"], manufacturers=MFRS)
+    assert all(f["spec"]["nodeLabels"] for f in state.resource_flavors)
+    codes = {e.node: [r.code for r in e.reasons] for e in state.explanations}
+    assert "tenant-pools-indistinguishable" in codes["host-bare"]
+    assert "tenant-pools-indistinguishable" not in codes["host-cpu-1"]  # the others keep theirs
+    alone = plan_state(nodes, ["default"], manufacturers=MFRS)
+    assert state.resource_flavors == alone.resource_flavors
