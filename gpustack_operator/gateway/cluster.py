@@ -23,7 +23,6 @@ import anyio
 import structlog
 
 from gpustack_operator.domain.kueue import KUEUE_GROUP, KueueVersion
-from gpustack_operator.domain.nodeview import name_of
 from gpustack_operator.gateway.hub import Event, EventType, Hub
 from gpustack_operator.gateway.kinds import (
     KIND_NAMES,
@@ -134,8 +133,9 @@ class ClusterRunner:
         """The pool of a ClusterQueue, with the host nodes its flavors cover in a vCluster
         tenant (docs/worker-gateway.md, "Tenants")."""
         entry = pool_entry(self.name, cluster_queue)
-        flavors = {name_of(f): f for f in self.objects("resourceflavors")}
-        covered = host_nodes(entry["flavors"], flavors)
+        informer = self._informers.get("resourceflavors")
+        flavors = [informer.indexer.get(name) for name in entry["flavors"]] if informer else []
+        covered = host_nodes(f for f in flavors if f is not None)
         if covered:
             entry["hostNodes"] = covered
         return entry

@@ -18,13 +18,9 @@ from gpustack_operator.gateway.pools import sum_quantities
 JSON = dict[str, Any]
 
 
-def host_nodes(flavor_names: Iterable[str], flavors: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """The host-node fingerprints of a pool's flavors (tenant flavors carry one), sorted."""
-    found = {
-        annotations_of(flavors[name]).get(HOST_NODES_ANNOTATION, "")
-        for name in flavor_names
-        if name in flavors
-    }
+def host_nodes(flavors: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The host-node fingerprints of a pool's *flavors* (tenant flavors carry one), sorted."""
+    found = {annotations_of(f).get(HOST_NODES_ANNOTATION, "") for f in flavors}
     return sorted(found - {""})
 
 
