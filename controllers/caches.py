@@ -15,10 +15,12 @@ from typing import Any, Final
 from gpustack_operator.apis import KueueResources
 from gpustack_operator.controllers.common import index_values
 from gpustack_operator.controllers.nodefacts import NodeFacts, Part
+from gpustack_operator.controllers.tenantview import TenantView
 from gpustack_operator.domain.labels import COHORT_ANNOTATION, QUEUE_ANNOTATION
 from gpustack_operator.domain.manufacturers import Manufacturer
 from gpustack_operator.domain.nodeview import annotations_of
 from gpustack_operator.domain.queues import cluster_queue_cohort
+from gpustack_operator.domain.tenancy import TenantSettings
 from gpustack_operator.runtime.cache import namespace_index
 from gpustack_operator.runtime.coalesce import IndexHold
 from gpustack_operator.runtime.informer import Informer
@@ -37,10 +39,15 @@ SETTLING_STALL: Final = 10.0
 no longer counts as settling (a node NFD never labels cannot hold the queues for good)."""
 
 
-def node_facts(nodes: Informer, manufacturers: Mapping[str, Manufacturer]) -> NodeFacts:
+def node_facts(
+    nodes: Informer, manufacturers: Mapping[str, Manufacturer], publishes_labels: bool = True
+) -> NodeFacts:
     """A :class:`NodeFacts` for the Node informer *nodes*, sized by its Node count. Create
-    one per informer and share it: the cache pays off when every user asks the same one."""
-    return NodeFacts(manufacturers, size_hint=lambda: len(nodes.indexer))
+    one per informer and share it: the cache pays off when every user asks the same one.
+    *publishes_labels* is False in a vCluster tenant (no capacity labels to await)."""
+    return NodeFacts(
+        manufacturers, size_hint=lambda: len(nodes.indexer), publishes_labels=publishes_labels
+    )
 
 
 def add_node_indexes(nodes: Informer, facts: NodeFacts) -> None:
@@ -89,6 +96,9 @@ class KueueCaches:
     cohorts: Informer
     cluster_queues: Informer
     local_queues: Informer
+    tenant: TenantView | None = None
+    """In a shared-node or pseudo-node tenant, the Nodes as its pools see them
+    (docs/tenants.md); ``None`` in an ordinary cluster."""
 
     @classmethod
     def create(
@@ -96,9 +106,10 @@ class KueueCaches:
         manager: Manager,
         kueue: KueueResources,
         facts: NodeFacts,
+        tenant: TenantSettings | None = None,
     ) -> KueueCaches:
         """The caches on *manager*'s shared informers; *facts* is the Node informer's
-        :class:`NodeFacts` (:func:`node_facts`)."""
+        :class:`NodeFacts` (:func:`node_facts`); *tenant*, the tenant settings."""
         nodes = manager.informer(NODES)
         add_node_indexes(nodes, facts)
         flavors = manager.informer(kueue.resource_flavors)
@@ -117,6 +128,11 @@ class KueueCaches:
             cohorts=manager.informer(kueue.cohorts),
             cluster_queues=cluster_queues,
             local_queues=local_queues,
+            tenant=(
+                TenantView(nodes, facts, tenant)
+                if tenant is not None and tenant.is_tenant
+                else None
+            ),
         )
 
     @property
@@ -125,7 +141,15 @@ class KueueCaches:
 
     def managed_nodes(self, part: str, name: str) -> list[dict[str, Any]]:
         """Managed Nodes whose profiles name *name* as their flavor/queue/cohort, by name."""
+        if self.tenant is not None:
+            return self.tenant.members(part, name)
         return sorted(self.nodes.indexer.by_index(part, name), key=lambda n: n["metadata"]["name"])
+
+    def event_names(self, node: dict[str, Any], part: Part) -> list[str]:
+        """The *part* names a Node event reaches (in a tenant: the whole fleet's)."""
+        if self.tenant is not None:
+            return self.tenant.event_names(part)
+        return self.facts.names(node, part)
 
     def informers(self) -> Iterable[Informer]:
         return (

@@ -47,6 +47,7 @@ from gpustack_operator.domain.queues import (
     desired_cluster_queue,
     without_flavors,
 )
+from gpustack_operator.domain.tenancy import tenant_cluster_queue
 from gpustack_operator.runtime.client import NotFound
 from gpustack_operator.runtime.coalesce import Coalesce, Hold
 from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request, Result
@@ -169,7 +170,7 @@ class ClusterQueueReconciler:
             name_of(f): list(caches.managed_nodes(BY_FLAVOR, name_of(f))) for f in flavors
         }
         nodes = [n for members in index.values() for n in members]
-        return desired_cluster_queue(
+        want = desired_cluster_queue(
             name,
             flavors,
             nodes,
@@ -178,6 +179,10 @@ class ClusterQueueReconciler:
             flavor_index=index,
             quota_resources=self.quota_resources,
         )
+        if want is not None and caches.tenant is not None:
+            # docs/tenants.md, "Quota a tenant may count on"
+            want = tenant_cluster_queue(want, caches.tenant.settings.quota_caps)
+        return want
 
     async def _delete(self, have: Mapping[str, Any] | None) -> Result | None:
         if have is None or is_deleting(have):
@@ -213,7 +218,7 @@ def build_cluster_queue_controller(
     facts = caches.facts
 
     def by_node(node: dict[str, Any]) -> list[str]:
-        return facts.names(node, "queue")
+        return caches.event_names(node, "queue")
 
     def by_flavor(flavor: dict[str, Any]) -> list[str]:
         queue = annotations_of(flavor).get(QUEUE_ANNOTATION, "")

@@ -84,7 +84,7 @@ def build_cohort_controller(
     facts = caches.facts
 
     def by_node(node: dict[str, Any]) -> list[str]:
-        return facts.names(node, "cohort")
+        return caches.event_names(node, "cohort")
 
     def by_queue(queue: dict[str, Any]) -> list[str]:
         cohort = cluster_queue_cohort(queue)

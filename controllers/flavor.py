@@ -25,6 +25,7 @@ from gpustack_operator.controllers.common import (
 )
 from gpustack_operator.domain.flavors import TolerationPolicy, desired_resource_flavor
 from gpustack_operator.domain.nodeview import is_deleting
+from gpustack_operator.domain.tenancy import tenant_flavor
 from gpustack_operator.runtime.coalesce import Coalesce, Hold
 from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request
 from gpustack_operator.runtime.resources import NODES
@@ -53,6 +54,9 @@ class FlavorReconciler:
             profiles_of=self.caches.facts.profiles,
             tolerations=self.tolerations,
         )
+        tenant = self.caches.tenant
+        if want is not None and tenant is not None:  # docs/tenants.md, "Flavors"
+            want = tenant_flavor(want, nodes, tenant.settings.virtual_scheduler)
         if want is None:
             if have is not None and is_managed_object(have) and not is_deleting(have):
                 await self.writer.delete(self.resource, have, "no managed node has this flavor")
@@ -83,7 +87,7 @@ def build_flavor_controller(
     facts = caches.facts
 
     def by_node(node: dict[str, Any]) -> list[str]:
-        return facts.names(node, "flavor")
+        return caches.event_names(node, "flavor")
 
     coalesce = Coalesce(batch_window, hold=settling, hold_max_delay=settling_max_delay or 0.0)
     return (

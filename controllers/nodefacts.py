@@ -38,6 +38,7 @@ from gpustack_operator.domain.manufacturers import Manufacturer
 from gpustack_operator.domain.nodefeature import can_publish_for
 from gpustack_operator.domain.nodeview import is_deleting, labels_of, metadata, name_of, uid_of
 from gpustack_operator.domain.queues import HOST_RESOURCES
+from gpustack_operator.domain.tenancy import HOST_LABELS_ANNOTATION, INSTANCE_TYPE_LABEL
 from gpustack_operator.runtime.cache import shared_strings
 
 Part = Literal["flavor", "queue", "cohort"]
@@ -50,8 +51,17 @@ _NODE_LABEL_PREFIXES: Final = (
     *VENDOR_LABEL_PREFIXES,
 )
 _NODE_LABELS: Final = frozenset(
-    {NFD_CPU_VENDOR_LABEL, NFD_CPU_FAMILY_LABEL, NFD_CPU_ID_LABEL, OS_LABEL, ARCH_LABEL}
+    {
+        NFD_CPU_VENDOR_LABEL,
+        NFD_CPU_FAMILY_LABEL,
+        NFD_CPU_ID_LABEL,
+        OS_LABEL,
+        ARCH_LABEL,
+        INSTANCE_TYPE_LABEL,
+    }
 )
+# Annotations besides NFD's CPU ones: in a vCluster tenant, which labels the host owns.
+_NODE_ANNOTATIONS: Final = frozenset({HOST_LABELS_ANNOTATION})
 _MIN_GENERATION: Final = 1024
 _VERSIONS: Final = 2
 
@@ -78,7 +88,8 @@ def node_view(
         sorted(
             (k, str(v))
             for k, v in (raw_annotations if isinstance(raw_annotations, Mapping) else {}).items()
-            if isinstance(k, str) and k.startswith(CPU_ANNOTATION_PREFIX)
+            if isinstance(k, str)
+            and (k.startswith(CPU_ANNOTATION_PREFIX) or k in _NODE_ANNOTATIONS)
         )
     )
     status = node.get("status")
@@ -132,8 +143,11 @@ class NodeFacts:
         self,
         manufacturers: Mapping[str, Manufacturer],
         size_hint: Callable[[], int] | None = None,
+        publishes_labels: bool = True,
     ) -> None:
         self.manufacturers = manufacturers
+        self.publishes_labels = publishes_labels
+        """False in a vCluster tenant: no capacity labels are published, none awaited."""
         self._size_hint = size_hint
         # uid -> [(resourceVersion, facts)], at most _VERSIONS, the most recent last
         self._current: dict[str, list[tuple[str, _Facts]]] = {}
@@ -216,7 +230,7 @@ class NodeFacts:
         profiles, and so the quotas of its queues, are about to change."""
         facts = self._facts(node)
         if facts.awaits_labels is None:
-            if is_deleting(node) or not can_publish_for(name_of(node)):
+            if not self.publishes_labels or is_deleting(node) or not can_publish_for(name_of(node)):
                 facts.awaits_labels = False
             else:
                 labels = labels_of(node)

@@ -64,6 +64,7 @@ from gpustack_operator.domain.queues import (
     DEFAULT_QUOTA_RESOURCES,
     QuotaResources,
 )
+from gpustack_operator.domain.tenancy import TENANCY_AUTO, TenantSettings, resolve_tenancy
 from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.runtime.backoff import BackoffPolicy
 from gpustack_operator.runtime.client import ApiError, Client
@@ -76,6 +77,12 @@ from gpustack_operator.runtime.poll import poll_until
 from gpustack_operator.runtime.resources import NODES, RESOURCE_SLICES
 
 log = structlog.get_logger(__name__)
+
+TENANT_NO_NODE_FEATURES: Final = (
+    "vCluster tenant: no NodeFeatures, no NFD and no device managers (the host runs NFD and "
+    "the GPU stacks); pools come from the host-owned labels and allocatable of synced Nodes, "
+    "none from pseudo nodes (docs/tenants.md)"
+)
 
 KUEUE_AUTO: Final = "auto"
 KUEUE_MISSING_MESSAGE: Final = (
@@ -113,6 +120,9 @@ class WorkerConfig:
     flavor_tolerations: TolerationPolicy = None
     """Which dedication taints flavors tolerate: None every one common to the flavor's nodes,
     else only these keys (docs/worker.md, "Tolerations")."""
+    tenant: TenantSettings = field(default_factory=TenantSettings)
+    """The kind of cluster and the tenant settings (docs/tenants.md); see
+    :func:`detect_tenant`."""
     kueue_namespace: str = DEFAULT_KUEUE_NAMESPACE
     kueue_configmap: str = DEFAULT_KUEUE_CONFIGMAP
     """Where Kueue's configuration is read from (docs/workloads.md, "Kueue's configuration")."""
@@ -185,7 +195,11 @@ class Worker:
         self.queue_controllers: list[Controller] = []
         """The Kueue controllers (four queue controllers and the configuration check), once
         Kueue is discovered (they run on the leader)."""
-        self.facts = node_facts(manager.informer(NODES), config.manufacturers)
+        self.facts = node_facts(
+            manager.informer(NODES),
+            config.manufacturers,
+            publishes_labels=not config.tenant.is_tenant,
+        )
         """Per-Node derived data shared by all five controllers and the Node indexes."""
         self.settling = fleet_settling(manager.informer(NODES))
         """Whether Nodes still await their capacity labels (the ClusterQueues' hold)."""
@@ -226,7 +240,7 @@ class Worker:
         log.info("Kueue found", version=version.value, served=served)
         # Caches warm up on standbys too, so a new leader starts with them full; the
         # controllers are the manager's: they run while it leads.
-        self.caches = KueueCaches.create(self.manager, self.kueue, self.facts)
+        self.caches = KueueCaches.create(self.manager, self.kueue, self.facts, self.config.tenant)
         self.queue_controllers = self._add_queue_controllers(self.caches)
         self.kueue_found.set()
         return True
@@ -304,6 +318,33 @@ async def serves_dra(client: Client) -> bool:
         return False
 
 
+async def detect_tenant(
+    client: Client,
+    setting: str,
+    *,
+    virtual_scheduler: bool = False,
+    quota_caps: Mapping[str, int] | None = None,
+) -> TenantSettings:
+    """The tenant settings: *setting* (``auto``: told from the cluster's Nodes, read once
+    at start; docs/tenants.md, "Three kinds of cluster"), logged in one line."""
+    if setting == TENANCY_AUTO:
+        nodes = (await client.list_all(NODES)).items
+        tenancy = resolve_tenancy(setting, nodes)
+    else:
+        tenancy = resolve_tenancy(setting, ())
+    settings = TenantSettings(
+        tenancy=tenancy, virtual_scheduler=virtual_scheduler, quota_caps=dict(quota_caps or {})
+    )
+    log.info(
+        "tenancy",
+        tenancy=tenancy.value,
+        detected=setting == TENANCY_AUTO,
+        virtual_scheduler=virtual_scheduler,
+        quota_caps=dict(settings.quota_caps),
+    )
+    return settings
+
+
 def setup_worker(manager: Manager, config: WorkerConfig) -> Worker:
     """Register the worker's seven reconcilers and Kueue discovery on *manager*.
 
@@ -313,15 +354,18 @@ def setup_worker(manager: Manager, config: WorkerConfig) -> Worker:
     """
     worker = Worker(manager, config)
     add_node_indexes(manager.informer(NODES), worker.facts)
-    setup_capacity(
-        manager,
-        worker.writer,
-        system_namespace=config.system_namespace,
-        facts=worker.facts,
-        max_concurrent_reconciles=config.max_concurrent_reconciles,
-        dra=config.dra,
-        window=config.capacity_window,
-    )
+    if config.tenant.is_tenant:
+        log.info(TENANT_NO_NODE_FEATURES, tenancy=config.tenant.tenancy.value)
+    else:
+        setup_capacity(
+            manager,
+            worker.writer,
+            system_namespace=config.system_namespace,
+            facts=worker.facts,
+            max_concurrent_reconciles=config.max_concurrent_reconciles,
+            dra=config.dra,
+            window=config.capacity_window,
+        )
     setup_unpooled(manager, facts=worker.facts, dra=config.dra)
     manager.add_readyz_check("kueue", worker.kueue_ready)
     manager.add_runnable(worker.discover_kueue, name="kueue discovery", needs_leader=False)

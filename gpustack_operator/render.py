@@ -21,9 +21,11 @@ from gpustack_operator.domain.keys import cpu_node_key
 from gpustack_operator.domain.labels import note
 from gpustack_operator.domain.nodeview import annotations_of, labels_of, name_of
 from gpustack_operator.domain.queues import pool_resource_label
+from gpustack_operator.domain.tenancy import Tenancy
 
 FORMATS = ("table", "yaml", "json")
 EXPLANATIONS_FIELD = "explanations"
+TENANCY_FIELD = "tenancy"
 
 
 def render(state: DesiredState, output: str, manufacturers: Mapping[str, Any]) -> str:
@@ -41,6 +43,8 @@ def _document(state: DesiredState) -> dict[str, Any]:
     """The v1 ``List``; ``plan``'s node explanations ride beside ``items`` in a top-level
     ``explanations`` field, outside every Kueue object (docs/plan.md, "Output")."""
     doc = state.as_list()
+    if state.tenancy is not Tenancy.ORDINARY:
+        doc[TENANCY_FIELD] = state.tenancy.value
     if state.explanations:
         doc[EXPLANATIONS_FIELD] = [e.as_dict() for e in state.explanations]
     return doc
@@ -169,6 +173,8 @@ def render_table(state: DesiredState, manufacturers: Mapping[str, Any]) -> str:
     counts = {name: len(nodes) for name, nodes in flavor_nodes(state.nodes, manufacturers).items()}
     managed = sum(1 for n in state.nodes if is_managed(n))
     lines = [f"Nodes: {len(state.nodes)} ({managed} managed)"]
+    if state.tenancy is not Tenancy.ORDINARY:
+        lines.insert(0, f"Tenancy: {state.tenancy.value} (a vCluster tenant; docs/tenants.md)")
     lines.extend(_columns(_node_rows(state, manufacturers)))
     lines.extend(_reason_lines(state))
     lines.append("")

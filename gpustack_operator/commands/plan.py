@@ -22,6 +22,7 @@ from gpustack_operator import fastyaml
 from gpustack_operator.commands.argtypes import comma_list
 from gpustack_operator.commands.helptext import env_epilog
 from gpustack_operator.commands.quota_flags import add_quota_resources_flag
+from gpustack_operator.commands.tenant_flags import add_tenant_flags
 from gpustack_operator.domain.devicesources.dra import KIND as DRA_KIND
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
@@ -107,6 +108,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="Kueue API version to render (default: %(default)s)",
     )
     add_quota_resources_flag(parser)
+    add_tenant_flags(parser)
     parser.set_defaults(handler=run)
 
 
@@ -284,6 +286,9 @@ def run(args: argparse.Namespace) -> int:
             with_memory=load_group_id_with_memory(),
             quota_resources=QuotaResources(args.quota_resources),
             resource_slices=slices,
+            tenancy=args.tenancy,
+            virtual_scheduler=args.virtual_scheduler,
+            quota_caps=args.tenant_quota_cap,
         )
         if args.explain is not None:
             found_explanation = next(

@@ -31,7 +31,7 @@ from gpustack_operator.commands.helptext import env_epilog
 from gpustack_operator.commands.plan import DEFAULT_NAMESPACES as PLAN_DEFAULT_NAMESPACES
 from gpustack_operator.commands.plan import PlanInputError, read_cluster_file
 from gpustack_operator.commands.quota_flags import add_quota_resources_flag
-from gpustack_operator.domain.explain import explain_nodes
+from gpustack_operator.commands.tenant_flags import add_tenant_flags
 from gpustack_operator.domain.queues import QuotaResources
 from gpustack_operator.environment import load_group_id_with_memory, load_manufacturers
 from gpustack_operator.render import FORMATS, render
@@ -143,6 +143,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "too big, one in the wrong queue) and print where each landed or why it waits",
     )
     add_quota_resources_flag(parser)
+    add_tenant_flags(parser)
     parser.set_defaults(handler=run)
 
 
@@ -229,6 +230,9 @@ def build_cluster(args: argparse.Namespace, crds: list[dict[str, Any]]) -> SimCl
         with_memory=with_memory,
         quota_resources=quota_resources,
         resource_slices=slices,
+        tenancy=args.tenancy,
+        virtual_scheduler=args.virtual_scheduler,
+        quota_caps=args.tenant_quota_cap,
     )
     return SimCluster(
         nodes,
@@ -240,6 +244,9 @@ def build_cluster(args: argparse.Namespace, crds: list[dict[str, Any]]) -> SimCl
         resource_slices=slices,
         host=args.bind_address,
         port=args.port,
+        tenancy=args.tenancy,
+        virtual_scheduler=args.virtual_scheduler,
+        quota_caps=args.tenant_quota_cap,
     )
 
 
@@ -295,14 +302,8 @@ async def _converge_and_print(
     if converging.cancelled():
         return _error("interrupted before the cluster converged", 130)
     took = converging.result()  # raises NotConverged
-    chain = await cluster.read_back()
     # The live nodes explained as plan explains its input (docs/plan.md): the same output.
-    chain.explanations = explain_nodes(
-        chain.nodes,
-        cluster.manufacturers,
-        inputs=chain.nodes,
-        resource_slices=cluster.resource_slices,
-    )
+    chain = await cluster.read_back()
     sys.stdout.write(render(chain, args.output, cluster.manufacturers))
     sys.stdout.flush()
     if getattr(args, "demo_jobs", False):

@@ -15,7 +15,7 @@ from typing import Any
 
 from gpustack_operator.domain.devicesources.dra import node_slices
 from gpustack_operator.domain.explain import NodeExplanation
-from gpustack_operator.domain.flavors import desired_resource_flavors
+from gpustack_operator.domain.flavors import desired_resource_flavors, flavor_nodes
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.manufacturers import Manufacturer
 from gpustack_operator.domain.nodefeature import (
@@ -32,6 +32,14 @@ from gpustack_operator.domain.queues import (
     desired_cohorts,
     desired_local_queues,
 )
+from gpustack_operator.domain.tenancy import (
+    Tenancy,
+    TenantFleet,
+    TenantSettings,
+    tenant_cluster_queue,
+    tenant_flavor,
+    tenant_fleet,
+)
 
 
 @dataclass
@@ -47,6 +55,10 @@ class DesiredState:
     """The input nodes with every NodeFeature merged (not part of :meth:`objects`)."""
     explanations: list[NodeExplanation] = field(default_factory=list)
     """Per node, what it feeds and why not more (``plan`` only; not part of :meth:`objects`)."""
+    tenancy: Tenancy = Tenancy.ORDINARY
+    """The kind of cluster the chain was built for (docs/tenants.md)."""
+    fleet: TenantFleet | None = None
+    """A tenant's Nodes as its pools see them (``None`` outside a tenant)."""
 
     def objects(self) -> list[dict[str, Any]]:
         """NodeFeatures, ResourceFlavors, Cohorts, ClusterQueues, LocalQueues, in that order."""
@@ -88,23 +100,39 @@ def desired_state(
     extra_node_features: Iterable[dict[str, Any]] = (),
     quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES,
     resource_slices: Sequence[Mapping[str, Any]] = (),
+    tenant: TenantSettings | None = None,
 ) -> DesiredState:
     """The chain for *nodes* as the cluster holds them (device labels already present).
 
     The worker's NodeFeatures are computed and merged onto the nodes first. *cohort_uids*
     (Cohort name -> uid) adds ClusterQueue owner references; ClusterQueue uids are not known
     before creation, so LocalQueues here carry none (the controllers add them).
+
+    In a vCluster tenant (*tenant*, docs/tenants.md) no NodeFeature is written: the
+    capacity labels are merged in memory from host-owned labels, DRA slices are not read,
+    flavors select host-owned labels and device quotas follow the declared caps.
     """
     ordered = _sorted_nodes(nodes)
     features: list[dict[str, Any]] = []
     merged: list[dict[str, Any]] = []
-    for node in ordered:
-        slices = node_slices(name_of(node), resource_slices) if resource_slices else ()
-        feature = worker_node_feature(node, system_namespace, manufacturers, slices)
-        own = [feature] if feature is not None else []
-        features.extend(own)
-        merged.append(merge_node_features(node, own, owned="worker"))
+    fleet: TenantFleet | None = None
+    if tenant is not None and tenant.is_tenant:
+        fleet = tenant_fleet(ordered, manufacturers, virtual_scheduler=tenant.virtual_scheduler)
+        merged = list(fleet.nodes)
+    else:
+        for node in ordered:
+            slices = node_slices(name_of(node), resource_slices) if resource_slices else ()
+            feature = worker_node_feature(node, system_namespace, manufacturers, slices)
+            own = [feature] if feature is not None else []
+            features.extend(own)
+            merged.append(merge_node_features(node, own, owned="worker"))
     flavors = desired_resource_flavors(merged, manufacturers, kueue_version)
+    if tenant is not None and tenant.is_tenant:
+        members = flavor_nodes(merged, manufacturers)
+        flavors = {
+            name: tenant_flavor(flavor, members.get(name, []), tenant.virtual_scheduler)
+            for name, flavor in flavors.items()
+        }
     cohorts = desired_cohorts(merged, manufacturers, kueue_version)
     queues = desired_cluster_queues(
         flavors,
@@ -114,6 +142,8 @@ def desired_state(
         version=kueue_version,
         quota_resources=quota_resources,
     )
+    if tenant is not None and tenant.is_tenant:
+        queues = {n: tenant_cluster_queue(q, tenant.quota_caps) for n, q in queues.items()}
     locals_ = desired_local_queues(
         list(queues.values()),
         namespaces,
@@ -128,4 +158,6 @@ def desired_state(
         cluster_queues=list(queues.values()),
         local_queues=list(locals_.values()),
         nodes=merged,
+        tenancy=tenant.tenancy if tenant is not None else Tenancy.ORDINARY,
+        fleet=fleet,
     )

@@ -52,6 +52,7 @@ from gpustack_operator.gateway.kubeconfig import (
     parse_kubeconfig,
     read_kubeconfig,
 )
+from gpustack_operator.gateway.sharing import share
 from gpustack_operator.runtime.metrics import REGISTRY
 from gpustack_operator.runtime.probes import HealthChecks, probes_app
 
@@ -264,7 +265,11 @@ class _Handlers:
             return _unknown_cluster(cluster)
         if _watching(request):
             return await _stream(request, self.gateway, self.opts, "pools", cluster)
-        return web.json_response({"kind": "PoolList", "items": self.gateway.pools(cluster)})
+        items, shared, totals = share(self.gateway.pools(cluster))
+        body: JSON = {"kind": "PoolList", "items": items, "totals": totals}
+        if shared:  # docs/worker-gateway.md, "Tenants"
+            body["sharedCapacity"] = shared
+        return web.json_response(body)
 
     async def list_objects(self, request: web.Request) -> web.StreamResponse:
         """``GET /clusters/{name}/{kind}``: the raw Kueue objects of one kind, or changes."""

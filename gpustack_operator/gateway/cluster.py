@@ -32,6 +32,7 @@ from gpustack_operator.gateway.kinds import (
 )
 from gpustack_operator.gateway.metrics import CLUSTERS
 from gpustack_operator.gateway.pools import pool_entry
+from gpustack_operator.gateway.sharing import host_nodes
 from gpustack_operator.kubeconfig import connect as connect_checked
 from gpustack_operator.runtime.backoff import Backoff, BackoffPolicy
 from gpustack_operator.runtime.cache import object_key
@@ -126,7 +127,18 @@ class ClusterRunner:
         return sorted(informer.indexer.list(), key=object_key)
 
     def pools(self) -> list[JSON]:
-        return [pool_entry(self.name, cq) for cq in self.objects("clusterqueues")]
+        return [self._pool(cq) for cq in self.objects("clusterqueues")]
+
+    def _pool(self, cluster_queue: JSON) -> JSON:
+        """The pool of a ClusterQueue, with the host nodes its flavors cover in a vCluster
+        tenant (docs/worker-gateway.md, "Tenants")."""
+        entry = pool_entry(self.name, cluster_queue)
+        informer = self._informers.get("resourceflavors")
+        flavors = [informer.indexer.get(name) for name in entry["flavors"]] if informer else []
+        covered = host_nodes(f for f in flavors if f is not None)
+        if covered:
+            entry["hostNodes"] = covered
+        return entry
 
     def counts(self) -> dict[str, int]:
         return {plural: len(self.objects(plural)) for plural in KIND_NAMES}
@@ -303,8 +315,8 @@ class ClusterRunner:
         def pools(kind: EventType, old: JSON | None, new: JSON) -> None:
             if plural != "clusterqueues" or self.removed:
                 return
-            entry = pool_entry(self.name, new)
-            if old is not None and pool_entry(self.name, old) == entry:
+            entry = self._pool(new)
+            if old is not None and self._pool(old) == entry:
                 return
             self.hub.publish(Event(kind, "pools", self.name, entry))
 

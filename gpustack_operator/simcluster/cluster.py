@@ -37,6 +37,7 @@ from gpustack_operator.controllers.worker import (
 )
 from gpustack_operator.devicemanager.detection import DetectionConfig
 from gpustack_operator.domain.desired import DesiredState
+from gpustack_operator.domain.explain import explain_nodes
 from gpustack_operator.domain.manufacturers import Manufacturer
 from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
 from gpustack_operator.domain.nodeview import name_of
@@ -45,18 +46,25 @@ from gpustack_operator.domain.queues import (
     DEFAULT_QUOTA_RESOURCES,
     QuotaResources,
 )
+from gpustack_operator.domain.tenancy import (
+    TENANCY_AUTO,
+    TenantSettings,
+    resolve_tenancy,
+    tenant_fleet,
+)
 from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.manager import Manager, ManagerOptions
 from gpustack_operator.sim.authn import TokenAuthenticator
 from gpustack_operator.sim.kueue import KueueStandIn
 from gpustack_operator.sim.nfdmaster import NfdMaster
+from gpustack_operator.sim.scheduler import SchedulerStandIn
 from gpustack_operator.sim.server import SimServer
 from gpustack_operator.simcluster.agents import AgentFleet
 from gpustack_operator.simcluster.chain import differences, read_chain, read_chain_from_store
 from gpustack_operator.simcluster.crds import is_stand_in, stand_in_crds
 from gpustack_operator.simcluster.kubelet import SimKubelet
-from gpustack_operator.simcluster.plan import plan_state
+from gpustack_operator.simcluster.plan import plan_state, tenant_explanations
 
 log = structlog.get_logger(__name__)
 
@@ -137,9 +145,15 @@ class SimCluster:
         port: int = 0,
         authenticator: TokenAuthenticator | None = None,
         token: str | None = None,
+        tenancy: str = TENANCY_AUTO,
+        virtual_scheduler: bool = False,
+        quota_caps: Mapping[str, int] | None = None,
     ) -> None:
         """*authenticator* turns on the server's authentication and RBAC authorization;
-        *token* is then the bearer token of the kubeconfig the agents and worker use."""
+        *token* is then the bearer token of the kubeconfig the agents and worker use.
+        *tenancy* (``auto``: told from *nodes*), *virtual_scheduler* and *quota_caps* are the
+        tenant settings (docs/tenants.md): a vCluster tenant runs no NFD stand-in and no
+        agents, as the worker installs neither there."""
         self.nodes: dict[str, dict[str, Any]] = {}
         for node in nodes:
             self.nodes[name_of(node)] = copy.deepcopy(dict(node))
@@ -155,6 +169,11 @@ class SimCluster:
         self.server_defaults = any(not is_stand_in(crd) for crd in self.crds)
         """Real CRDs default fields: convergence then tolerates extra ``spec`` fields."""
         self.kueue = kueue_resources()
+        self.tenant = TenantSettings(
+            tenancy=resolve_tenancy(tenancy, self.nodes.values()),
+            virtual_scheduler=virtual_scheduler,
+            quota_caps=dict(quota_caps or {}),
+        )
         self.sim = SimServer(
             namespaces=self._base_namespaces(),
             seed=seed,
@@ -168,14 +187,21 @@ class SimCluster:
         self.kueue_admission = KueueStandIn(self.sim, kueue_config)
         """Kueue's admission for Jobs (``sim/kueue.py``); *kueue_config* is a Kueue
         Configuration (its resource transformations), None for Kueue's default."""
+        self.scheduler = SchedulerStandIn(
+            self.sim,
+            host_labels_only=self.tenant.is_tenant and not self.tenant.virtual_scheduler,
+        )
+        """Binds started Jobs' pods to Nodes (``sim/scheduler.py``); in a shared-node tenant
+        by host-owned labels, as the host scheduler does (docs/tenants.md)."""
         self._run_worker = run_worker
-        self._run_agents = run_agents
+        self._run_agents = run_agents and not self.tenant.is_tenant
         self.worker_config = worker_config or WorkerConfig(
             system_namespace=system_namespace,
             manufacturers=self.manufacturers,
             excluded_namespaces=self.excluded_namespaces,
             quota_resources=quota_resources,
         )
+        self.worker_config.tenant = self.tenant
         self._worker_resync = worker_resync_period
         self._agent_monitor_period = agent_monitor_period
         self._agents_per_manager = agents_per_manager
@@ -247,8 +273,10 @@ class SimCluster:
         else:
             path = self._kubeconfig_path
         self.kubeconfig = self.sim.write_kubeconfig(path, context="sim", token=self._token)
-        await stack.enter_async_context(self.nfd)
+        if not self.tenant.is_tenant:  # the host runs NFD (docs/tenants.md)
+            await stack.enter_async_context(self.nfd)
         await stack.enter_async_context(self.kueue_admission)
+        await stack.enter_async_context(self.scheduler)
         await self.kubelet.start()
         stack.push_async_callback(self.kubelet.stop)
         self.fleet = AgentFleet(
@@ -301,6 +329,9 @@ class SimCluster:
             with_memory=self.with_memory,
             quota_resources=self.worker_config.quota_resources,
             resource_slices=self.resource_slices,
+            tenancy=self.tenant.tenancy.value,
+            virtual_scheduler=self.tenant.virtual_scheduler,
+            quota_caps=self.tenant.quota_caps,
         )
 
     def actual(self) -> DesiredState:
@@ -311,7 +342,30 @@ class SimCluster:
         """The chain read back through the API with a fresh client (LIST requests)."""
         assert self.kubeconfig is not None, "the cluster is not running"
         async with await Client.connect(self.kubeconfig) as client:
-            return await read_chain(client, self.system_namespace, self.kueue)
+            chain = await read_chain(client, self.system_namespace, self.kueue)
+        return self.explained(chain)
+
+    def explained(self, chain: DesiredState) -> DesiredState:
+        """*chain* (read back) with its Nodes explained as ``plan`` explains its input; in a
+        vCluster tenant, the Nodes as its pools see them (docs/tenants.md)."""
+        if not self.tenant.is_tenant:
+            chain.explanations = explain_nodes(
+                chain.nodes,
+                self.manufacturers,
+                inputs=chain.nodes,
+                resource_slices=self.resource_slices,
+            )
+            return chain
+        given = chain.nodes
+        fleet = tenant_fleet(
+            given, self.manufacturers, virtual_scheduler=self.tenant.virtual_scheduler
+        )
+        chain.nodes = list(fleet.nodes)
+        chain.tenancy, chain.fleet = self.tenant.tenancy, fleet
+        chain.explanations = tenant_explanations(
+            chain.nodes, fleet, given, self.manufacturers, self.resource_slices
+        )
+        return chain
 
     def idle(self) -> bool:
         """No stand-in and no controller has work queued or in progress."""
@@ -326,7 +380,12 @@ class SimCluster:
             self.worker.queue_controllers != []
             and all(c.started for c in self.worker.queue_controllers)
         )
-        stand_ins = self.nfd.idle() and self.kubelet.idle() and self.kueue_admission.idle()
+        stand_ins = (
+            self.nfd.idle()
+            and self.kubelet.idle()
+            and self.kueue_admission.idle()
+            and self.scheduler.idle()
+        )
         return stand_ins and fleet_idle and worker_up and queues_empty
 
     def problems(self) -> list[str]:

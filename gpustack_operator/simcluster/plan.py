@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from gpustack_operator.domain.desired import DesiredState, desired_state
 from gpustack_operator.domain.devices import device_labels
-from gpustack_operator.domain.explain import explain_nodes
+from gpustack_operator.domain.devicesources.dra import node_slices
+from gpustack_operator.domain.explain import NodeExplanation, explain_nodes
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.manufacturers import Manufacturer
 from gpustack_operator.domain.nodefeature import (
@@ -27,6 +29,14 @@ from gpustack_operator.domain.queues import (
     DEFAULT_EXCLUDED_NAMESPACES,
     DEFAULT_QUOTA_RESOURCES,
     QuotaResources,
+)
+from gpustack_operator.domain.tenancy import (
+    TENANCY_AUTO,
+    TenantFleet,
+    TenantSettings,
+    is_pseudo_node,
+    resolve_tenancy,
+    tenant_reasons,
 )
 from gpustack_operator.simcluster.devices import (
     SIM_DEVICES_ANNOTATION,
@@ -88,14 +98,30 @@ def plan_state(
     with_memory: bool = False,
     quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES,
     resource_slices: Sequence[Mapping[str, Any]] = (),
+    tenancy: str = TENANCY_AUTO,
+    virtual_scheduler: bool = False,
+    quota_caps: Mapping[str, int] | None = None,
 ) -> DesiredState:
     """What ``plan`` prints: simulated devices first, then :func:`desired_state`, then the
     explanation of every node (docs/plan.md).
 
-    *resource_slices* are DRA ``ResourceSlice`` objects (docs/devices.md, "DRA")."""
-    with_devices, dm_features = apply_sim_devices(
-        nodes, manufacturers, system_namespace=system_namespace, with_memory=with_memory
+    *resource_slices* are DRA ``ResourceSlice`` objects (docs/devices.md, "DRA").
+    *tenancy* (``auto`` or a kind of cluster), *virtual_scheduler* and *quota_caps* are the
+    tenant settings (docs/tenants.md); in a vCluster tenant no device manager runs, so
+    ``sim.gpustack.ai/devices`` is not read there."""
+    nodes = list(nodes)
+    tenant = TenantSettings(
+        tenancy=resolve_tenancy(tenancy, nodes),
+        virtual_scheduler=virtual_scheduler,
+        quota_caps=dict(quota_caps or {}),
     )
+    if tenant.is_tenant:
+        with_devices: list[dict[str, Any]] = [dict(n) for n in nodes]
+        dm_features: list[dict[str, Any]] = []
+    else:
+        with_devices, dm_features = apply_sim_devices(
+            nodes, manufacturers, system_namespace=system_namespace, with_memory=with_memory
+        )
     state = desired_state(
         with_devices,
         namespaces,
@@ -106,8 +132,38 @@ def plan_state(
         extra_node_features=dm_features,
         quota_resources=quota_resources,
         resource_slices=resource_slices,
+        tenant=tenant,
     )
+    if state.fleet is not None:
+        state.explanations = tenant_explanations(
+            state.nodes, state.fleet, with_devices, manufacturers, resource_slices
+        )
+        return state
     state.explanations = explain_nodes(
         state.nodes, manufacturers, inputs=with_devices, resource_slices=resource_slices
     )
     return state
+
+
+def tenant_explanations(
+    nodes: Sequence[Mapping[str, Any]],
+    fleet: TenantFleet,
+    given: Sequence[Mapping[str, Any]],
+    manufacturers: Mapping[str, Manufacturer],
+    resource_slices: Sequence[Mapping[str, Any]],
+) -> list[NodeExplanation]:
+    """A tenant's explanations (docs/tenants.md): a pseudo node has only the vCluster reason;
+    the others the usual ones, then why their pools were merged or dropped, and that DRA
+    slices do not reach a tenant."""
+    by_name = {name_of(n): n for n in given}
+    result = []
+    for explanation in explain_nodes(nodes, manufacturers, inputs=given):
+        node = by_name.get(explanation.node, {})
+        has_slices = bool(node_slices(explanation.node, resource_slices))
+        extra = tenant_reasons(node, fleet, has_slices)
+        own = explanation.reasons
+        if explanation.node in fleet.unresolved:  # not an opt-out: the tenant's reason says why
+            own = tuple(r for r in own if r.code not in ("opted-out", "not-managed"))
+        reasons = tuple(extra) if is_pseudo_node(node) else (*own, *extra)
+        result.append(replace(explanation, reasons=reasons))
+    return result
