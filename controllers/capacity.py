@@ -25,6 +25,7 @@ from gpustack_operator.controllers.nodefacts import NodeFacts
 from gpustack_operator.domain.labels import PART_OF_LABEL, PART_OF_WORKER
 from gpustack_operator.domain.nodefeature import worker_node_feature, worker_node_feature_with
 from gpustack_operator.domain.nodeview import metadata, name_of
+from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.runtime.coalesce import Coalesce
 from gpustack_operator.runtime.controller import Request
 from gpustack_operator.runtime.informer import Informer
@@ -125,7 +126,7 @@ def setup_capacity(
     manager: Manager,
     writer: Writer,
     *,
-    system_namespace: str,
+    policy: ChainPolicy,
     facts: NodeFacts,
     max_concurrent_reconciles: int,
     dra: bool = False,
@@ -133,7 +134,9 @@ def setup_capacity(
 ) -> None:
     """Register the capacity reconciler on *manager* (shared Node informer; *facts* is its
     :class:`NodeFacts`). *dra*: the cluster serves ``resource.k8s.io/v1`` ResourceSlices.
-    *window*: the per-node coalescing window of the Node and ResourceSlice watches."""
+    *window*: the per-node coalescing window of the Node and ResourceSlice watches. The
+    NodeFeatures go to *policy*'s system namespace (docs/configuration.md, "Chain policy")."""
+    system_namespace = policy.system_namespace
     nodes = manager.informer(NODES)
     features = manager.informer(
         NODE_FEATURES, namespace=system_namespace, label_selector=WORKER_NODE_FEATURES

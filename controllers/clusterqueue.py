@@ -33,13 +33,9 @@ from gpustack_operator.controllers.common import (
 from gpustack_operator.domain.kueue import OwnerReference
 from gpustack_operator.domain.labels import QUEUE_ANNOTATION
 from gpustack_operator.domain.nodeview import annotations_of, is_deleting, name_of, uid_of
+from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.quantities import parse_quantity
-from gpustack_operator.domain.queues import (
-    DEFAULT_QUOTA_RESOURCES,
-    QuotaResources,
-    cluster_queue_cohort,
-    desired_cluster_queue,
-)
+from gpustack_operator.domain.queues import cluster_queue_cohort, desired_cluster_queue
 from gpustack_operator.runtime.client import NotFound
 from gpustack_operator.runtime.coalesce import Coalesce, Hold
 from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request, Result
@@ -89,10 +85,10 @@ class ClusterQueueReconciler:
         *,
         reserved_requeue: float,
         waiting_requeue: float,
-        quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES,
+        policy: ChainPolicy,
     ) -> None:
         self.caches = caches
-        self.quota_resources = quota_resources
+        self.policy = policy
         self.writer = writer
         self.resource = caches.kueue.cluster_queues
         self.reserved_requeue = reserved_requeue
@@ -118,7 +114,7 @@ class ClusterQueueReconciler:
             caches.manufacturers,
             version=caches.kueue.version,
             flavor_index=index,
-            quota_resources=self.quota_resources,
+            quota_resources=self.policy.quota_resources,
         )
         if want is None:
             return await self._delete(have)
@@ -169,7 +165,7 @@ def build_cluster_queue_controller(
     batch_max_delay: float,
     settling: Hold | None = None,
     settling_max_delay: float | None = None,
-    quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES,
+    policy: ChainPolicy,
 ) -> Controller:
     facts = caches.facts
 
@@ -196,7 +192,7 @@ def build_cluster_queue_controller(
         writer,
         reserved_requeue=reserved_requeue,
         waiting_requeue=waiting_requeue,
-        quota_resources=quota_resources,
+        policy=policy,
     )
     # A queue's quotas are sums over its nodes: while nodes keep arriving, wait for a pause
     # (at most batch_max_delay; longer while nodes still await their labels) rather than

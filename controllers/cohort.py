@@ -21,6 +21,7 @@ from gpustack_operator.controllers.common import (
     is_up_to_date,
 )
 from gpustack_operator.domain.nodeview import is_deleting
+from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.queues import (
     cluster_queue_cohort,
     cohort_may_be_deleted,
@@ -34,8 +35,11 @@ NAME: Final = "cohort"
 
 
 class CohortReconciler:
-    def __init__(self, caches: KueueCaches, writer: Writer, *, deleting_requeue: float) -> None:
+    def __init__(
+        self, caches: KueueCaches, writer: Writer, policy: ChainPolicy, *, deleting_requeue: float
+    ) -> None:
         self.caches = caches
+        self.policy = policy
         self.writer = writer
         self.resource = caches.kueue.cohorts
         self.deleting_requeue = deleting_requeue
@@ -53,7 +57,7 @@ class CohortReconciler:
         want = desired_cohort(
             name,
             nodes,
-            self.caches.manufacturers,
+            self.policy.manufacturers,
             self.caches.kueue.version,
             profiles_of=self.caches.facts.profiles,
         )
@@ -64,7 +68,7 @@ class CohortReconciler:
         if have is None:
             return None
         queues = self.caches.cluster_queues.indexer.by_index(BY_COHORT, name)
-        if cohort_may_be_deleted(name, nodes, queues, self.caches.manufacturers):
+        if cohort_may_be_deleted(name, nodes, queues, self.policy.manufacturers):
             await self.writer.delete(self.resource, have, "no node or ClusterQueue references it")
         return None
 
@@ -77,6 +81,7 @@ def build_cohort_controller(
     workers: int,
     deleting_requeue: float,
     batch_window: float,
+    policy: ChainPolicy,
     settling: Hold | None = None,
     settling_max_delay: float | None = None,
 ) -> Controller:
@@ -96,5 +101,5 @@ def build_cohort_controller(
         .watches(NODES, by_node, NodeChanged(facts), coalesce=coalesce)
         .watches(caches.kueue.cluster_queues, by_queue, METADATA_OR_SPEC_CHANGED, coalesce=coalesce)
         .with_options(max_concurrent_reconciles=workers)
-        .complete(CohortReconciler(caches, writer, deleting_requeue=deleting_requeue))
+        .complete(CohortReconciler(caches, writer, policy, deleting_requeue=deleting_requeue))
     )

@@ -23,8 +23,9 @@ from gpustack_operator.controllers.common import (
     is_managed_object,
     is_up_to_date,
 )
-from gpustack_operator.domain.flavors import TolerationPolicy, desired_resource_flavor
+from gpustack_operator.domain.flavors import desired_resource_flavor
 from gpustack_operator.domain.nodeview import is_deleting
+from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.runtime.coalesce import Coalesce, Hold
 from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request
 from gpustack_operator.runtime.resources import NODES
@@ -33,12 +34,10 @@ NAME: Final = "resourceflavor"
 
 
 class FlavorReconciler:
-    def __init__(
-        self, caches: KueueCaches, writer: Writer, tolerations: TolerationPolicy = None
-    ) -> None:
+    def __init__(self, caches: KueueCaches, writer: Writer, policy: ChainPolicy) -> None:
         self.caches = caches
         self.writer = writer
-        self.tolerations = tolerations
+        self.policy = policy
         self.resource = caches.kueue.resource_flavors
 
     async def __call__(self, request: Request) -> None:
@@ -51,7 +50,7 @@ class FlavorReconciler:
             self.caches.manufacturers,
             self.caches.kueue.version,
             profiles_of=self.caches.facts.profiles,
-            tolerations=self.tolerations,
+            tolerations=self.policy.flavor_tolerations,
         )
         if want is None:
             if have is not None and is_managed_object(have) and not is_deleting(have):
@@ -73,7 +72,7 @@ def build_flavor_controller(
     *,
     workers: int,
     batch_window: float,
-    tolerations: TolerationPolicy = None,
+    policy: ChainPolicy,
     settling: Hold | None = None,
     settling_max_delay: float | None = None,
 ) -> Controller:
@@ -90,5 +89,5 @@ def build_flavor_controller(
         builder.for_(caches.kueue.resource_flavors, METADATA_OR_SPEC_CHANGED)
         .watches(NODES, by_node, NodeChanged(facts), coalesce=coalesce)
         .with_options(max_concurrent_reconciles=workers)
-        .complete(FlavorReconciler(caches, writer, tolerations))
+        .complete(FlavorReconciler(caches, writer, policy))
     )

@@ -20,7 +20,6 @@ Build the manager with :func:`new_worker_manager` to get the worker's informer t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -49,17 +48,10 @@ from gpustack_operator.controllers.kueueconfig import (
 )
 from gpustack_operator.controllers.localqueue import NAME as LOCAL_QUEUE
 from gpustack_operator.controllers.localqueue import build_local_queue_controller
-from gpustack_operator.domain.flavors import TolerationPolicy
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.kueueconfig import DEFAULT_KUEUE_CONFIGMAP, DEFAULT_KUEUE_NAMESPACE
 from gpustack_operator.domain.labels import MANAGED_BY_VALUE
-from gpustack_operator.domain.manufacturers import Manufacturer
-from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
-from gpustack_operator.domain.queues import (
-    DEFAULT_EXCLUDED_NAMESPACES,
-    DEFAULT_QUOTA_RESOURCES,
-    QuotaResources,
-)
+from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.runtime.client import ApiError, Client
 from gpustack_operator.runtime.controller import (
@@ -85,22 +77,13 @@ KUEUE_MISSING_MESSAGE: Final = (
 class WorkerConfig:
     """What the worker's reconcilers need to know about their cluster."""
 
-    system_namespace: str = DEFAULT_SYSTEM_NAMESPACE
-    manufacturers: Mapping[str, Manufacturer] = field(default_factory=load_manufacturers)
-    excluded_namespaces: tuple[str, ...] = DEFAULT_EXCLUDED_NAMESPACES
-    """Namespaces without LocalQueues; the system namespace is always excluded too."""
-    kueue_version: str = KueueVersion.V1BETA2.value
-    """``v1beta2``, ``v1beta1`` or ``auto`` (the newest served). A pinned version still
-    waits until the cluster serves it."""
-    quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES
-    """What device ClusterQueues cover (docs/devices.md, "Quota resources")."""
+    policy: ChainPolicy = field(default_factory=lambda: ChainPolicy(load_manufacturers()))
+    """What the chain is made of (docs/configuration.md, "Chain policy"); every reconciler
+    takes it whole. A pinned Kueue version still waits until the cluster serves it."""
     dra: bool = False
     """Read DRA ResourceSlices (set when the cluster serves ``resource.k8s.io/v1``; see
     :func:`serves_dra`)."""
     field_manager: str = MANAGED_BY_VALUE
-    flavor_tolerations: TolerationPolicy = None
-    """Which dedication taints flavors tolerate: None every one common to the flavor's nodes,
-    else only these keys (docs/worker.md, "Tolerations")."""
     kueue_namespace: str = DEFAULT_KUEUE_NAMESPACE
     kueue_configmap: str = DEFAULT_KUEUE_CONFIGMAP
     """Where Kueue's configuration is read from (docs/workloads.md, "Kueue's configuration")."""
@@ -137,8 +120,6 @@ class WorkerConfig:
     ``batch_max_delay``, and that below ``batch_window``, are raised to it.)"""
 
     def __post_init__(self) -> None:
-        if self.kueue_version != KUEUE_AUTO:
-            kueue_resources(self.kueue_version)  # raises ValueError naming the choices
         if self.max_concurrent_reconciles < 1:
             raise ValueError("max_concurrent_reconciles must be at least 1")
         if not self.capacity_window > 0:
@@ -150,12 +131,8 @@ class WorkerConfig:
 def choose_kueue_version(served: list[str], wanted: str) -> KueueVersion | None:
     """The Kueue version to write among *served*: *wanted*, or with ``auto`` v1beta2, else
     v1beta1; ``None`` when the cluster serves none of them."""
-    candidates = (
-        [KueueVersion.V1BETA2, KueueVersion.V1BETA1]
-        if wanted == KUEUE_AUTO
-        else [KueueVersion(wanted)]
-    )
-    return next((v for v in candidates if v.value in served), None)
+    pinned = None if wanted == KUEUE_AUTO else KueueVersion(wanted)
+    return ChainPolicy(kueue_version=pinned).kueue_version_among(served)
 
 
 class Worker:
@@ -173,14 +150,14 @@ class Worker:
         self.queue_controllers: list[Controller] = []
         """The Kueue controllers (four queue controllers and the configuration check), once
         Kueue is discovered (they run on the leader)."""
-        self.facts = node_facts(manager.informer(NODES), config.manufacturers)
+        self.facts = node_facts(manager.informer(NODES), config.policy.manufacturers)
         """Per-Node derived data shared by all five controllers and the Node indexes."""
         self.settling = fleet_settling(manager.informer(NODES))
         """Whether Nodes still await their capacity labels (the ClusterQueues' hold)."""
 
     @property
     def excluded_namespaces(self) -> tuple[str, ...]:
-        return (self.config.system_namespace, *self.config.excluded_namespaces)
+        return self.config.policy.namespaces_without_queues
 
     def kueue_ready(self) -> bool:
         """Readiness: Kueue is served (the informers-synced check covers its caches)."""
@@ -197,13 +174,13 @@ class Worker:
         except ApiError as err:
             log.warning("Kueue discovery failed; retrying", error=str(err))
             return False
-        version = choose_kueue_version(served, self.config.kueue_version)
+        version = self.config.policy.kueue_version_among(served)
         if version is None:
             if not self._reported_missing_kueue:
                 if served:
                     log.error(
                         f"Kueue serves {', '.join(served)}, not the requested "
-                        f"{self.config.kueue_version}: pass --kueue-version=auto or "
+                        f"{self.config.policy.kueue_version}: pass --kueue-version=auto or "
                         "upgrade Kueue. The worker stays not ready and keeps checking."
                     )
                 else:
@@ -223,6 +200,7 @@ class Worker:
         """Add the four queue controllers and the Kueue configuration check to the manager
         (started at once when it leads)."""
         config = self.config
+        policy = config.policy
         manager = self.manager
         workers = config.max_concurrent_reconciles
         window = config.batch_window
@@ -233,7 +211,7 @@ class Worker:
                 self.writer,
                 workers=workers,
                 batch_window=window,
-                tolerations=config.flavor_tolerations,
+                policy=policy,
                 settling=self.settling,
                 settling_max_delay=config.settling_max_delay,
             ),
@@ -244,6 +222,7 @@ class Worker:
                 workers=workers,
                 deleting_requeue=config.cohort_deleting_requeue,
                 batch_window=window,
+                policy=policy,
                 settling=self.settling,
                 settling_max_delay=config.settling_max_delay,
             ),
@@ -258,15 +237,14 @@ class Worker:
                 batch_max_delay=config.batch_max_delay,
                 settling=self.settling,
                 settling_max_delay=config.settling_max_delay,
-                quota_resources=config.quota_resources,
+                policy=policy,
             ),
             build_local_queue_controller(
                 manager.controller(LOCAL_QUEUE),
                 caches,
                 self.writer,
                 workers=workers,
-                system_namespace=config.system_namespace,
-                excluded_namespaces=config.excluded_namespaces,
+                policy=policy,
                 batch_window=window,
             ),
             build_kueue_config_controller(
@@ -304,7 +282,7 @@ def setup_worker(manager: Manager, config: WorkerConfig) -> Worker:
     setup_capacity(
         manager,
         worker.writer,
-        system_namespace=config.system_namespace,
+        policy=config.policy,
         facts=worker.facts,
         max_concurrent_reconciles=config.max_concurrent_reconciles,
         dra=config.dra,

@@ -7,7 +7,9 @@ imported (the others pull in kr8s, aiohttp and the controllers, seconds of start
 top-level ``--help`` lists every subcommand from :data:`COMMANDS`.
 
 Any flag can also come from the environment as ``GPUSTACK_<SUBCOMMAND>_<FLAG>``, e.g.
-``GPUSTACK_DEVICE_MANAGER_MONITOR_PERIOD``; a flag given on the command line wins.
+``GPUSTACK_DEVICE_MANAGER_MONITOR_PERIOD``, and the chain policy's flags from
+``GPUSTACK_<FLAG>`` too (docs/configuration.md, "Chain policy"); a flag given on the command
+line wins, then the subcommand's variable.
 """
 
 from __future__ import annotations
@@ -85,9 +87,15 @@ def apply_env_defaults(
         long_opts = [o for o in action.option_strings if o.startswith("--")]
         if not long_opts or action.dest in ("help", "version"):
             continue
-        var = env_var_for(command_path, long_opts[0])
-        if var not in env:
+        # The chain policy's flags (commands/policy_flags.py) also read GPUSTACK_<FLAG>,
+        # shared by every command that has them; the command's own variable wins.
+        names = [env_var_for(command_path, long_opts[0])]
+        if getattr(action, "shared_env", False):
+            names.insert(0, env_var_for([], long_opts[0]))
+        present = [name for name in names if name in env]
+        if not present:
             continue
+        var = present[-1]
         raw = env[var]
         if isinstance(action, argparse._StoreTrueAction | argparse._StoreFalseAction):
             truthy = raw.strip().lower() in ("1", "true", "yes", "on")

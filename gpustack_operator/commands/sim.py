@@ -30,10 +30,9 @@ from gpustack_operator.commands.argtypes import comma_list
 from gpustack_operator.commands.helptext import env_epilog
 from gpustack_operator.commands.plan import DEFAULT_NAMESPACES as PLAN_DEFAULT_NAMESPACES
 from gpustack_operator.commands.plan import PlanInputError, read_cluster_file
-from gpustack_operator.commands.quota_flags import add_quota_resources_flag
+from gpustack_operator.commands.policy_flags import add_policy_flags, policy_from_args
 from gpustack_operator.domain.explain import explain_nodes
-from gpustack_operator.domain.queues import QuotaResources
-from gpustack_operator.environment import load_group_id_with_memory, load_manufacturers
+from gpustack_operator.environment import load_group_id_with_memory
 from gpustack_operator.render import FORMATS, render
 from gpustack_operator.simcluster.plan import plan_state
 
@@ -142,7 +141,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="after convergence submit three Jobs derived from the chain (one that fits, one "
         "too big, one in the wrong queue) and print where each landed or why it waits",
     )
-    add_quota_resources_flag(parser)
+    add_policy_flags(
+        parser.add_argument_group("the chain, as the worker's flags (docs/configuration.md)")
+    )
     parser.set_defaults(handler=run)
 
 
@@ -218,25 +219,16 @@ def build_cluster(args: argparse.Namespace, crds: list[dict[str, Any]]) -> SimCl
         namespaces: list[str | Mapping[str, Any]] = list(comma_list(args.namespaces))
     else:
         namespaces = list(found) or list(PLAN_DEFAULT_NAMESPACES)
-    manufacturers = load_manufacturers()
+    policy = policy_from_args(args)
     with_memory = load_group_id_with_memory()
     # The same checks plan makes (invalid sim.gpustack.ai/devices annotations, names, ...).
-    quota_resources = QuotaResources(args.quota_resources)
-    plan_state(
-        nodes,
-        namespaces,
-        manufacturers=manufacturers,
-        with_memory=with_memory,
-        quota_resources=quota_resources,
-        resource_slices=slices,
-    )
+    plan_state(nodes, namespaces, policy, with_memory=with_memory, resource_slices=slices)
     return SimCluster(
         nodes,
         namespaces,
         crds=with_stand_ins(crds),
-        manufacturers=manufacturers,
+        policy=policy,
         with_memory=with_memory,
-        quota_resources=quota_resources,
         resource_slices=slices,
         host=args.bind_address,
         port=args.port,

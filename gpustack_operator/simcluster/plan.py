@@ -15,7 +15,6 @@ from typing import Any
 from gpustack_operator.domain.desired import DesiredState, desired_state
 from gpustack_operator.domain.devices import device_labels
 from gpustack_operator.domain.explain import explain_nodes
-from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.manufacturers import Manufacturer
 from gpustack_operator.domain.nodefeature import (
     DEFAULT_SYSTEM_NAMESPACE,
@@ -23,11 +22,7 @@ from gpustack_operator.domain.nodefeature import (
     merge_node_features,
 )
 from gpustack_operator.domain.nodeview import annotations_of, name_of, uid_of
-from gpustack_operator.domain.queues import (
-    DEFAULT_EXCLUDED_NAMESPACES,
-    DEFAULT_QUOTA_RESOURCES,
-    QuotaResources,
-)
+from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.simcluster.devices import (
     SIM_DEVICES_ANNOTATION,
     parse_sim_devices,
@@ -80,34 +75,30 @@ def apply_sim_devices(
 def plan_state(
     nodes: Iterable[Mapping[str, Any]],
     namespaces: Iterable[str | Mapping[str, Any]],
+    policy: ChainPolicy,
     *,
-    manufacturers: Mapping[str, Manufacturer],
-    system_namespace: str = DEFAULT_SYSTEM_NAMESPACE,
-    excluded_namespaces: Sequence[str] = DEFAULT_EXCLUDED_NAMESPACES,
-    kueue_version: KueueVersion = KueueVersion.V1BETA2,
     with_memory: bool = False,
-    quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES,
     resource_slices: Sequence[Mapping[str, Any]] = (),
 ) -> DesiredState:
-    """What ``plan`` prints: simulated devices first, then :func:`desired_state`, then the
-    explanation of every node (docs/plan.md).
+    """What ``plan`` prints: simulated devices first, then :func:`desired_state` under
+    *policy* (the worker's, docs/configuration.md, "Chain policy"), then the explanation of
+    every node (docs/plan.md).
 
     *resource_slices* are DRA ``ResourceSlice`` objects (docs/devices.md, "DRA")."""
     with_devices, dm_features = apply_sim_devices(
-        nodes, manufacturers, system_namespace=system_namespace, with_memory=with_memory
+        nodes,
+        policy.manufacturers,
+        system_namespace=policy.system_namespace,
+        with_memory=with_memory,
     )
     state = desired_state(
         with_devices,
         namespaces,
-        manufacturers=manufacturers,
-        system_namespace=system_namespace,
-        excluded_namespaces=excluded_namespaces,
-        kueue_version=kueue_version,
+        policy,
         extra_node_features=dm_features,
-        quota_resources=quota_resources,
         resource_slices=resource_slices,
     )
     state.explanations = explain_nodes(
-        state.nodes, manufacturers, inputs=with_devices, resource_slices=resource_slices
+        state.nodes, policy.manufacturers, inputs=with_devices, resource_slices=resource_slices
     )
     return state

@@ -22,6 +22,7 @@ import yaml
 from gpustack_operator.domain.desired import DesiredState
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.manufacturers import default_manufacturers
+from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.validation import (
     is_valid_dns_label,
     is_valid_dns_subdomain,
@@ -101,7 +102,9 @@ def validate(obj: dict[str, Any]) -> None:
 def example_state(version: KueueVersion) -> DesiredState:
     items = yaml.safe_load(EXAMPLE.read_text())["items"]
     return plan_state(
-        items, ["default", "team-a"], manufacturers=default_manufacturers(), kueue_version=version
+        items,
+        ["default", "team-a"],
+        ChainPolicy(manufacturers=default_manufacturers(), kueue_version=version),
     )
 
 

@@ -12,6 +12,7 @@ import yaml
 from gpustack_operator.domain.desired import desired_state
 from gpustack_operator.domain.kueueconfig import recommended_configuration
 from gpustack_operator.domain.manufacturers import default_manufacturers
+from gpustack_operator.domain.policy import ChainPolicy
 from tests.integration.worker.support import node
 
 DOC = Path(__file__).parents[3] / "docs" / "workloads.md"
@@ -30,7 +31,7 @@ def test_job_example_targets_the_t4_pool_and_its_covered_resources() -> None:
     namespace = job["metadata"]["namespace"]  # type: ignore[index]
     nodes = [node("gpu-a", cards=("Tesla T4", 2)), node("gpu-b", cards=("Tesla T4", 2))]
     state = desired_state(
-        nodes, [namespace], manufacturers=MFRS, system_namespace="gpustack-system"
+        nodes, [namespace], ChainPolicy(manufacturers=MFRS, system_namespace="gpustack-system")
     )
     queue_name = job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]  # type: ignore[index]
     (local,) = [lq for lq in state.local_queues if lq["metadata"]["name"] == queue_name]

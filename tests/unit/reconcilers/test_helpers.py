@@ -16,6 +16,7 @@ from gpustack_operator.controllers.common import NodeChanged, is_up_to_date, tri
 from gpustack_operator.controllers.nodefacts import node_view
 from gpustack_operator.controllers.worker import WorkerConfig, choose_kueue_version
 from gpustack_operator.domain.kueue import KueueVersion
+from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.environment import load_manufacturers
 
 MFRS = load_manufacturers({})
@@ -162,8 +163,8 @@ def test_kueue_version_choice() -> None:
     assert kueue_resources().local_queues.namespaced
     with pytest.raises(ValueError, match="v1alpha1"):
         kueue_resources("v1alpha1")
-    with pytest.raises(ValueError, match="Kueue API version"):
-        WorkerConfig(manufacturers=MFRS, kueue_version="v2")
+    with pytest.raises(SystemExit):
+        build_parser({}).parse_args(["worker", "--kueue-version", "v2"])
 
 
 def test_worker_flags_and_environment() -> None:
@@ -174,14 +175,17 @@ def test_worker_flags_and_environment() -> None:
     }
     args = build_parser(env).parse_args(["worker", "--namespace", "ops"])
     config = build_config(args)
-    assert config.system_namespace == "ops"
-    assert config.excluded_namespaces == ("kube-system", "batch")
-    assert list(config.manufacturers) == ["amd", "nvidia"]
+    assert config.policy.system_namespace == "ops"
+    assert config.policy.excluded_namespaces == ("kube-system", "batch")
+    assert list(config.policy.manufacturers) == ["amd", "nvidia"]
     assert build_options(args).leader_election is None
     args = build_parser({}).parse_args(["worker", "--leader-election-retry-period", "500ms"])
     election = build_options(args).leader_election
     assert election is not None
-    assert (election.lease_name, election.lease_namespace) == ("worker.gpustack.ai", args.namespace)
+    assert (election.lease_name, election.lease_namespace) == (
+        "worker.gpustack.ai",
+        args.system_namespace,
+    )
     assert election.retry_period == 0.5
     bad = build_parser({}).parse_args(["worker", "--manufacturer", "acme"])
     with pytest.raises(ValueError, match="acme"):
@@ -196,7 +200,7 @@ def test_capacity_coalescing_window_flag() -> None:
     with pytest.raises(SystemExit):
         build_parser({}).parse_args(["worker", "--capacity-coalescing-window", "0s"])
     with pytest.raises(ValueError, match="capacity_window"):
-        WorkerConfig(manufacturers=MFRS, capacity_window=0)
+        WorkerConfig(policy=ChainPolicy(MFRS), capacity_window=0)
 
 
 def test_only_the_echo_of_the_capacity_write_is_dropped() -> None:
