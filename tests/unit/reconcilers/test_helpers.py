@@ -3,21 +3,29 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gpustack_operator.apis import kueue_resources
 from gpustack_operator.cli import build_parser
+from gpustack_operator.commands.plan import read_nodes_file
 from gpustack_operator.commands.worker import build_config, build_options
 from gpustack_operator.controllers.capacity import NotLastApplied
 from gpustack_operator.controllers.clusterqueue import has_reservations
-from gpustack_operator.controllers.common import NodeChanged, is_up_to_date, trim_for_worker
+from gpustack_operator.controllers.common import (
+    NodeChanged,
+    comparison_for,
+    is_up_to_date,
+    trim_for_worker,
+)
 from gpustack_operator.controllers.nodefacts import node_view
 from gpustack_operator.controllers.worker import WorkerConfig, choose_kueue_version
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.environment import load_manufacturers
+from gpustack_operator.simcluster.plan import plan_state
 
 MFRS = load_manufacturers({})
 
@@ -87,6 +95,7 @@ def test_node_updates_pass_only_when_the_worker_view_changes(change: Any, releva
 
 def flavor(**spec: Any) -> dict[str, Any]:
     return {
+        "kind": "ResourceFlavor",
         "metadata": {
             "name": "f",
             "labels": {"app.kubernetes.io/managed-by": "gpustack-operator"},
@@ -122,6 +131,39 @@ def test_up_to_date_tolerates_server_defaults_but_not_our_drift() -> None:
     have_list = copy.deepcopy(list_shorter)
     have_list["spec"]["groups"].pop()
     assert not is_up_to_date(have_list, list_shorter)
+
+
+def test_a_new_map_field_whose_keys_shrink_is_rewritten() -> None:
+    """docs/worker.md, "Writes and ownership": a field no declaration names is compared
+    exactly, so nobody has to remember to list a new one."""
+    want = flavor(newMap={"a": "1"})
+    have = flavor(newMap={"a": "1", "b": "2"})
+    assert not is_up_to_date(have, want)
+    assert is_up_to_date(flavor(newMap={"a": "1"}), want)
+
+
+def test_declared_fields_tolerate_server_defaults() -> None:
+    queue = {
+        "kind": "ClusterQueue",
+        "metadata": {"name": "q"},
+        "spec": {"cohortName": "c", "preemption": {"withinClusterQueue": "LowerPriority"}},
+    }
+    defaulted = copy.deepcopy(queue)
+    defaulted["spec"]["preemption"]["borrowWithinCohort"] = {"policy": "Never"}
+    defaulted["spec"]["stopPolicy"] = "None"
+    assert is_up_to_date(defaulted, queue)
+    moved = copy.deepcopy(defaulted)
+    moved["spec"]["cohortName"] = "d"
+    assert not is_up_to_date(moved, queue)
+
+
+def test_every_kind_the_worker_writes_declares_its_comparison() -> None:
+    nodes, _ = read_nodes_file(Path(__file__).parents[3] / "examples" / "cluster.yaml")
+    state = plan_state(nodes, ["default"], ChainPolicy(MFRS))
+    assert {o["kind"] for o in state.objects()} >= {"NodeFeature", "ClusterQueue", "LocalQueue"}
+    assert {comparison_for(o) is not None for o in state.objects()} == {True}
+    with pytest.raises(LookupError, match="Widget"):
+        is_up_to_date({"kind": "Widget"}, {"kind": "Widget", "spec": {}})
 
 
 @pytest.mark.parametrize(
@@ -208,6 +250,7 @@ def test_only_the_echo_of_the_capacity_write_is_dropped() -> None:
     applied is its own write's echo; anything else is repaired at once."""
     applied = NotLastApplied()
     want = {
+        "kind": "NodeFeature",
         "metadata": {"name": "n-gpustack-worker", "namespace": "ns", "labels": {"a": "1"}},
         "spec": {"labels": {"x": "1"}},
     }
