@@ -223,6 +223,14 @@ class Bootstrap:
         builder.watches(RUNTIME_CLASSES, self._enqueue, predicate)
         for name in self.nfd_crds:
             builder.watches(CRDS, self._enqueue, predicate, field_selector=f"metadata.name={name}")
+        # Our NodeFeatureRules, once their kind is served (:meth:`watch_rules`).
+        builder.watches(
+            NODE_FEATURE_RULES,
+            self._enqueue,
+            predicate,
+            label_selector=MANAGED_SELECTOR,
+            deferred=True,
+        )
         self.controller = builder.complete(self.reconcile)
 
     @staticmethod
@@ -250,8 +258,8 @@ class Bootstrap:
         kind could never sync, so it cannot be a source from the start)."""
         if self.rules is not None:
             return
+        self.controller.start_deferred_watch(NODE_FEATURE_RULES)
         self.rules = self.manager.informer(NODE_FEATURE_RULES, label_selector=MANAGED_SELECTOR)
-        self.controller.watch(self.rules, self._enqueue, [METADATA_OR_SPEC_CHANGED])
         self.caches[NODE_FEATURE_RULES] = self.rules
 
     async def device_manager_image(self) -> tuple[str, str] | None:

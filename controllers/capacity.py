@@ -26,7 +26,7 @@ from gpustack_operator.domain.labels import PART_OF_LABEL, PART_OF_WORKER
 from gpustack_operator.domain.nodefeature import worker_node_feature, worker_node_feature_with
 from gpustack_operator.domain.nodeview import metadata, name_of
 from gpustack_operator.domain.policy import ChainPolicy
-from gpustack_operator.runtime.coalesce import Coalesce
+from gpustack_operator.runtime.coalesce import Coalesce, CoalescePresets
 from gpustack_operator.runtime.controller import Request
 from gpustack_operator.runtime.informer import Informer
 from gpustack_operator.runtime.manager import Manager
@@ -130,11 +130,12 @@ def setup_capacity(
     facts: NodeFacts,
     max_concurrent_reconciles: int,
     dra: bool = False,
-    window: float = 1.0,
+    coalesce: Coalesce | None = None,
 ) -> None:
     """Register the capacity reconciler on *manager* (shared Node informer; *facts* is its
     :class:`NodeFacts`). *dra*: the cluster serves ``resource.k8s.io/v1`` ResourceSlices.
-    *window*: the per-node coalescing window of the Node and ResourceSlice watches. The
+    *coalesce*: the per-node preset of the Node and ResourceSlice watches (default: one
+    second per node, docs/worker.md, "Flapping nodes"). The
     NodeFeatures go to *policy*'s system namespace (docs/configuration.md, "Chain policy")."""
     system_namespace = policy.system_namespace
     nodes = manager.informer(NODES)
@@ -154,7 +155,7 @@ def setup_capacity(
         slices=slices,
         applied=applied,
     )
-    per_node = Coalesce(window=window)  # one window per node, shared by both watches
+    per_node = coalesce or CoalescePresets().per_key()  # one value: both watches share it
     builder = (
         manager.controller(NAME)
         .for_(NODES, NodeChanged(facts), coalesce=per_node)

@@ -37,7 +37,7 @@ from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.quantities import parse_quantity
 from gpustack_operator.domain.queues import cluster_queue_cohort, desired_cluster_queue
 from gpustack_operator.runtime.client import NotFound
-from gpustack_operator.runtime.coalesce import Coalesce, Hold
+from gpustack_operator.runtime.coalesce import Coalesce
 from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request, Result
 from gpustack_operator.runtime.resources import NODES
 
@@ -161,12 +161,11 @@ def build_cluster_queue_controller(
     workers: int,
     reserved_requeue: float,
     waiting_requeue: float,
-    batch_window: float,
-    batch_max_delay: float,
-    settling: Hold | None = None,
-    settling_max_delay: float | None = None,
+    coalesce: Coalesce,
     policy: ChainPolicy,
 ) -> Controller:
+    """*coalesce*: one preset shared by the queue's own, Cohort, Node and flavor watches
+    (docs/worker.md, "Batching")."""
     facts = caches.facts
 
     def by_node(node: dict[str, Any]) -> list[str]:
@@ -195,17 +194,11 @@ def build_cluster_queue_controller(
         policy=policy,
     )
     # A queue's quotas are sums over its nodes: while nodes keep arriving, wait for a pause
-    # (at most batch_max_delay; longer while nodes still await their labels) rather than
-    # write every intermediate sum. Node, flavor, Cohort and the queue's own events share one
-    # window per queue: an edit in a quiet moment is reconciled at once (the leading edge),
-    # but during a burst neither the queue's own writes nor its Cohort's creation may start a
-    # write per round trip.
-    coalesce = Coalesce(
-        batch_window,
-        batch_max_delay,
-        hold=settling,
-        hold_max_delay=settling_max_delay or 0.0,
-    )
+    # (bounded; longer while nodes still await their labels) rather than write every
+    # intermediate sum. Node, flavor, Cohort and the queue's own events share one window per
+    # queue (one Coalesce value): an edit in a quiet moment is reconciled at once (the
+    # leading edge), but during a burst neither the queue's own writes nor its Cohort's
+    # creation may start a write per round trip.
     return (
         builder.for_(caches.kueue.cluster_queues, METADATA_OR_SPEC_CHANGED, coalesce=coalesce)
         .watches(caches.kueue.cohorts, by_cohort, METADATA_OR_SPEC_CHANGED, coalesce=coalesce)

@@ -27,7 +27,7 @@ from gpustack_operator.domain.queues import (
     cohort_may_be_deleted,
     desired_cohort,
 )
-from gpustack_operator.runtime.coalesce import Coalesce, Hold
+from gpustack_operator.runtime.coalesce import Coalesce
 from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request, Result
 from gpustack_operator.runtime.resources import NODES
 
@@ -80,12 +80,11 @@ def build_cohort_controller(
     *,
     workers: int,
     deleting_requeue: float,
-    batch_window: float,
+    coalesce: Coalesce,
     policy: ChainPolicy,
-    settling: Hold | None = None,
-    settling_max_delay: float | None = None,
 ) -> Controller:
-    """*settling*: the fleet-settling hold, as for flavors (docs/worker.md, "Batching")."""
+    """*coalesce*: the Node and ClusterQueue watches' preset, as for flavors (docs/worker.md,
+    "Batching")."""
     facts = caches.facts
 
     def by_node(node: dict[str, Any]) -> list[str]:
@@ -95,7 +94,6 @@ def build_cohort_controller(
         cohort = cluster_queue_cohort(queue)
         return [cohort] if cohort else []
 
-    coalesce = Coalesce(batch_window, hold=settling, hold_max_delay=settling_max_delay or 0.0)
     return (
         builder.for_(caches.kueue.cohorts, METADATA_OR_SPEC_CHANGED)
         .watches(NODES, by_node, NodeChanged(facts), coalesce=coalesce)

@@ -26,7 +26,7 @@ from gpustack_operator.controllers.common import (
 from gpustack_operator.domain.flavors import desired_resource_flavor
 from gpustack_operator.domain.nodeview import is_deleting
 from gpustack_operator.domain.policy import ChainPolicy
-from gpustack_operator.runtime.coalesce import Coalesce, Hold
+from gpustack_operator.runtime.coalesce import Coalesce
 from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request
 from gpustack_operator.runtime.resources import NODES
 
@@ -71,20 +71,17 @@ def build_flavor_controller(
     writer: Writer,
     *,
     workers: int,
-    batch_window: float,
+    coalesce: Coalesce,
     policy: ChainPolicy,
-    settling: Hold | None = None,
-    settling_max_delay: float | None = None,
 ) -> Controller:
-    """*settling*: the fleet-settling hold (docs/worker.md, "Batching"): while nodes still
-    await their capacity labels, a flavor's Node events wait for the labelling to end, so a
-    joining fleet renders each flavor about once rather than once a window."""
+    """*coalesce*: the Node watch's preset (docs/worker.md, "Batching"), held while nodes
+    still await their capacity labels, so a joining fleet renders each flavor about once
+    rather than once a window."""
     facts = caches.facts
 
     def by_node(node: dict[str, Any]) -> list[str]:
         return facts.names(node, "flavor")
 
-    coalesce = Coalesce(batch_window, hold=settling, hold_max_delay=settling_max_delay or 0.0)
     return (
         builder.for_(caches.kueue.resource_flavors, METADATA_OR_SPEC_CHANGED)
         .watches(NODES, by_node, NodeChanged(facts), coalesce=coalesce)

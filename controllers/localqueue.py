@@ -131,8 +131,10 @@ def build_local_queue_controller(
     *,
     workers: int,
     policy: ChainPolicy,
-    batch_window: float,
+    coalesce: Coalesce,
 ) -> Controller:
+    """*coalesce*: the ClusterQueue watch's preset (deletes at once)."""
+
     def every_namespace(_: dict[str, Any]) -> list[str]:
         return caches.namespaces.indexer.keys()
 
@@ -150,7 +152,7 @@ def build_local_queue_controller(
             caches.kueue.cluster_queues,
             every_namespace,
             _QueueSetChanged(),
-            coalesce=Coalesce(batch_window, deletes_at_once=True),
+            coalesce=coalesce,
         )
         .with_options(max_concurrent_reconciles=workers)
         .complete(reconciler)

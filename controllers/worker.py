@@ -54,6 +54,7 @@ from gpustack_operator.domain.labels import MANAGED_BY_VALUE
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.runtime.client import ApiError, Client
+from gpustack_operator.runtime.coalesce import CoalescePresets, Hold
 from gpustack_operator.runtime.controller import (
     Controller,
 )
@@ -73,21 +74,11 @@ KUEUE_MISSING_MESSAGE: Final = (
 )
 
 
-@dataclass
-class WorkerConfig:
-    """What the worker's reconcilers need to know about their cluster."""
+@dataclass(frozen=True)
+class WorkerTiming:
+    """The worker's waits and coalescing windows (docs/worker.md, "Batching"); the
+    coalescing presets of its controllers are built from it (:meth:`presets`)."""
 
-    policy: ChainPolicy = field(default_factory=lambda: ChainPolicy(load_manufacturers()))
-    """What the chain is made of (docs/configuration.md, "Chain policy"); every reconciler
-    takes it whole. A pinned Kueue version still waits until the cluster serves it."""
-    dra: bool = False
-    """Read DRA ResourceSlices (set when the cluster serves ``resource.k8s.io/v1``; see
-    :func:`serves_dra`)."""
-    field_manager: str = MANAGED_BY_VALUE
-    kueue_namespace: str = DEFAULT_KUEUE_NAMESPACE
-    kueue_configmap: str = DEFAULT_KUEUE_CONFIGMAP
-    """Where Kueue's configuration is read from (docs/workloads.md, "Kueue's configuration")."""
-    max_concurrent_reconciles: int = 2
     kueue_discovery_interval: float = 10.0
     """Seconds between Kueue discovery attempts while Kueue is missing."""
     reserved_requeue: float = 15.0
@@ -120,12 +111,47 @@ class WorkerConfig:
     ``batch_max_delay``, and that below ``batch_window``, are raised to it.)"""
 
     def __post_init__(self) -> None:
-        if self.max_concurrent_reconciles < 1:
-            raise ValueError("max_concurrent_reconciles must be at least 1")
         if not self.capacity_window > 0:
             raise ValueError(
                 f"capacity_window must be a positive number of seconds, got {self.capacity_window}"
             )
+
+    def presets(self, settling: Hold | None = None) -> CoalescePresets:
+        """The queue controllers' coalescing presets; *settling* holds their bursts while
+        nodes await their capacity labels."""
+        return CoalescePresets(
+            window=self.batch_window,
+            max_delay=self.batch_max_delay,
+            hold=settling,
+            hold_max_delay=self.settling_max_delay,
+        )
+
+    def capacity_presets(self) -> CoalescePresets:
+        """The capacity controller's: one window per node (docs/worker.md, "Flapping nodes")."""
+        return CoalescePresets(window=self.capacity_window)
+
+
+@dataclass
+class WorkerConfig:
+    """What the worker's reconcilers need to know about their cluster."""
+
+    policy: ChainPolicy = field(default_factory=lambda: ChainPolicy(load_manufacturers()))
+    """What the chain is made of (docs/configuration.md, "Chain policy"); every reconciler
+    takes it whole. A pinned Kueue version still waits until the cluster serves it."""
+    dra: bool = False
+    """Read DRA ResourceSlices (set when the cluster serves ``resource.k8s.io/v1``; see
+    :func:`serves_dra`)."""
+    field_manager: str = MANAGED_BY_VALUE
+    kueue_namespace: str = DEFAULT_KUEUE_NAMESPACE
+    kueue_configmap: str = DEFAULT_KUEUE_CONFIGMAP
+    """Where Kueue's configuration is read from (docs/workloads.md, "Kueue's configuration")."""
+    max_concurrent_reconciles: int = 2
+    timing: WorkerTiming = field(default_factory=WorkerTiming)
+    """Every wait and coalescing window of the worker, one value."""
+
+    def __post_init__(self) -> None:
+        if self.max_concurrent_reconciles < 1:
+            raise ValueError("max_concurrent_reconciles must be at least 1")
 
 
 def choose_kueue_version(served: list[str], wanted: str) -> KueueVersion | None:
@@ -165,7 +191,7 @@ class Worker:
 
     async def discover_kueue(self) -> None:
         """Find the Kueue version to write; log one clear line while it is missing."""
-        await poll_until(self._found_kueue, self.config.kueue_discovery_interval)
+        await poll_until(self._found_kueue, self.config.timing.kueue_discovery_interval)
 
     async def _found_kueue(self) -> bool:
         """One discovery attempt: True once a Kueue version is chosen and its controllers added."""
@@ -201,42 +227,36 @@ class Worker:
         (started at once when it leads)."""
         config = self.config
         policy = config.policy
+        timing = config.timing
         manager = self.manager
         workers = config.max_concurrent_reconciles
-        window = config.batch_window
+        presets = timing.presets(self.settling)
         return [
             build_flavor_controller(
                 manager.controller(FLAVOR),
                 caches,
                 self.writer,
                 workers=workers,
-                batch_window=window,
+                coalesce=presets.until_quiet(),
                 policy=policy,
-                settling=self.settling,
-                settling_max_delay=config.settling_max_delay,
             ),
             build_cohort_controller(
                 manager.controller(COHORT),
                 caches,
                 self.writer,
                 workers=workers,
-                deleting_requeue=config.cohort_deleting_requeue,
-                batch_window=window,
+                deleting_requeue=timing.cohort_deleting_requeue,
+                coalesce=presets.until_quiet(),
                 policy=policy,
-                settling=self.settling,
-                settling_max_delay=config.settling_max_delay,
             ),
             build_cluster_queue_controller(
                 manager.controller(CLUSTER_QUEUE),
                 caches,
                 self.writer,
                 workers=workers,
-                reserved_requeue=config.reserved_requeue,
-                waiting_requeue=config.waiting_requeue,
-                batch_window=window,
-                batch_max_delay=config.batch_max_delay,
-                settling=self.settling,
-                settling_max_delay=config.settling_max_delay,
+                reserved_requeue=timing.reserved_requeue,
+                waiting_requeue=timing.waiting_requeue,
+                coalesce=presets.until_quiet_or_late(),
                 policy=policy,
             ),
             build_local_queue_controller(
@@ -245,7 +265,7 @@ class Worker:
                 self.writer,
                 workers=workers,
                 policy=policy,
-                batch_window=window,
+                coalesce=presets.deletes_at_once(),
             ),
             build_kueue_config_controller(
                 manager.controller(KUEUE_CONFIG),
@@ -286,7 +306,7 @@ def setup_worker(manager: Manager, config: WorkerConfig) -> Worker:
         facts=worker.facts,
         max_concurrent_reconciles=config.max_concurrent_reconciles,
         dra=config.dra,
-        window=config.capacity_window,
+        coalesce=config.timing.capacity_presets().per_key(),
     )
     manager.add_readyz_check("kueue", worker.kueue_ready)
     manager.add_runnable(worker.discover_kueue, name="kueue discovery", needs_leader=False)

@@ -31,6 +31,7 @@ from gpustack_operator.commands.policy_flags import add_policy_flags, policy_fro
 from gpustack_operator.controllers.bootstrap import BootstrapConfig
 from gpustack_operator.controllers.worker import (
     WorkerConfig,
+    WorkerTiming,
     new_worker_manager,
     serves_dra,
     setup_worker,
@@ -186,10 +187,12 @@ def build_config(args: argparse.Namespace) -> WorkerConfig:
     return WorkerConfig(
         policy=policy_from_args(args),
         max_concurrent_reconciles=args.max_concurrent_reconciles,
-        kueue_discovery_interval=args.kueue_discovery_interval,
+        timing=WorkerTiming(
+            kueue_discovery_interval=args.kueue_discovery_interval,
+            capacity_window=args.capacity_coalescing_window,
+        ),
         kueue_namespace=args.kueue_namespace,
         kueue_configmap=args.kueue_configmap,
-        capacity_window=args.capacity_coalescing_window,
     )
 
 

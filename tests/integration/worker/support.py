@@ -13,6 +13,7 @@ import anyio
 from gpustack_operator.controllers.worker import (
     Worker,
     WorkerConfig,
+    WorkerTiming,
     new_worker_manager,
     setup_worker,
 )
@@ -36,23 +37,26 @@ MANUFACTURERS = load_manufacturers({})
 
 def fast_config(**overrides: Any) -> WorkerConfig:
     """A worker configuration with test-sized waits; overrides named after a field of
-    :class:`ChainPolicy` go to the policy."""
+    :class:`ChainPolicy` or :class:`WorkerTiming` go there."""
     policy_fields = {f.name for f in fields(ChainPolicy)}
     policy = ChainPolicy(
         **{"manufacturers": MANUFACTURERS}
         | {k: v for k, v in overrides.items() if k in policy_fields}
     )
-    values: dict[str, Any] = {
-        "policy": policy,
-        "kueue_discovery_interval": 0.1,
-        "reserved_requeue": 0.2,
-        "waiting_requeue": 0.1,
-        "batch_window": 0.05,
-        "capacity_window": 0.05,
-        "cohort_deleting_requeue": 0.2,
-        "max_concurrent_reconciles": 2,
-    }
-    values.update((k, v) for k, v in overrides.items() if k not in policy_fields)
+    timing_fields = {f.name for f in fields(WorkerTiming)}
+    timing = WorkerTiming(
+        **{
+            "kueue_discovery_interval": 0.1,
+            "reserved_requeue": 0.2,
+            "waiting_requeue": 0.1,
+            "batch_window": 0.05,
+            "capacity_window": 0.05,
+            "cohort_deleting_requeue": 0.2,
+        }
+        | {k: v for k, v in overrides.items() if k in timing_fields}
+    )
+    values: dict[str, Any] = {"policy": policy, "timing": timing, "max_concurrent_reconciles": 2}
+    values.update((k, v) for k, v in overrides.items() if k not in policy_fields | timing_fields)
     return WorkerConfig(**values)
 
 

@@ -21,7 +21,7 @@ from gpustack_operator.controllers.common import (
     trim_for_worker,
 )
 from gpustack_operator.controllers.nodefacts import node_view
-from gpustack_operator.controllers.worker import WorkerConfig, choose_kueue_version
+from gpustack_operator.controllers.worker import WorkerTiming, choose_kueue_version
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.environment import load_manufacturers
@@ -236,13 +236,13 @@ def test_worker_flags_and_environment() -> None:
 
 def test_capacity_coalescing_window_flag() -> None:
     """docs/configuration.md: ``--capacity-coalescing-window`` (default 1s)."""
-    assert build_config(build_parser({}).parse_args(["worker"])).capacity_window == 1.0
+    assert build_config(build_parser({}).parse_args(["worker"])).timing.capacity_window == 1.0
     env = {"GPUSTACK_WORKER_CAPACITY_COALESCING_WINDOW": "250ms"}
-    assert build_config(build_parser(env).parse_args(["worker"])).capacity_window == 0.25
+    assert build_config(build_parser(env).parse_args(["worker"])).timing.capacity_window == 0.25
     with pytest.raises(SystemExit):
         build_parser({}).parse_args(["worker", "--capacity-coalescing-window", "0s"])
     with pytest.raises(ValueError, match="capacity_window"):
-        WorkerConfig(policy=ChainPolicy(MFRS), capacity_window=0)
+        WorkerTiming(capacity_window=0)
 
 
 def test_only_the_echo_of_the_capacity_write_is_dropped() -> None:
