@@ -31,11 +31,11 @@ from gpustack_operator.domain.nodeview import (
     has_status,
     name_of,
 )
+from gpustack_operator.domain.plan import plan_state
 from gpustack_operator.domain.validation import is_valid_dns_subdomain
 from gpustack_operator.environment import load_group_id_with_memory
 from gpustack_operator.kubeconfig import KubeconfigError
 from gpustack_operator.render import FORMATS, render, render_explanation
-from gpustack_operator.simcluster.plan import plan_state
 
 DEFAULT_NAMESPACES = ("default",)
 EXIT_BAD_INPUT = 2

@@ -32,9 +32,9 @@ from gpustack_operator.commands.plan import DEFAULT_NAMESPACES as PLAN_DEFAULT_N
 from gpustack_operator.commands.plan import PlanInputError, read_cluster_file
 from gpustack_operator.commands.policy_flags import add_policy_flags, policy_from_args
 from gpustack_operator.domain.explain import explain_nodes
+from gpustack_operator.domain.plan import plan_state
 from gpustack_operator.environment import load_group_id_with_memory
 from gpustack_operator.render import FORMATS, render
-from gpustack_operator.simcluster.plan import plan_state
 
 if TYPE_CHECKING:
     from gpustack_operator.sim.server import SimServer
@@ -201,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
 def with_stand_ins(crds: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """*crds* plus a stand-in for each Kueue/NFD CRD they do not bring (docs/simulator.md,
     "Stand-in CRDs"): ``sim`` serves the operator's kinds from a fresh clone."""
-    from gpustack_operator.simcluster.crds import stand_in_crds
+    from gpustack_operator.sim.crds import stand_in_crds
 
     given = {crd["metadata"]["name"] for crd in crds if isinstance(crd.get("metadata"), dict)}
     return [*crds, *(c for c in stand_in_crds() if c["metadata"]["name"] not in given)]
@@ -319,7 +319,7 @@ async def _converge_and_print(
 
 def serving_summary(url: str, kubeconfig: Path, crds: list[dict[str, Any]]) -> str:
     """What ``sim --serve`` serves, how to seed it and where the kubeconfig is."""
-    from gpustack_operator.simcluster.crds import is_stand_in
+    from gpustack_operator.sim.crds import is_stand_in
 
     stand_ins = sorted(c["spec"]["names"]["kind"] for c in crds if is_stand_in(c))
     real = sorted(c["spec"]["names"]["kind"] for c in crds if not is_stand_in(c))

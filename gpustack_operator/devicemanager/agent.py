@@ -40,6 +40,7 @@ from gpustack_operator.domain.nodefeature import (
     device_manager_node_feature,
     node_feature_name,
 )
+from gpustack_operator.domain.simdevices import SIM_DEVICES_ANNOTATION
 from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.runtime.controller import (
     Request,
@@ -49,7 +50,6 @@ from gpustack_operator.runtime.controller import (
 from gpustack_operator.runtime.manager import Manager
 from gpustack_operator.runtime.predicates import ANNOTATIONS_CHANGED, LABELS_CHANGED, or_
 from gpustack_operator.runtime.resources import NODES
-from gpustack_operator.simcluster.devices import SIM_DEVICES_ANNOTATION
 
 log = structlog.get_logger(__name__)
 

@@ -1,7 +1,7 @@
 """The whole chain the worker converges to, computed at once (used by ``plan`` and tests).
 
 Order of the computation mirrors the cluster: the device manager's labels (given as extra
-NodeFeatures, e.g. by ``simcluster.plan`` for simulated devices), then the worker's capacity
+NodeFeatures, e.g. by ``domain.plan`` for simulated devices), then the worker's capacity
 labels, each merged onto the Node as NFD would; then
 ResourceFlavors, Cohorts, ClusterQueues and LocalQueues from the merged labels.
 """

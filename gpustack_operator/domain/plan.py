@@ -23,7 +23,7 @@ from gpustack_operator.domain.nodefeature import (
 )
 from gpustack_operator.domain.nodeview import annotations_of, name_of, uid_of
 from gpustack_operator.domain.policy import ChainPolicy
-from gpustack_operator.simcluster.devices import (
+from gpustack_operator.domain.simdevices import (
     SIM_DEVICES_ANNOTATION,
     parse_sim_devices,
     sim_card_counts,

@@ -39,19 +39,19 @@ from gpustack_operator.devicemanager.detection import DetectionConfig
 from gpustack_operator.domain.desired import DesiredState
 from gpustack_operator.domain.manufacturers import Manufacturer
 from gpustack_operator.domain.nodeview import name_of
+from gpustack_operator.domain.plan import plan_state
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.manager import Manager, ManagerOptions
 from gpustack_operator.sim.authn import TokenAuthenticator
+from gpustack_operator.sim.crds import is_stand_in, stand_in_crds
 from gpustack_operator.sim.kueue import KueueStandIn
 from gpustack_operator.sim.nfdmaster import NfdMaster
 from gpustack_operator.sim.server import SimServer
 from gpustack_operator.simcluster.agents import AgentFleet
 from gpustack_operator.simcluster.chain import differences, read_chain, read_chain_from_store
-from gpustack_operator.simcluster.crds import is_stand_in, stand_in_crds
 from gpustack_operator.simcluster.kubelet import SimKubelet
-from gpustack_operator.simcluster.plan import plan_state
 
 log = structlog.get_logger(__name__)
 

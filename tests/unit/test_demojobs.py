@@ -7,9 +7,9 @@ from pathlib import Path
 
 from gpustack_operator.commands.demojobs import DemoJob, outcome, pick_demo_jobs
 from gpustack_operator.commands.plan import read_cluster_file
+from gpustack_operator.domain.plan import plan_state
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.environment import load_manufacturers
-from gpustack_operator.simcluster.plan import plan_state
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cluster.yaml"
 

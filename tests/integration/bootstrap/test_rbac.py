@@ -37,8 +37,8 @@ from gpustack_operator.runtime.resources import (
     Resource,
 )
 from gpustack_operator.sim.authn import TokenAuthenticator
+from gpustack_operator.sim.crds import stand_in_crds
 from gpustack_operator.simcluster.cluster import SimCluster
-from gpustack_operator.simcluster.crds import stand_in_crds
 from tests.integration.bootstrap.rbac import (
     REPO,
     Grant,

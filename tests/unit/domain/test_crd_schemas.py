@@ -22,6 +22,7 @@ import yaml
 from gpustack_operator.domain.desired import DesiredState
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.manufacturers import default_manufacturers
+from gpustack_operator.domain.plan import plan_state
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.validation import (
     is_valid_dns_label,
@@ -29,7 +30,6 @@ from gpustack_operator.domain.validation import (
     is_valid_label_key,
     is_valid_label_value,
 )
-from gpustack_operator.simcluster.plan import plan_state
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "examples" / "cluster.yaml"

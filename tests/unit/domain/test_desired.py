@@ -24,6 +24,7 @@ from gpustack_operator.domain.nodefeature import (
     node_feature_name,
     worker_node_feature,
 )
+from gpustack_operator.domain.plan import apply_sim_devices, plan_state
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.queues import (
     QuotaResources,
@@ -34,7 +35,6 @@ from gpustack_operator.domain.queues import (
     is_owned,
 )
 from gpustack_operator.domain.validation import is_valid_dns_subdomain
-from gpustack_operator.simcluster.plan import apply_sim_devices, plan_state
 
 from .nodes import A, G, a10g, make_node, t4
 

@@ -30,10 +30,10 @@ from gpustack_operator.domain.flavors import flavor_nodes
 from gpustack_operator.domain.manufacturers import default_manufacturers
 from gpustack_operator.domain.nodefeature import merge_node_features, worker_node_feature
 from gpustack_operator.domain.nodeview import labels_of, name_of, status_field
+from gpustack_operator.domain.plan import plan_state
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.quantities import parse_quantity
 from gpustack_operator.domain.queues import HOST_RESOURCES, QuotaResources
-from gpustack_operator.simcluster.plan import plan_state
 
 from .nodes import make_node
 

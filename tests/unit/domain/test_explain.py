@@ -10,8 +10,8 @@ import pytest
 from gpustack_operator.commands.plan import read_cluster_file
 from gpustack_operator.domain.explain import NodeExplanation
 from gpustack_operator.domain.manufacturers import default_manufacturers
+from gpustack_operator.domain.plan import plan_state
 from gpustack_operator.domain.policy import ChainPolicy
-from gpustack_operator.simcluster.plan import plan_state
 
 from .nodes import CPU_NAME, A, make_node, t4
 

@@ -21,6 +21,7 @@ from gpustack_operator.domain.desired import desired_state
 from gpustack_operator.domain.devices import DetectedDevice, device_labels, group_devices
 from gpustack_operator.domain.manufacturers import KNOWN_MANUFACTURERS, default_manufacturers
 from gpustack_operator.domain.names import normalize_name, sanitize_label_value
+from gpustack_operator.domain.plan import plan_state
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.profiles import format_node_profile, parse_node_profile
 from gpustack_operator.domain.quantities import GI, ceil_value, floor_gi, parse_quantity
@@ -30,7 +31,6 @@ from gpustack_operator.domain.validation import (
     is_valid_label_key,
     is_valid_label_value,
 )
-from gpustack_operator.simcluster.plan import plan_state
 
 from .nodes import CPU_NAME, FAMILY, MODEL, VENDOR, A, G
 

@@ -23,9 +23,9 @@ from gpustack_operator.controllers.common import (
 from gpustack_operator.controllers.nodefacts import node_view
 from gpustack_operator.controllers.worker import WorkerTiming, choose_kueue_version
 from gpustack_operator.domain.kueue import KueueVersion
+from gpustack_operator.domain.plan import plan_state
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.environment import load_manufacturers
-from gpustack_operator.simcluster.plan import plan_state
 
 MFRS = load_manufacturers({})
 

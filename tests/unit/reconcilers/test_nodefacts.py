@@ -19,12 +19,12 @@ from gpustack_operator.domain.flavors import (
     node_profile_names,
     node_profiles,
 )
+from gpustack_operator.domain.plan import plan_state
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.queues import desired_cohort, desired_cohorts
 from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.runtime.cache import Indexer
 from gpustack_operator.runtime.coalesce import IndexHold
-from gpustack_operator.simcluster.plan import plan_state
 
 MFRS = load_manufacturers({})
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "cluster.yaml"
