@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
 import signal
 import sys
 import tempfile
@@ -173,8 +174,32 @@ def _error(message: str, code: int) -> int:
     return code
 
 
+def missing_simulator() -> str | None:
+    """Why the simulator cannot run in this installation, or None when it can: the wheel and
+    the production image hold neither its modules nor the CEL binding (docs/simulator.md,
+    "Where it runs")."""
+    missing = [
+        name
+        for name, module in (
+            ("the simulator's modules", "gpustack_operator.simcluster"),
+            ("the CEL binding (common-expression-language)", "cel"),
+        )
+        if importlib.util.find_spec(module) is None
+    ]
+    if not missing:
+        return None
+    return (
+        f"this installation has no simulator ({' and '.join(missing)} missing): the "
+        "production image and the wheel leave it out. Run it from a clone of the repository: "
+        "`make demo`, or `make install` then `.venv/bin/gpustack-operator sim ...`"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     """``sim``: check the flags (exit 2), then run the cluster and/or serve it."""
+    why = missing_simulator()
+    if why is not None:
+        return _error(why, EXIT_BAD_INPUT)
     if args.cluster is None and not args.serve:
         return _error(
             "give --cluster FILE (run the operator on simulated nodes), --serve (an empty "

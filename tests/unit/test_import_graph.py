@@ -8,6 +8,10 @@ Read from the source (every ``import``, at module level or inside a function, bu
 from __future__ import annotations
 
 import ast
+import importlib.metadata
+import re
+import sys
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -142,3 +146,45 @@ def test_no_cycle_between_subpackages() -> None:
     edges = {(group(a), group(b)) for a, targets in GRAPH.items() for b in targets}
     both_ways = sorted(f"{a} <-> {b}" for a, b in edges if a < b and (b, a) in edges)
     assert not both_ways, "subpackages that import each other:\n" + "\n".join(both_ways)
+
+
+# Imported by product modules although no runtime dependency: only where the module says how
+# it does without (amdsmi is the `amd` extra: ROCm's library, present only where ROCm is).
+OPTIONAL_IMPORTS = {"amdsmi": "amd"}
+
+
+def third_party_imports(module: str) -> set[str]:
+    """Top-level names of what *module* imports from outside the package and the stdlib."""
+    found = set()
+    for node in _runtime_nodes(ast.parse(MODULES[module].read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.partition(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.partition(".")[0])
+    return {n for n in found if n != "gpustack_operator" and n not in sys.stdlib_module_names}
+
+
+def test_product_modules_need_only_the_runtime_dependencies() -> None:
+    """A wheel installed without extras imports every product module: what they import comes
+    from ``[project].dependencies`` (the simulator's CEL binding is the ``sim`` extra)."""
+    project = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["project"]
+    runtime = {
+        _canonical(re.split(r"[<>=!~;\[ ]", d, maxsplit=1)[0]) for d in project["dependencies"]
+    }
+    distributions = importlib.metadata.packages_distributions()
+    missing = []
+    for module in sorted(m for m in GRAPH if not is_simulator(m)):
+        for name in sorted(third_party_imports(module)):
+            if name in OPTIONAL_IMPORTS:
+                assert OPTIONAL_IMPORTS[name] in project["optional-dependencies"]
+                continue
+            dists = {_canonical(d) for d in distributions.get(name, [name])}
+            if not dists & runtime:
+                missing.append(f"{module}: {name} ({', '.join(sorted(dists))})")
+    assert not missing, "product imports outside the runtime dependencies:\n" + "\n".join(missing)
+    assert "common-expression-language" not in runtime
+    assert any("common-expression-language" in d for d in project["optional-dependencies"]["sim"])
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
