@@ -11,7 +11,11 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping, Sequence
 
-__all__ = ["apply_env_defaults", "env_var_for"]
+__all__ = ["SHARED_ENV", "apply_env_defaults", "env_var_for"]
+
+SHARED_ENV = "shared_env"
+"""Attribute of an action whose flag also comes from ``GPUSTACK_<FLAG>`` (the chain policy's,
+``commands/policy_flags.py``), shared by every command that has it."""
 
 
 def env_var_for(command_path: Sequence[str], option: str) -> str:
@@ -35,7 +39,7 @@ def apply_env_defaults(
         # The chain policy's flags (commands/policy_flags.py) also read GPUSTACK_<FLAG>,
         # shared by every command that has them; the command's own variable wins.
         names = [env_var_for(command_path, long_opts[0])]
-        if getattr(action, "shared_env", False):
+        if getattr(action, SHARED_ENV, False):
             names.insert(0, env_var_for([], long_opts[0]))
         present = [name for name in names if name in env]
         if not present:

@@ -13,6 +13,7 @@ import os
 from collections.abc import Mapping
 
 from gpustack_operator.commands.argtypes import comma_list
+from gpustack_operator.commands.envflags import SHARED_ENV
 from gpustack_operator.domain.flavors import TolerationPolicy
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.manufacturers import KNOWN_MANUFACTURERS
@@ -26,9 +27,6 @@ from gpustack_operator.domain.queues import (
 from gpustack_operator.environment import load_manufacturers
 
 KUEUE_AUTO = "auto"
-SHARED_ENV = "shared_env"
-"""Attribute set on the policy flags' actions: ``cli.apply_env_defaults`` then reads
-``GPUSTACK_<FLAG>`` for them too."""
 
 
 def kueue_version(raw: str) -> KueueVersion | None:
