@@ -243,6 +243,11 @@ def _namespaces(
 def run(args: argparse.Namespace) -> int:
     """``plan``: read the Nodes, compute the chain, print it; exit 2 on bad input."""
     try:
+        policy = policy_from_args(args)
+    except ValueError as exc:  # a flag's value, not the input file
+        sys.stderr.write(f"gpustack-operator plan: error: {exc}\n")
+        return EXIT_BAD_INPUT
+    try:
         if args.nodes is not None:
             if args.kubeconfig or args.context:
                 raise PlanInputError("give either --nodes or --kubeconfig/--context, not both")
@@ -265,7 +270,6 @@ def run(args: argparse.Namespace) -> int:
             live = True
         else:
             raise PlanInputError("give --nodes FILE, or --kubeconfig FILE to read a cluster")
-        policy = policy_from_args(args)
         manufacturers = policy.manufacturers
         state = plan_state(
             nodes,

@@ -3,7 +3,8 @@
 Nodes with the ``sim.gpustack.ai/devices`` annotation (docs/simulator.md) get what the
 simulated device manager and kubelet would give them (device labels, allocatable cards); the
 domain's :func:`desired_state` then computes the chain, and every node is explained
-(docs/plan.md). Simulator concerns live here so that domain/ stays free of them.
+(docs/plan.md). Pure, like the rest of the domain: the annotation's format is
+``domain/simdevices.py``; the simulator (``sim/``, ``simcluster/``) is never imported.
 """
 
 from __future__ import annotations
