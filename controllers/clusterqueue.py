@@ -39,17 +39,16 @@ from gpustack_operator.domain.nodeview import (
     name_of,
     uid_of,
 )
+from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.quantities import parse_quantity
 from gpustack_operator.domain.queues import (
-    DEFAULT_QUOTA_RESOURCES,
-    QuotaResources,
     cluster_queue_cohort,
     desired_cluster_queue,
     without_flavors,
 )
 from gpustack_operator.domain.tenancy import tenant_cluster_queue
 from gpustack_operator.runtime.client import NotFound
-from gpustack_operator.runtime.coalesce import Coalesce, Hold
+from gpustack_operator.runtime.coalesce import Coalesce
 from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request, Result
 from gpustack_operator.runtime.resources import NODES
 
@@ -103,10 +102,10 @@ class ClusterQueueReconciler:
         *,
         reserved_requeue: float,
         waiting_requeue: float,
-        quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES,
+        policy: ChainPolicy,
     ) -> None:
         self.caches = caches
-        self.quota_resources = quota_resources
+        self.policy = policy
         self.writer = writer
         self.resource = caches.kueue.cluster_queues
         self.reserved_requeue = reserved_requeue
@@ -177,7 +176,7 @@ class ClusterQueueReconciler:
             caches.manufacturers,
             version=caches.kueue.version,
             flavor_index=index,
-            quota_resources=self.quota_resources,
+            quota_resources=self.policy.quota_resources,
         )
         if want is not None and caches.tenant is not None:
             # docs/tenants.md, "Quota a tenant may count on"
@@ -209,12 +208,11 @@ def build_cluster_queue_controller(
     workers: int,
     reserved_requeue: float,
     waiting_requeue: float,
-    batch_window: float,
-    batch_max_delay: float,
-    settling: Hold | None = None,
-    settling_max_delay: float | None = None,
-    quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES,
+    coalesce: Coalesce,
+    policy: ChainPolicy,
 ) -> Controller:
+    """*coalesce*: one preset shared by the queue's own, Cohort, Node and flavor watches
+    (docs/worker.md, "Batching")."""
     facts = caches.facts
 
     def by_node(node: dict[str, Any]) -> list[str]:
@@ -240,20 +238,14 @@ def build_cluster_queue_controller(
         writer,
         reserved_requeue=reserved_requeue,
         waiting_requeue=waiting_requeue,
-        quota_resources=quota_resources,
+        policy=policy,
     )
     # A queue's quotas are sums over its nodes: while nodes keep arriving, wait for a pause
-    # (at most batch_max_delay; longer while nodes still await their labels) rather than
-    # write every intermediate sum. Node, flavor, Cohort and the queue's own events share one
-    # window per queue: an edit in a quiet moment is reconciled at once (the leading edge),
-    # but during a burst neither the queue's own writes nor its Cohort's creation may start a
-    # write per round trip.
-    coalesce = Coalesce(
-        batch_window,
-        batch_max_delay,
-        hold=settling,
-        hold_max_delay=settling_max_delay or 0.0,
-    )
+    # (bounded; longer while nodes still await their labels) rather than write every
+    # intermediate sum. Node, flavor, Cohort and the queue's own events share one window per
+    # queue (one Coalesce value): an edit in a quiet moment is reconciled at once (the
+    # leading edge), but during a burst neither the queue's own writes nor its Cohort's
+    # creation may start a write per round trip.
     return (
         builder.for_(caches.kueue.cluster_queues, METADATA_OR_SPEC_CHANGED, coalesce=coalesce)
         .watches(caches.kueue.cohorts, by_cohort, METADATA_OR_SPEC_CHANGED, coalesce=coalesce)

@@ -21,12 +21,13 @@ from gpustack_operator.controllers.common import (
     is_up_to_date,
 )
 from gpustack_operator.domain.nodeview import is_deleting
+from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.queues import (
     cluster_queue_cohort,
     cohort_may_be_deleted,
     desired_cohort,
 )
-from gpustack_operator.runtime.coalesce import Coalesce, Hold
+from gpustack_operator.runtime.coalesce import Coalesce
 from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request, Result
 from gpustack_operator.runtime.resources import NODES
 
@@ -34,8 +35,11 @@ NAME: Final = "cohort"
 
 
 class CohortReconciler:
-    def __init__(self, caches: KueueCaches, writer: Writer, *, deleting_requeue: float) -> None:
+    def __init__(
+        self, caches: KueueCaches, writer: Writer, policy: ChainPolicy, *, deleting_requeue: float
+    ) -> None:
         self.caches = caches
+        self.policy = policy
         self.writer = writer
         self.resource = caches.kueue.cohorts
         self.deleting_requeue = deleting_requeue
@@ -53,7 +57,7 @@ class CohortReconciler:
         want = desired_cohort(
             name,
             nodes,
-            self.caches.manufacturers,
+            self.policy.manufacturers,
             self.caches.kueue.version,
             profiles_of=self.caches.facts.profiles,
         )
@@ -64,7 +68,7 @@ class CohortReconciler:
         if have is None:
             return None
         queues = self.caches.cluster_queues.indexer.by_index(BY_COHORT, name)
-        if cohort_may_be_deleted(name, nodes, queues, self.caches.manufacturers):
+        if cohort_may_be_deleted(name, nodes, queues, self.policy.manufacturers):
             await self.writer.delete(self.resource, have, "no node or ClusterQueue references it")
         return None
 
@@ -76,11 +80,11 @@ def build_cohort_controller(
     *,
     workers: int,
     deleting_requeue: float,
-    batch_window: float,
-    settling: Hold | None = None,
-    settling_max_delay: float | None = None,
+    coalesce: Coalesce,
+    policy: ChainPolicy,
 ) -> Controller:
-    """*settling*: the fleet-settling hold, as for flavors (docs/worker.md, "Batching")."""
+    """*coalesce*: the Node and ClusterQueue watches' preset, as for flavors (docs/worker.md,
+    "Batching")."""
     facts = caches.facts
 
     def by_node(node: dict[str, Any]) -> list[str]:
@@ -90,11 +94,10 @@ def build_cohort_controller(
         cohort = cluster_queue_cohort(queue)
         return [cohort] if cohort else []
 
-    coalesce = Coalesce(batch_window, hold=settling, hold_max_delay=settling_max_delay or 0.0)
     return (
         builder.for_(caches.kueue.cohorts, METADATA_OR_SPEC_CHANGED)
         .watches(NODES, by_node, NodeChanged(facts), coalesce=coalesce)
         .watches(caches.kueue.cluster_queues, by_queue, METADATA_OR_SPEC_CHANGED, coalesce=coalesce)
         .with_options(max_concurrent_reconciles=workers)
-        .complete(CohortReconciler(caches, writer, deleting_requeue=deleting_requeue))
+        .complete(CohortReconciler(caches, writer, policy, deleting_requeue=deleting_requeue))
     )

@@ -13,6 +13,9 @@ from typing import Any, Final
 import structlog
 
 from gpustack_operator.controllers.nodefacts import NodeFacts
+from gpustack_operator.domain.comparison import ObjectComparison
+from gpustack_operator.domain.comparison import contains as contains
+from gpustack_operator.domain.kueue import ClusterQueue, Cohort, LocalQueue, ResourceFlavor
 from gpustack_operator.domain.labels import (
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
@@ -21,6 +24,7 @@ from gpustack_operator.domain.labels import (
     SCHEDULE_PREFIX,
 )
 from gpustack_operator.domain.manufacturers import Manufacturer
+from gpustack_operator.domain.nodefeature import NODE_FEATURE_COMPARISON, NODE_FEATURE_KIND
 from gpustack_operator.domain.nodeview import labels_of, metadata, name_of, uid_of
 from gpustack_operator.runtime.cache import strip_managed_fields
 from gpustack_operator.runtime.client import Client, Conflict, NotFound
@@ -83,14 +87,16 @@ class NodeChanged(Predicate):
 
 
 class MetadataOrSpecChanged(Predicate):
-    """Updates that change what the worker manages on its own objects: spec (generation for
-    kinds that have one), labels, annotations, owner references or deletion; status-only
-    writes (Kueue's) pass only through *also*."""
+    """Updates that change what the worker manages on its own objects: the body (``spec``,
+    a ConfigMap's ``data``, a role's ``rules``: everything but ``status`` and ``metadata``),
+    labels, annotations, owner references or deletion; status-only writes (Kueue's, a
+    DaemonSet's rollout) and bookkeeping (resourceVersion, managedFields) pass only through
+    *also*."""
 
     def update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
         a, b = metadata(old), metadata(new)
         return (
-            old.get("spec") != new.get("spec")
+            _body(old) != _body(new)
             or a.get("labels") != b.get("labels")
             or a.get("annotations") != b.get("annotations")
             or a.get("ownerReferences") != b.get("ownerReferences")
@@ -105,6 +111,10 @@ class MetadataOrSpecChanged(Predicate):
 METADATA_OR_SPEC_CHANGED: Final = MetadataOrSpecChanged()
 
 
+def _body(obj: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
+
+
 # --- "is it already applied?" -------------------------------------------------------------------
 
 
@@ -113,18 +123,26 @@ def is_managed_object(obj: object) -> bool:
     return labels_of(obj).get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE
 
 
-def contains(have: object, want: object) -> bool:
-    """*want* is found in *have*: maps may hold more keys (server defaults), lists match
-    item by item, scalars are equal."""
-    if isinstance(want, Mapping):
-        if not isinstance(have, Mapping):
-            return False
-        return all(k in have and contains(have[k], v) for k, v in want.items())
-    if isinstance(want, list):
-        if not isinstance(have, list) or len(have) != len(want):
-            return False
-        return all(contains(h, w) for h, w in zip(have, want, strict=True))
-    return have == want
+_COMPARISONS: Final[Mapping[str, ObjectComparison]] = {
+    "ResourceFlavor": ResourceFlavor.COMPARISON,
+    "Cohort": Cohort.COMPARISON,
+    "ClusterQueue": ClusterQueue.COMPARISON,
+    "LocalQueue": LocalQueue.COMPARISON,
+    NODE_FEATURE_KIND: NODE_FEATURE_COMPARISON,
+}
+
+
+def comparison_for(want: Mapping[str, Any]) -> ObjectComparison:
+    """How the fields of *want*'s kind are compared, as declared beside its definition."""
+    kind = str(want.get("kind"))
+    try:
+        return _COMPARISONS[kind]
+    except KeyError:
+        raise LookupError(
+            f"no field comparison is declared for kind {kind}: declare one beside its "
+            "definition (domain/comparison.py) and list it in controllers/common.py, or pass "
+            "it to is_up_to_date"
+        ) from None
 
 
 def _owned_part(values: object, want: Mapping[str, str]) -> dict[str, str]:
@@ -145,15 +163,17 @@ def _owners(obj: object) -> set[tuple[str, str, str, bool]]:
     }
 
 
-def is_up_to_date(have: Mapping[str, Any] | None, want: Mapping[str, Any]) -> bool:
+def is_up_to_date(
+    have: Mapping[str, Any] | None,
+    want: Mapping[str, Any],
+    comparison: ObjectComparison | None = None,
+) -> bool:
     """Whether the cached object already says everything the desired one says.
 
-    Compared: the labels and annotations the worker sets (its ``note.``, ``schedule.`` and
+    Compared: the labels and annotations the writer sets (its ``note.``, ``schedule.`` and
     ``resource.gpustack.ai/`` keys exactly, so a dropped note counts as a difference), the
-    owner references, and the spec. The spec may hold more than desired (API-server
-    defaults), except ``spec.labels``, ``spec.nodeLabels`` and ``spec.tolerations``, which the
-    worker owns whole (an absent list equals an empty one: a flavor that needs no toleration
-    any more must lose the ones it had).
+    owner references, and the body field by field as *comparison* (default: the one declared
+    for the kind, :func:`comparison_for`) says: docs/worker.md, "Writes and ownership".
     """
     if have is None:
         return False
@@ -165,16 +185,7 @@ def is_up_to_date(have: Mapping[str, Any] | None, want: Mapping[str, Any]) -> bo
             return False
     if not _owners(want) <= _owners(have):
         return False
-    want_spec, have_spec = want.get("spec") or {}, have.get("spec") or {}
-    partial = {k: v for k, v in want_spec.items() if k != "tolerations"}
-    if not isinstance(have_spec, Mapping) or not contains(have_spec, partial):
-        return False
-    if (
-        "tolerations" in want_spec
-        and (have_spec.get("tolerations") or []) != want_spec["tolerations"]
-    ):
-        return False
-    return all(have_spec.get(k) == want_spec[k] for k in ("labels", "nodeLabels") if k in want_spec)
+    return (comparison or comparison_for(want)).matches(have, want)
 
 
 # --- writes ---------------------------------------------------------------------------------------

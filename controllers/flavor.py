@@ -23,10 +23,11 @@ from gpustack_operator.controllers.common import (
     is_managed_object,
     is_up_to_date,
 )
-from gpustack_operator.domain.flavors import TolerationPolicy, desired_resource_flavor
+from gpustack_operator.domain.flavors import desired_resource_flavor
 from gpustack_operator.domain.nodeview import is_deleting
+from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.tenancy import tenant_flavor
-from gpustack_operator.runtime.coalesce import Coalesce, Hold
+from gpustack_operator.runtime.coalesce import Coalesce
 from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request
 from gpustack_operator.runtime.resources import NODES
 
@@ -34,12 +35,10 @@ NAME: Final = "resourceflavor"
 
 
 class FlavorReconciler:
-    def __init__(
-        self, caches: KueueCaches, writer: Writer, tolerations: TolerationPolicy = None
-    ) -> None:
+    def __init__(self, caches: KueueCaches, writer: Writer, policy: ChainPolicy) -> None:
         self.caches = caches
         self.writer = writer
-        self.tolerations = tolerations
+        self.policy = policy
         self.resource = caches.kueue.resource_flavors
 
     async def __call__(self, request: Request) -> None:
@@ -52,7 +51,7 @@ class FlavorReconciler:
             self.caches.manufacturers,
             self.caches.kueue.version,
             profiles_of=self.caches.facts.profiles,
-            tolerations=self.tolerations,
+            tolerations=self.policy.flavor_tolerations,
         )
         tenant = self.caches.tenant
         if want is not None and tenant is not None:  # docs/tenants.md, "Flavors"
@@ -76,23 +75,20 @@ def build_flavor_controller(
     writer: Writer,
     *,
     workers: int,
-    batch_window: float,
-    tolerations: TolerationPolicy = None,
-    settling: Hold | None = None,
-    settling_max_delay: float | None = None,
+    coalesce: Coalesce,
+    policy: ChainPolicy,
 ) -> Controller:
-    """*settling*: the fleet-settling hold (docs/worker.md, "Batching"): while nodes still
-    await their capacity labels, a flavor's Node events wait for the labelling to end, so a
-    joining fleet renders each flavor about once rather than once a window."""
+    """*coalesce*: the Node watch's preset (docs/worker.md, "Batching"), held while nodes
+    still await their capacity labels, so a joining fleet renders each flavor about once
+    rather than once a window."""
     facts = caches.facts
 
     def by_node(node: dict[str, Any]) -> list[str]:
         return caches.event_names(node, "flavor")
 
-    coalesce = Coalesce(batch_window, hold=settling, hold_max_delay=settling_max_delay or 0.0)
     return (
         builder.for_(caches.kueue.resource_flavors, METADATA_OR_SPEC_CHANGED)
         .watches(NODES, by_node, NodeChanged(facts), coalesce=coalesce)
         .with_options(max_concurrent_reconciles=workers)
-        .complete(FlavorReconciler(caches, writer, tolerations))
+        .complete(FlavorReconciler(caches, writer, policy))
     )

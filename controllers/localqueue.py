@@ -17,7 +17,7 @@ controller is removing it), nor LocalQueues without the managed-by label.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, Final
 
 import structlog
@@ -31,6 +31,7 @@ from gpustack_operator.controllers.common import (
 )
 from gpustack_operator.domain.labels import RESOURCE_TYPE_INSTANCETYPES, RESOURCE_TYPE_LABEL
 from gpustack_operator.domain.nodeview import is_deleting, labels_of, metadata, name_of
+from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.queues import desired_local_queues
 from gpustack_operator.runtime.client import ApiError, Forbidden, NotFound
 from gpustack_operator.runtime.coalesce import Coalesce
@@ -80,15 +81,12 @@ class LocalQueueReconciler:
         self,
         caches: KueueCaches,
         writer: Writer,
-        *,
-        system_namespace: str,
-        excluded_namespaces: Sequence[str],
+        policy: ChainPolicy,
     ) -> None:
         self.caches = caches
         self.writer = writer
         self.resource = caches.kueue.local_queues
-        self.system_namespace = system_namespace
-        self.excluded = tuple(excluded_namespaces)
+        self.policy = policy
 
     async def __call__(self, request: Request) -> None:
         namespace_name = request.name
@@ -99,8 +97,8 @@ class LocalQueueReconciler:
         wanted = desired_local_queues(
             queues,
             [namespace],
-            system_namespace=self.system_namespace,
-            excluded=self.excluded,
+            system_namespace=self.policy.system_namespace,
+            excluded=self.policy.excluded_namespaces,
             version=self.caches.kueue.version,
         )
         present = {
@@ -134,7 +132,7 @@ class LocalQueueReconciler:
     def _queue_still_there(self, local_queue: dict[str, Any]) -> bool:
         """The LocalQueue's ClusterQueue exists (being deleted or not) in an eligible namespace."""
         namespace = metadata(local_queue).get("namespace")
-        if namespace == self.system_namespace or namespace in self.excluded:
+        if namespace in self.policy.namespaces_without_queues:
             return False
         spec = local_queue.get("spec") or {}
         target = spec.get("clusterQueue") if isinstance(spec, dict) else None
@@ -163,10 +161,11 @@ def build_local_queue_controller(
     writer: Writer,
     *,
     workers: int,
-    system_namespace: str,
-    excluded_namespaces: Sequence[str],
-    batch_window: float,
+    policy: ChainPolicy,
+    coalesce: Coalesce,
 ) -> Controller:
+    """*coalesce*: the ClusterQueue watch's preset (deletes at once)."""
+
     def every_namespace(_: dict[str, Any]) -> list[str]:
         return caches.namespaces.indexer.keys()
 
@@ -174,12 +173,7 @@ def build_local_queue_controller(
         namespace = metadata(local_queue).get("namespace")
         return [namespace] if isinstance(namespace, str) and namespace else []
 
-    reconciler = LocalQueueReconciler(
-        caches,
-        writer,
-        system_namespace=system_namespace,
-        excluded_namespaces=excluded_namespaces,
-    )
+    reconciler = LocalQueueReconciler(caches, writer, policy)
     # New queues are coalesced (a burst of them reaches every namespace once); a deleted
     # queue's LocalQueues are removed at once rather than waiting for the garbage collector.
     return (
@@ -189,7 +183,7 @@ def build_local_queue_controller(
             caches.kueue.cluster_queues,
             every_namespace,
             _QueueSetChanged(),
-            coalesce=Coalesce(batch_window, deletes_at_once=True),
+            coalesce=coalesce,
         )
         .with_options(max_concurrent_reconciles=workers)
         .complete(reconciler)

@@ -53,21 +53,15 @@ from gpustack_operator.controllers.kueueconfig import (
 from gpustack_operator.controllers.localqueue import NAME as LOCAL_QUEUE
 from gpustack_operator.controllers.localqueue import build_local_queue_controller
 from gpustack_operator.controllers.unpooled import setup_unpooled
-from gpustack_operator.domain.flavors import TolerationPolicy
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.kueueconfig import DEFAULT_KUEUE_CONFIGMAP, DEFAULT_KUEUE_NAMESPACE
 from gpustack_operator.domain.labels import MANAGED_BY_VALUE
-from gpustack_operator.domain.manufacturers import Manufacturer
-from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
-from gpustack_operator.domain.queues import (
-    DEFAULT_EXCLUDED_NAMESPACES,
-    DEFAULT_QUOTA_RESOURCES,
-    QuotaResources,
-)
+from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.tenancy import TENANCY_AUTO, TenantSettings, resolve_tenancy
 from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.runtime.backoff import BackoffPolicy
 from gpustack_operator.runtime.client import ApiError, Client
+from gpustack_operator.runtime.coalesce import CoalescePresets, Hold
 from gpustack_operator.runtime.controller import (
     Controller,
 )
@@ -100,33 +94,11 @@ recovering; one process with a handful of informers (docs/runtime.md, "Recovery 
 faults")."""
 
 
-@dataclass
-class WorkerConfig:
-    """What the worker's reconcilers need to know about their cluster."""
+@dataclass(frozen=True)
+class WorkerTiming:
+    """The worker's waits and coalescing windows (docs/worker.md, "Batching"); the
+    coalescing presets of its controllers are built from it (:meth:`presets`)."""
 
-    system_namespace: str = DEFAULT_SYSTEM_NAMESPACE
-    manufacturers: Mapping[str, Manufacturer] = field(default_factory=load_manufacturers)
-    excluded_namespaces: tuple[str, ...] = DEFAULT_EXCLUDED_NAMESPACES
-    """Namespaces without LocalQueues; the system namespace is always excluded too."""
-    kueue_version: str = KueueVersion.V1BETA2.value
-    """``v1beta2``, ``v1beta1`` or ``auto`` (the newest served). A pinned version still
-    waits until the cluster serves it."""
-    quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES
-    """What device ClusterQueues cover (docs/devices.md, "Quota resources")."""
-    dra: bool = False
-    """Read DRA ResourceSlices (set when the cluster serves ``resource.k8s.io/v1``; see
-    :func:`serves_dra`)."""
-    field_manager: str = MANAGED_BY_VALUE
-    flavor_tolerations: TolerationPolicy = None
-    """Which dedication taints flavors tolerate: None every one common to the flavor's nodes,
-    else only these keys (docs/worker.md, "Tolerations")."""
-    tenant: TenantSettings = field(default_factory=TenantSettings)
-    """The kind of cluster and the tenant settings (docs/tenants.md); see
-    :func:`detect_tenant`."""
-    kueue_namespace: str = DEFAULT_KUEUE_NAMESPACE
-    kueue_configmap: str = DEFAULT_KUEUE_CONFIGMAP
-    """Where Kueue's configuration is read from (docs/workloads.md, "Kueue's configuration")."""
-    max_concurrent_reconciles: int = 2
     kueue_discovery_interval: float = 10.0
     """Seconds between Kueue discovery attempts while Kueue is missing."""
     reserved_requeue: float = 15.0
@@ -159,25 +131,57 @@ class WorkerConfig:
     ``batch_max_delay``, and that below ``batch_window``, are raised to it.)"""
 
     def __post_init__(self) -> None:
-        if self.kueue_version != KUEUE_AUTO:
-            kueue_resources(self.kueue_version)  # raises ValueError naming the choices
-        if self.max_concurrent_reconciles < 1:
-            raise ValueError("max_concurrent_reconciles must be at least 1")
         if not self.capacity_window > 0:
             raise ValueError(
                 f"capacity_window must be a positive number of seconds, got {self.capacity_window}"
             )
 
+    def presets(self, settling: Hold | None = None) -> CoalescePresets:
+        """The queue controllers' coalescing presets; *settling* holds their bursts while
+        nodes await their capacity labels."""
+        return CoalescePresets(
+            window=self.batch_window,
+            max_delay=self.batch_max_delay,
+            hold=settling,
+            hold_max_delay=self.settling_max_delay,
+        )
+
+    def capacity_presets(self) -> CoalescePresets:
+        """The capacity controller's: one window per node (docs/worker.md, "Flapping nodes")."""
+        return CoalescePresets(window=self.capacity_window)
+
+
+@dataclass
+class WorkerConfig:
+    """What the worker's reconcilers need to know about their cluster."""
+
+    policy: ChainPolicy = field(default_factory=lambda: ChainPolicy(load_manufacturers()))
+    """What the chain is made of (docs/configuration.md, "Chain policy"); every reconciler
+    takes it whole. A pinned Kueue version still waits until the cluster serves it."""
+    dra: bool = False
+    """Read DRA ResourceSlices (set when the cluster serves ``resource.k8s.io/v1``; see
+    :func:`serves_dra`)."""
+    field_manager: str = MANAGED_BY_VALUE
+    kueue_namespace: str = DEFAULT_KUEUE_NAMESPACE
+    kueue_configmap: str = DEFAULT_KUEUE_CONFIGMAP
+    """Where Kueue's configuration is read from (docs/workloads.md, "Kueue's configuration")."""
+    max_concurrent_reconciles: int = 2
+    timing: WorkerTiming = field(default_factory=WorkerTiming)
+    """Every wait and coalescing window of the worker, one value."""
+    tenant: TenantSettings = field(default_factory=TenantSettings)
+    """The kind of cluster and the tenant settings (docs/tenants.md); see
+    :func:`detect_tenant`."""
+
+    def __post_init__(self) -> None:
+        if self.max_concurrent_reconciles < 1:
+            raise ValueError("max_concurrent_reconciles must be at least 1")
+
 
 def choose_kueue_version(served: list[str], wanted: str) -> KueueVersion | None:
     """The Kueue version to write among *served*: *wanted*, or with ``auto`` v1beta2, else
     v1beta1; ``None`` when the cluster serves none of them."""
-    candidates = (
-        [KueueVersion.V1BETA2, KueueVersion.V1BETA1]
-        if wanted == KUEUE_AUTO
-        else [KueueVersion(wanted)]
-    )
-    return next((v for v in candidates if v.value in served), None)
+    pinned = None if wanted == KUEUE_AUTO else KueueVersion(wanted)
+    return ChainPolicy(kueue_version=pinned).kueue_version_among(served)
 
 
 class Worker:
@@ -197,7 +201,7 @@ class Worker:
         Kueue is discovered (they run on the leader)."""
         self.facts = node_facts(
             manager.informer(NODES),
-            config.manufacturers,
+            config.policy.manufacturers,
             publishes_labels=not config.tenant.is_tenant,
         )
         """Per-Node derived data shared by all five controllers and the Node indexes."""
@@ -206,7 +210,7 @@ class Worker:
 
     @property
     def excluded_namespaces(self) -> tuple[str, ...]:
-        return (self.config.system_namespace, *self.config.excluded_namespaces)
+        return self.config.policy.namespaces_without_queues
 
     def kueue_ready(self) -> bool:
         """Readiness: Kueue is served (the informers-synced check covers its caches)."""
@@ -214,7 +218,7 @@ class Worker:
 
     async def discover_kueue(self) -> None:
         """Find the Kueue version to write; log one clear line while it is missing."""
-        await poll_until(self._found_kueue, self.config.kueue_discovery_interval)
+        await poll_until(self._found_kueue, self.config.timing.kueue_discovery_interval)
 
     async def _found_kueue(self) -> bool:
         """One discovery attempt: True once a Kueue version is chosen and its controllers added."""
@@ -223,13 +227,13 @@ class Worker:
         except ApiError as err:
             log.warning("Kueue discovery failed; retrying", error=str(err))
             return False
-        version = choose_kueue_version(served, self.config.kueue_version)
+        version = self.config.policy.kueue_version_among(served)
         if version is None:
             if not self._reported_missing_kueue:
                 if served:
                     log.error(
                         f"Kueue serves {', '.join(served)}, not the requested "
-                        f"{self.config.kueue_version}: pass --kueue-version=auto or "
+                        f"{self.config.policy.kueue_version}: pass --kueue-version=auto or "
                         "upgrade Kueue. The worker stays not ready and keeps checking."
                     )
                 else:
@@ -249,51 +253,46 @@ class Worker:
         """Add the four queue controllers and the Kueue configuration check to the manager
         (started at once when it leads)."""
         config = self.config
+        policy = config.policy
+        timing = config.timing
         manager = self.manager
         workers = config.max_concurrent_reconciles
-        window = config.batch_window
+        presets = timing.presets(self.settling)
         return [
             build_flavor_controller(
                 manager.controller(FLAVOR),
                 caches,
                 self.writer,
                 workers=workers,
-                batch_window=window,
-                tolerations=config.flavor_tolerations,
-                settling=self.settling,
-                settling_max_delay=config.settling_max_delay,
+                coalesce=presets.until_quiet(),
+                policy=policy,
             ),
             build_cohort_controller(
                 manager.controller(COHORT),
                 caches,
                 self.writer,
                 workers=workers,
-                deleting_requeue=config.cohort_deleting_requeue,
-                batch_window=window,
-                settling=self.settling,
-                settling_max_delay=config.settling_max_delay,
+                deleting_requeue=timing.cohort_deleting_requeue,
+                coalesce=presets.until_quiet(),
+                policy=policy,
             ),
             build_cluster_queue_controller(
                 manager.controller(CLUSTER_QUEUE),
                 caches,
                 self.writer,
                 workers=workers,
-                reserved_requeue=config.reserved_requeue,
-                waiting_requeue=config.waiting_requeue,
-                batch_window=window,
-                batch_max_delay=config.batch_max_delay,
-                settling=self.settling,
-                settling_max_delay=config.settling_max_delay,
-                quota_resources=config.quota_resources,
+                reserved_requeue=timing.reserved_requeue,
+                waiting_requeue=timing.waiting_requeue,
+                coalesce=presets.until_quiet_or_late(),
+                policy=policy,
             ),
             build_local_queue_controller(
                 manager.controller(LOCAL_QUEUE),
                 caches,
                 self.writer,
                 workers=workers,
-                system_namespace=config.system_namespace,
-                excluded_namespaces=config.excluded_namespaces,
-                batch_window=window,
+                policy=policy,
+                coalesce=presets.deletes_at_once(),
             ),
             build_kueue_config_controller(
                 manager.controller(KUEUE_CONFIG),
@@ -360,11 +359,11 @@ def setup_worker(manager: Manager, config: WorkerConfig) -> Worker:
         setup_capacity(
             manager,
             worker.writer,
-            system_namespace=config.system_namespace,
+            policy=config.policy,
             facts=worker.facts,
             max_concurrent_reconciles=config.max_concurrent_reconciles,
             dra=config.dra,
-            window=config.capacity_window,
+            coalesce=config.timing.capacity_presets().per_key(),
         )
     setup_unpooled(manager, facts=worker.facts, dra=config.dra)
     manager.add_readyz_check("kueue", worker.kueue_ready)

@@ -7,7 +7,9 @@ imported (the others pull in kr8s, aiohttp and the controllers, seconds of start
 top-level ``--help`` lists every subcommand from :data:`COMMANDS`.
 
 Any flag can also come from the environment as ``GPUSTACK_<SUBCOMMAND>_<FLAG>``, e.g.
-``GPUSTACK_DEVICE_MANAGER_MONITOR_PERIOD``; a flag given on the command line wins.
+``GPUSTACK_DEVICE_MANAGER_MONITOR_PERIOD``, and the chain policy's flags from
+``GPUSTACK_<FLAG>`` too (docs/configuration.md, "Chain policy"); a flag given on the command
+line wins, then the subcommand's variable.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpustack_operator import __version__
+from gpustack_operator.commands.envflags import apply_env_defaults
+from gpustack_operator.commands.envflags import env_var_for as env_var_for
 from gpustack_operator.runtime.logs import LOG_LEVELS, configure_logging
 
 
@@ -65,50 +69,6 @@ COMMANDS: tuple[Command, ...] = (
         "print the Kueue chain the worker would build for some nodes (writes nothing)",
     ),
 )
-
-
-def env_var_for(command_path: Sequence[str], option: str) -> str:
-    """The environment variable that supplies *option* of the (sub)command *command_path*."""
-    parts = [*command_path, option.lstrip("-")]
-    return "GPUSTACK_" + "_".join(p.replace("-", "_").upper() for p in parts)
-
-
-def apply_env_defaults(
-    parser: argparse.ArgumentParser, command_path: Sequence[str], env: Mapping[str, str]
-) -> None:
-    """Turn ``GPUSTACK_<CMD>_<FLAG>`` variables into defaults of *parser*, recursively."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                apply_env_defaults(sub, [*command_path, name], env)
-            continue
-        long_opts = [o for o in action.option_strings if o.startswith("--")]
-        if not long_opts or action.dest in ("help", "version"):
-            continue
-        var = env_var_for(command_path, long_opts[0])
-        if var not in env:
-            continue
-        raw = env[var]
-        if isinstance(action, argparse._StoreTrueAction | argparse._StoreFalseAction):
-            truthy = raw.strip().lower() in ("1", "true", "yes", "on")
-            value: object = truthy if isinstance(action, argparse._StoreTrueAction) else not truthy
-        elif isinstance(action, argparse._AppendAction):
-            value = [v.strip() for v in raw.split(",") if v.strip()]
-        else:
-            try:
-                value = action.type(raw) if callable(action.type) else raw
-            except (TypeError, ValueError, argparse.ArgumentTypeError) as exc:
-                parser.error(
-                    f"environment variable {var}={raw!r} is invalid for {long_opts[0]}: {exc}"
-                )
-            if action.choices is not None and value not in action.choices:
-                allowed = ", ".join(map(str, action.choices))
-                parser.error(
-                    f"environment variable {var}={raw!r} is invalid for {long_opts[0]}: "
-                    f"choose from {allowed}"
-                )
-        parser.set_defaults(**{action.dest: value})
-        action.required = False
 
 
 def chosen_command(argv: Sequence[str]) -> str | None:

@@ -264,10 +264,10 @@ async def reaction_latencies(cluster: Any, changes: int) -> dict[str, Any]:
 async def bench(
     count: int, bound: float, resync: float, reaction: int = 0, resync_period: float = 0.0
 ) -> dict[str, Any]:
+    from gpustack_operator.domain.plan import apply_sim_devices
     from gpustack_operator.environment import load_manufacturers
     from gpustack_operator.runtime.logs import configure_logging
     from gpustack_operator.simcluster.cluster import SimCluster
-    from gpustack_operator.simcluster.plan import apply_sim_devices
 
     configure_logging("warning")
     nodes = mixed_nodes(count)

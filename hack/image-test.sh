@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `make image-test` (docs/deploy.md, "Building and testing the image"): build the image with
 # podman on a Debian base made here from Debian's packages (no container registry needed),
-# then run four commands in it the way deploy/ runs the worker: a non-root user, a read-only
-# root filesystem, all capabilities dropped, no network. Prints the image's size.
+# then run three commands in it the way deploy/ runs the worker: a non-root user, a read-only
+# root filesystem, all capabilities dropped, no network; check that it holds no simulator
+# (every product module imports without it; `sim` says how to get it). Prints the size.
 #
 # A fresh Debian machine needs nothing by hand: podman, runc and debootstrap are installed
 # with apt-get when missing (as root, or through passwordless sudo). The engine's settings
@@ -150,10 +151,34 @@ in_image detect device-manager detect
 expect detect "manufacturers:"
 in_image plan plan --nodes /examples/cluster.yaml
 expect plan ClusterQueue
-in_image sim --log-level warning sim --cluster /examples/cluster.yaml -o table
-expect sim ClusterQueue
+# The production image holds no simulator: no module of it, not the CEL binding, and every
+# product module imports without them (docs/simulator.md, "Where it runs").
+entrypoint=(--entrypoint python3)
+in_image product -c 'import importlib, importlib.util, pathlib, gpustack_operator as g
+root = pathlib.Path(g.__file__).parent
+names = sorted(".".join(("gpustack_operator", *p.relative_to(root).with_suffix("").parts))
+               for p in root.rglob("*.py") if p.stem != "__main__")  # __main__ runs the CLI
+simulator = [n for n in names if n.split(".")[1] in ("sim", "simcluster")]
+assert not simulator, f"simulator modules in the image: {simulator}"
+assert importlib.util.find_spec("cel") is None, "the CEL binding is installed"
+for name in names:
+    importlib.import_module(name.removesuffix(".__init__"))
+print(f"imported {len(names)} modules, no simulator")'
+expect product "no simulator"
+entrypoint=()
+name=gpustack-image-test-$$-sim
+names+=("$name")
+say "run: gpustack-operator sim --cluster /examples/cluster.yaml (must say how to get it)"
+if podman run --rm --name "$name" --user 65532:65532 --read-only --network none \
+    --volume "$PWD/examples:/examples:ro" "$IMG" sim --cluster /examples/cluster.yaml \
+    >"$CACHE/sim.out" 2>"$CACHE/sim.err"; then
+    die "sim ran in the production image: it must hold no simulator"
+fi
+grep -q "make demo" "$CACHE/sim.err" ||
+    die "sim in the image did not say how to get the simulator: $(head -n 3 "$CACHE/sim.err")"
 
 size=$(podman image inspect --format '{{.Size}}' "$IMG")
-say "passed in $((SECONDS - started)) s: $IMG runs --version, device-manager detect, plan and sim" \
+say "passed in $((SECONDS - started)) s: $IMG runs --version, device-manager detect and plan," \
+    "imports every product module without the simulator, and sim says how to get it" \
     "as 65532:65532 with a read-only root filesystem and no network"
 printf 'image size: %s MB (%s bytes)\n' "$((size / 1000000))" "$size"

@@ -12,8 +12,8 @@ import pytest
 import structlog
 from hypothesis import HealthCheck, settings
 
+from gpustack_operator.sim.crds import stand_in_crds
 from gpustack_operator.sim.server import SimServer
-from gpustack_operator.simcluster.crds import stand_in_crds
 
 # Property tests judge the code, not the machine: a loaded 2-core CI box can make example
 # generation slow enough to trip Hypothesis' "too slow" health check, which is no defect.
@@ -27,7 +27,7 @@ def shared_crds_dir() -> Path | None:
     """The real Kueue and NFD CRDs (../shared/crds next to the repo, or $GPUSTACK_SHARED_CRDS).
 
     Without them (a fresh clone), the simulator serves the stand-in CRDs of
-    ``simcluster.crds`` (open schemas) and only the tests that check the real schemas skip.
+    ``sim.crds`` (open schemas) and only the tests that check the real schemas skip.
     """
     override = os.environ.get("GPUSTACK_SHARED_CRDS")
     path = (

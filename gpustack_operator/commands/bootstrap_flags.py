@@ -54,7 +54,7 @@ def add_bootstrap_flags(parser: argparse._ActionsContainer) -> None:
 def bootstrap_config(args: argparse.Namespace) -> BootstrapConfig:
     """The bootstrap configuration of the parsed flags; ``ValueError`` for bad values."""
     return BootstrapConfig.from_environment(
-        namespace=args.namespace,
+        namespace=args.system_namespace,
         disabled=args.disable_applications or (),
         nfd_image=args.nfd_image,
         device_manager_image=args.device_manager_image,

@@ -24,7 +24,6 @@ from typing import Any
 import structlog
 import yaml
 
-from gpustack_operator.cli import apply_env_defaults
 from gpustack_operator.commands.argtypes import parse_duration
 from gpustack_operator.commands.cluster_flags import (
     add_connection_flags,
@@ -32,6 +31,7 @@ from gpustack_operator.commands.cluster_flags import (
     check_serving_flags,
     connect,
 )
+from gpustack_operator.commands.envflags import apply_env_defaults
 from gpustack_operator.commands.helptext import env_epilog
 from gpustack_operator.devicemanager.agent import MIN_MONITOR_PERIOD, DeviceManagerAgent
 from gpustack_operator.devicemanager.detection import (
@@ -45,10 +45,10 @@ from gpustack_operator.devicemanager.detectors.sim import SimDetector
 from gpustack_operator.devicemanager.pciids import PCI_IDS_ENV
 from gpustack_operator.domain.manufacturers import AGENT_MANUFACTURERS
 from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
+from gpustack_operator.domain.simdevices import SIM_DEVICES_ANNOTATION
 from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.runtime import metrics as runtime_metrics
 from gpustack_operator.runtime.manager import Manager, ManagerOptions, run_async
-from gpustack_operator.simcluster.devices import SIM_DEVICES_ANNOTATION
 
 log = structlog.get_logger(__name__)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpustack_operator.cli import env_var_for
+from gpustack_operator.commands.envflags import env_var_for
 
 
 def env_epilog(

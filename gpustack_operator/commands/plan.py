@@ -21,21 +21,22 @@ import yaml
 from gpustack_operator import fastyaml
 from gpustack_operator.commands.argtypes import comma_list
 from gpustack_operator.commands.helptext import env_epilog
-from gpustack_operator.commands.quota_flags import add_quota_resources_flag
+from gpustack_operator.commands.policy_flags import (
+    add_policy_flags,
+    kueue_version,
+    policy_from_args,
+)
 from gpustack_operator.commands.tenant_flags import add_tenant_flags
 from gpustack_operator.domain.devicesources.dra import KIND as DRA_KIND
-from gpustack_operator.domain.kueue import KueueVersion
-from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
 from gpustack_operator.domain.nodeview import (
     has_status,
     name_of,
 )
-from gpustack_operator.domain.queues import DEFAULT_EXCLUDED_NAMESPACES, QuotaResources
+from gpustack_operator.domain.plan import plan_state
 from gpustack_operator.domain.validation import is_valid_dns_subdomain
-from gpustack_operator.environment import load_group_id_with_memory, load_manufacturers
+from gpustack_operator.environment import load_group_id_with_memory
 from gpustack_operator.kubeconfig import KubeconfigError
 from gpustack_operator.render import FORMATS, render, render_explanation
-from gpustack_operator.simcluster.plan import plan_state
 
 DEFAULT_NAMESPACES = ("default",)
 EXIT_BAD_INPUT = 2
@@ -89,25 +90,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="table: a readable tree; yaml/json: one v1 List, node explanations in its "
         "top-level 'explanations' field (default: table)",
     )
-    parser.add_argument(
-        "--system-namespace",
-        default=DEFAULT_SYSTEM_NAMESPACE,
-        metavar="NS",
-        help=f"the operator's namespace (default: {DEFAULT_SYSTEM_NAMESPACE})",
-    )
-    parser.add_argument(
-        "--excluded-namespaces",
-        default=",".join(DEFAULT_EXCLUDED_NAMESPACES),
-        metavar="A,B",
-        help="namespaces that never get LocalQueues (default: %(default)s)",
-    )
-    parser.add_argument(
+    policy = parser.add_argument_group("the chain, as the worker's flags (docs/configuration.md)")
+    add_policy_flags(policy)
+    policy.add_argument(
         "--kueue-api-version",
-        choices=[v.value for v in KueueVersion],
-        default=KueueVersion.V1BETA2.value,
-        help="Kueue API version to render (default: %(default)s)",
+        dest="kueue_version",
+        type=kueue_version,
+        default=argparse.SUPPRESS,
+        metavar="v1beta2|v1beta1",
+        help="the same as --kueue-version (plan's earlier spelling)",
     )
-    add_quota_resources_flag(parser)
     add_tenant_flags(parser)
     parser.set_defaults(handler=run)
 
@@ -253,6 +245,11 @@ def _namespaces(
 def run(args: argparse.Namespace) -> int:
     """``plan``: read the Nodes, compute the chain, print it; exit 2 on bad input."""
     try:
+        policy = policy_from_args(args)
+    except ValueError as exc:  # a flag's value, not the input file
+        sys.stderr.write(f"gpustack-operator plan: error: {exc}\n")
+        return EXIT_BAD_INPUT
+    try:
         if args.nodes is not None:
             if args.kubeconfig or args.context:
                 raise PlanInputError("give either --nodes or --kubeconfig/--context, not both")
@@ -275,16 +272,12 @@ def run(args: argparse.Namespace) -> int:
             live = True
         else:
             raise PlanInputError("give --nodes FILE, or --kubeconfig FILE to read a cluster")
-        manufacturers = load_manufacturers()
+        manufacturers = policy.manufacturers
         state = plan_state(
             nodes,
             _namespaces(args, found, live),
-            manufacturers=manufacturers,
-            system_namespace=args.system_namespace,
-            excluded_namespaces=comma_list(args.excluded_namespaces),
-            kueue_version=KueueVersion(args.kueue_api_version),
+            policy,
             with_memory=load_group_id_with_memory(),
-            quota_resources=QuotaResources(args.quota_resources),
             resource_slices=slices,
             tenancy=args.tenancy,
             virtual_scheduler=args.virtual_scheduler,

@@ -17,8 +17,9 @@ from typing import Any
 
 from gpustack_operator.apis import KUEUE_GROUP, kueue_resources
 from gpustack_operator.commands.cluster_flags import add_connection_flags, connect
-from gpustack_operator.domain.kueue import KueueVersion
+from gpustack_operator.commands.policy_flags import add_policy_flags, policy_from_args
 from gpustack_operator.domain.nodeview import name_of
+from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.poolinfo import unit_text
 from gpustack_operator.domain.queues import is_owned
 from gpustack_operator.gateway.pools import pool_entry
@@ -46,6 +47,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "-o", "--output", choices=("table", "json"), default="table", help="(default: table)"
+    )
+    add_policy_flags(
+        parser.add_argument_group("the chain, as the worker's flags (docs/configuration.md)")
     )
     parser.set_defaults(handler=run_queues)
 
@@ -108,17 +112,23 @@ def render_table(rows: list[dict[str, Any]]) -> str:
     )
 
 
-async def fetch_queues(args: argparse.Namespace) -> tuple[list[Any], list[Any]] | str:
-    """Every ClusterQueue and the namespace's LocalQueues, or why they cannot be read."""
+async def fetch_queues(
+    args: argparse.Namespace, policy: ChainPolicy
+) -> tuple[list[Any], list[Any]] | str:
+    """Every ClusterQueue and the namespace's LocalQueues in the Kueue version *policy*
+    chooses, or why they cannot be read."""
     client = await connect(args)
     if client is None:
         return "cannot connect to the cluster"
     try:
         served = await client.served_versions(KUEUE_GROUP)
-        version = next(
-            (v for v in (KueueVersion.V1BETA2, KueueVersion.V1BETA1) if v.value in served), None
-        )
+        version = policy.kueue_version_among(served)
         if version is None:
+            if served:
+                return (
+                    f"Kueue serves {', '.join(served)}, not the --kueue-version asked for: "
+                    "pass the worker's --kueue-version, or auto"
+                )
             return "Kueue is not installed in this cluster: install Kueue, then the worker"
         kueue = kueue_resources(version)
         cluster_queues = (await client.list_all(kueue.cluster_queues)).items
@@ -131,7 +141,12 @@ async def fetch_queues(args: argparse.Namespace) -> tuple[list[Any], list[Any]] 
 
 
 def run_queues(args: argparse.Namespace) -> int:
-    fetched = asyncio.run(fetch_queues(args))
+    try:
+        policy = policy_from_args(args)
+    except ValueError as exc:
+        sys.stderr.write(f"gpustack-operator queues: error: {exc}\n")
+        return 2
+    fetched = asyncio.run(fetch_queues(args, policy))
     if isinstance(fetched, str):
         sys.stderr.write(f"gpustack-operator queues: error: {fetched}\n")
         return 1
@@ -140,6 +155,12 @@ def run_queues(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
     elif rows:
         sys.stdout.write(render_table(rows) + "\n")
+    elif args.namespace in policy.namespaces_without_queues:
+        sys.stderr.write(
+            f"no pools in namespace {args.namespace}: it is the system namespace or an "
+            "excluded one (--system-namespace, --excluded-namespaces), which get no "
+            "LocalQueues; submit from another namespace\n"
+        )
     else:
         sys.stderr.write(
             f"no pools in namespace {args.namespace}: the worker gives every namespace but "

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
 import signal
 import sys
 import tempfile
@@ -30,12 +31,11 @@ from gpustack_operator.commands.argtypes import comma_list
 from gpustack_operator.commands.helptext import env_epilog
 from gpustack_operator.commands.plan import DEFAULT_NAMESPACES as PLAN_DEFAULT_NAMESPACES
 from gpustack_operator.commands.plan import PlanInputError, read_cluster_file
-from gpustack_operator.commands.quota_flags import add_quota_resources_flag
+from gpustack_operator.commands.policy_flags import add_policy_flags, policy_from_args
 from gpustack_operator.commands.tenant_flags import add_tenant_flags
-from gpustack_operator.domain.queues import QuotaResources
-from gpustack_operator.environment import load_group_id_with_memory, load_manufacturers
+from gpustack_operator.domain.plan import plan_state
+from gpustack_operator.environment import load_group_id_with_memory
 from gpustack_operator.render import FORMATS, render
-from gpustack_operator.simcluster.plan import plan_state
 
 if TYPE_CHECKING:
     from gpustack_operator.sim.server import SimServer
@@ -142,7 +142,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="after convergence submit three Jobs derived from the chain (one that fits, one "
         "too big, one in the wrong queue) and print where each landed or why it waits",
     )
-    add_quota_resources_flag(parser)
+    add_policy_flags(
+        parser.add_argument_group("the chain, as the worker's flags (docs/configuration.md)")
+    )
     add_tenant_flags(parser)
     parser.set_defaults(handler=run)
 
@@ -173,8 +175,32 @@ def _error(message: str, code: int) -> int:
     return code
 
 
+def missing_simulator() -> str | None:
+    """Why the simulator cannot run in this installation, or None when it can: the wheel and
+    the production image hold neither its modules nor the CEL binding (docs/simulator.md,
+    "Where it runs")."""
+    missing = [
+        name
+        for name, module in (
+            ("the simulator's modules", "gpustack_operator.simcluster"),
+            ("the CEL binding (common-expression-language)", "cel"),
+        )
+        if importlib.util.find_spec(module) is None
+    ]
+    if not missing:
+        return None
+    return (
+        f"this installation has no simulator ({' and '.join(missing)} missing): the "
+        "production image and the wheel leave it out. Run it from a clone of the repository: "
+        "`make demo`, or `make install` then `.venv/bin/gpustack-operator sim ...`"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     """``sim``: check the flags (exit 2), then run the cluster and/or serve it."""
+    why = missing_simulator()
+    if why is not None:
+        return _error(why, EXIT_BAD_INPUT)
     if args.cluster is None and not args.serve:
         return _error(
             "give --cluster FILE (run the operator on simulated nodes), --serve (an empty "
@@ -201,7 +227,7 @@ def run(args: argparse.Namespace) -> int:
 def with_stand_ins(crds: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """*crds* plus a stand-in for each Kueue/NFD CRD they do not bring (docs/simulator.md,
     "Stand-in CRDs"): ``sim`` serves the operator's kinds from a fresh clone."""
-    from gpustack_operator.simcluster.crds import stand_in_crds
+    from gpustack_operator.sim.crds import stand_in_crds
 
     given = {crd["metadata"]["name"] for crd in crds if isinstance(crd.get("metadata"), dict)}
     return [*crds, *(c for c in stand_in_crds() if c["metadata"]["name"] not in given)]
@@ -219,16 +245,14 @@ def build_cluster(args: argparse.Namespace, crds: list[dict[str, Any]]) -> SimCl
         namespaces: list[str | Mapping[str, Any]] = list(comma_list(args.namespaces))
     else:
         namespaces = list(found) or list(PLAN_DEFAULT_NAMESPACES)
-    manufacturers = load_manufacturers()
+    policy = policy_from_args(args)
     with_memory = load_group_id_with_memory()
     # The same checks plan makes (invalid sim.gpustack.ai/devices annotations, names, ...).
-    quota_resources = QuotaResources(args.quota_resources)
     plan_state(
         nodes,
         namespaces,
-        manufacturers=manufacturers,
+        policy,
         with_memory=with_memory,
-        quota_resources=quota_resources,
         resource_slices=slices,
         tenancy=args.tenancy,
         virtual_scheduler=args.virtual_scheduler,
@@ -238,9 +262,8 @@ def build_cluster(args: argparse.Namespace, crds: list[dict[str, Any]]) -> SimCl
         nodes,
         namespaces,
         crds=with_stand_ins(crds),
-        manufacturers=manufacturers,
+        policy=policy,
         with_memory=with_memory,
-        quota_resources=quota_resources,
         resource_slices=slices,
         host=args.bind_address,
         port=args.port,
@@ -333,7 +356,7 @@ async def _converge_and_print(
 
 def serving_summary(url: str, kubeconfig: Path, crds: list[dict[str, Any]]) -> str:
     """What ``sim --serve`` serves, how to seed it and where the kubeconfig is."""
-    from gpustack_operator.simcluster.crds import is_stand_in
+    from gpustack_operator.sim.crds import is_stand_in
 
     stand_ins = sorted(c["spec"]["names"]["kind"] for c in crds if is_stand_in(c))
     real = sorted(c["spec"]["names"]["kind"] for c in crds if not is_stand_in(c))

@@ -10,12 +10,11 @@ stays not ready and keeps checking. Every flag also comes from ``GPUSTACK_WORKER
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 import structlog
 
-from gpustack_operator.commands.argtypes import comma_list, duration, positive_int, positive_number
+from gpustack_operator.commands.argtypes import duration, positive_int, positive_number
 from gpustack_operator.commands.bootstrap_flags import (
     add_bootstrap_flags,
     bootstrap_config,
@@ -28,24 +27,18 @@ from gpustack_operator.commands.cluster_flags import (
     connect,
 )
 from gpustack_operator.commands.helptext import env_epilog
-from gpustack_operator.commands.quota_flags import add_quota_resources_flag
+from gpustack_operator.commands.policy_flags import add_policy_flags, policy_from_args
 from gpustack_operator.commands.tenant_flags import add_tenant_flags
 from gpustack_operator.controllers.bootstrap import BootstrapConfig
 from gpustack_operator.controllers.worker import (
-    KUEUE_AUTO,
     WorkerConfig,
+    WorkerTiming,
     detect_tenant,
     new_worker_manager,
     serves_dra,
     setup_worker,
 )
-from gpustack_operator.domain.flavors import TolerationPolicy
-from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.kueueconfig import DEFAULT_KUEUE_CONFIGMAP, DEFAULT_KUEUE_NAMESPACE
-from gpustack_operator.domain.manufacturers import KNOWN_MANUFACTURERS
-from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
-from gpustack_operator.domain.queues import DEFAULT_EXCLUDED_NAMESPACES, QuotaResources
-from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.runtime.leaderelection import LeaderElectionConfig
 from gpustack_operator.runtime.manager import ManagerOptions, run_async
 
@@ -66,6 +59,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         epilog=env_epilog([COMMAND], "--kube-api-qps", "20"),
     )
     _add_cluster_flags(parser.add_argument_group("cluster"))
+    _add_policy_flags(parser.add_argument_group("the chain (docs/configuration.md)"))
     add_serving_flags(parser.add_argument_group("probes and metrics"))
     _add_leader_election_flags(parser.add_argument_group("leader election"))
     _add_controller_flags(parser.add_argument_group("controllers"))
@@ -75,16 +69,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(handler=run_worker)
 
 
-def _add_cluster_flags(group: argparse._ArgumentGroup) -> None:
-    add_connection_flags(group)
-    default_ns = os.environ.get("KUBERNETES_POD_NAMESPACE") or DEFAULT_SYSTEM_NAMESPACE
+def _add_policy_flags(group: argparse._ArgumentGroup) -> None:
+    add_policy_flags(group)
     group.add_argument(
         "--namespace",
-        default=default_ns,
+        dest="system_namespace",
+        default=argparse.SUPPRESS,
         metavar="NAMESPACE",
-        help="the system namespace: NodeFeatures go there and it gets no LocalQueues "
-        f"(default: $KUBERNETES_POD_NAMESPACE, else {DEFAULT_SYSTEM_NAMESPACE})",
+        help="the same as --system-namespace (the worker's earlier spelling)",
     )
+
+
+def _add_cluster_flags(group: argparse._ArgumentGroup) -> None:
+    add_connection_flags(group)
     group.add_argument(
         "--kube-api-qps",
         type=positive_number,
@@ -152,35 +149,12 @@ def _add_durations(group: argparse._ArgumentGroup, *flags: tuple[str, float, str
 
 def _add_controller_flags(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
-        "--manufacturer",
-        action="append",
-        metavar="NAME",
-        help=f"accelerator manufacturer to profile (repeatable; default: all of "
-        f"{', '.join(KNOWN_MANUFACTURERS)})",
-    )
-    group.add_argument(
-        "--excluded-namespaces",
-        type=comma_list,
-        default=list(DEFAULT_EXCLUDED_NAMESPACES),
-        metavar="A,B",
-        help="namespaces that get no LocalQueues; the system namespace never "
-        f"does (default: {','.join(DEFAULT_EXCLUDED_NAMESPACES)})",
-    )
-    group.add_argument(
         "--max-concurrent-reconciles",
         type=positive_int,
         default=2,
         metavar="N",
         help="reconcile workers per controller (default: 2)",
     )
-    group.add_argument(
-        "--kueue-version",
-        choices=(KUEUE_AUTO, *(v.value for v in KueueVersion)),
-        default=KUEUE_AUTO,
-        help="Kueue API version to write; auto: the newest served "
-        "(v1beta2, else v1beta1) (default: auto)",
-    )
-    add_quota_resources_flag(group)
     _add_durations(
         group,
         ("kueue-discovery-interval", 10.0, "time between checks for Kueue while it is missing"),
@@ -194,31 +168,7 @@ def _add_controller_flags(group: argparse._ArgumentGroup) -> None:
     )
 
 
-def tolerations_policy(raw: str) -> TolerationPolicy:
-    """``common`` (None), ``none`` (()) or a comma-separated list of taint keys."""
-    value = raw.strip()
-    if value == "common":
-        return None
-    if value == "none":
-        return ()
-    keys = tuple(k for k in comma_list(value) if k)
-    if not keys:
-        raise argparse.ArgumentTypeError(
-            f"{raw!r}: expected common, none or a comma-separated list of taint keys"
-        )
-    return keys
-
-
 def _add_workload_flags(group: argparse._ArgumentGroup) -> None:
-    group.add_argument(
-        "--flavor-tolerations",
-        type=tolerations_policy,
-        default=None,
-        metavar="common|none|KEY,...",
-        help="which NoSchedule/NoExecute taints common to a flavor's nodes its tolerations "
-        "cover: all of them, none, or only these keys; node-lifecycle taints never "
-        "(default: common)",
-    )
     group.add_argument(
         "--kueue-namespace",
         default=DEFAULT_KUEUE_NAMESPACE,
@@ -237,26 +187,15 @@ def _add_workload_flags(group: argparse._ArgumentGroup) -> None:
 
 def build_config(args: argparse.Namespace) -> WorkerConfig:
     """The worker configuration the flags describe; ``ValueError`` for bad values."""
-    manufacturers = load_manufacturers()
-    chosen = args.manufacturer or list(manufacturers)
-    unknown = sorted(set(chosen) - set(manufacturers))
-    if unknown:
-        raise ValueError(
-            f"unknown manufacturer(s) {', '.join(unknown)}: use {', '.join(KNOWN_MANUFACTURERS)}"
-        )
-    excluded = tuple(dict.fromkeys(n for n in args.excluded_namespaces if n != args.namespace))
     return WorkerConfig(
-        system_namespace=args.namespace,
-        manufacturers={name: manufacturers[name] for name in sorted(set(chosen))},
-        excluded_namespaces=excluded,
-        kueue_version=args.kueue_version,
-        quota_resources=QuotaResources(args.quota_resources),
+        policy=policy_from_args(args),
         max_concurrent_reconciles=args.max_concurrent_reconciles,
-        kueue_discovery_interval=args.kueue_discovery_interval,
-        flavor_tolerations=args.flavor_tolerations,
+        timing=WorkerTiming(
+            kueue_discovery_interval=args.kueue_discovery_interval,
+            capacity_window=args.capacity_coalescing_window,
+        ),
         kueue_namespace=args.kueue_namespace,
         kueue_configmap=args.kueue_configmap,
-        capacity_window=args.capacity_coalescing_window,
     )
 
 
@@ -266,7 +205,7 @@ def build_options(args: argparse.Namespace) -> ManagerOptions:
     if args.leader_elect:
         election = LeaderElectionConfig(
             lease_name=args.leader_election_id,
-            lease_namespace=args.leader_election_namespace or args.namespace,
+            lease_namespace=args.leader_election_namespace or args.system_namespace,
             lease_duration=args.leader_election_lease_duration,
             renew_deadline=args.leader_election_renew_deadline,
             retry_period=args.leader_election_retry_period,
@@ -322,9 +261,9 @@ async def serve(
             await start_bootstrap(client, manager, bootstrap)
         log.info(
             "worker starting",
-            system_namespace=config.system_namespace,
-            manufacturers=list(config.manufacturers),
-            kueue_version=config.kueue_version,
+            system_namespace=config.policy.system_namespace,
+            manufacturers=list(config.policy.manufacturers),
+            kueue_version=config.policy.kueue_version or "auto",
             leader_election=options.leader_election is not None,
         )
         return await manager.run_until_signal()

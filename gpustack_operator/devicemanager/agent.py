@@ -42,18 +42,16 @@ from gpustack_operator.domain.nodefeature import (
     is_device_manager_label,
     node_feature_name,
 )
+from gpustack_operator.domain.simdevices import SIM_DEVICES_ANNOTATION
 from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.runtime.controller import (
-    Controller,
     Request,
     Result,
     TerminalError,
-    enqueue_object,
 )
 from gpustack_operator.runtime.manager import Manager
 from gpustack_operator.runtime.predicates import ANNOTATIONS_CHANGED, LABELS_CHANGED, or_
 from gpustack_operator.runtime.resources import NODES
-from gpustack_operator.simcluster.devices import SIM_DEVICES_ANNOTATION
 
 log = structlog.get_logger(__name__)
 
@@ -145,17 +143,25 @@ class DeviceManagerAgent:
             )
         self.detection = DeviceDetection(config, library_detectors=library_detectors, sim=sim)
         self.last_identity: tuple[tuple[str, str, bool], ...] | None = None
-        self.controller = Controller(controller_name, self.reconcile, recorder=manager.recorder)
         self.taken = LabelsTaken(is_device_manager_label)
         """Marks the Node when an update takes one of this agent's labels from it."""
-        self.controller.watch(
-            self.nodes,
-            enqueue_object(),
-            [self.taken, or_(LABELS_CHANGED, ANNOTATIONS_CHANGED)],
-            primary=True,
+        # The builder watches the informers above (the manager shares one per scope).
+        self.controller = (
+            manager.controller(controller_name)
+            .for_(
+                NODES,
+                self.taken,
+                or_(LABELS_CHANGED, ANNOTATIONS_CHANGED),
+                field_selector=f"metadata.name={node_name}",
+            )
+            .watches(
+                NODE_FEATURES,
+                self._own_node,
+                namespace=system_namespace,
+                field_selector=f"metadata.name={self.feature_name}",
+            )
+            .complete(self.reconcile)
         )
-        self.controller.watch(self.features, self._own_node)
-        manager.add_controller(self.controller)
         manager.add_runnable(self.monitor, name=f"{controller_name} monitor")
         self.device_metrics: DeviceMetricsCollector | None = None
         if metrics_registry is not None:

@@ -1,7 +1,7 @@
 """The whole chain the worker converges to, computed at once (used by ``plan`` and tests).
 
 Order of the computation mirrors the cluster: the device manager's labels (given as extra
-NodeFeatures, e.g. by ``simcluster.plan`` for simulated devices), then the worker's capacity
+NodeFeatures, e.g. by ``domain.plan`` for simulated devices), then the worker's capacity
 labels, each merged onto the Node as NFD would; then
 ResourceFlavors, Cohorts, ClusterQueues and LocalQueues from the merged labels.
 """
@@ -16,18 +16,10 @@ from typing import Any
 from gpustack_operator.domain.devicesources.dra import node_slices
 from gpustack_operator.domain.explain import NodeExplanation
 from gpustack_operator.domain.flavors import desired_resource_flavors, flavor_nodes
-from gpustack_operator.domain.kueue import KueueVersion
-from gpustack_operator.domain.manufacturers import Manufacturer
-from gpustack_operator.domain.nodefeature import (
-    DEFAULT_SYSTEM_NAMESPACE,
-    merge_node_features,
-    worker_node_feature,
-)
+from gpustack_operator.domain.nodefeature import merge_node_features, worker_node_feature
 from gpustack_operator.domain.nodeview import name_of
+from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.queues import (
-    DEFAULT_EXCLUDED_NAMESPACES,
-    DEFAULT_QUOTA_RESOURCES,
-    QuotaResources,
     desired_cluster_queues,
     desired_cohorts,
     desired_local_queues,
@@ -91,18 +83,16 @@ def _unique_by_name(objects: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 def desired_state(
     nodes: Iterable[Mapping[str, Any]],
     namespaces: Iterable[str | Mapping[str, Any]],
+    policy: ChainPolicy,
     *,
-    manufacturers: Mapping[str, Manufacturer],
-    system_namespace: str = DEFAULT_SYSTEM_NAMESPACE,
-    excluded_namespaces: Sequence[str] = DEFAULT_EXCLUDED_NAMESPACES,
-    kueue_version: KueueVersion = KueueVersion.V1BETA2,
     cohort_uids: Mapping[str, str] | None = None,
     extra_node_features: Iterable[dict[str, Any]] = (),
-    quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES,
     resource_slices: Sequence[Mapping[str, Any]] = (),
     tenant: TenantSettings | None = None,
 ) -> DesiredState:
-    """The chain for *nodes* as the cluster holds them (device labels already present).
+    """The chain for *nodes* as the cluster holds them (device labels already present),
+    shaped by *policy* alone (docs/configuration.md, "Chain policy"); a policy without a
+    pinned Kueue version renders the newest.
 
     The worker's NodeFeatures are computed and merged onto the nodes first. *cohort_uids*
     (Cohort name -> uid) adds ClusterQueue owner references; ClusterQueue uids are not known
@@ -112,6 +102,8 @@ def desired_state(
     capacity labels are merged in memory from host-owned labels, DRA slices are not read,
     flavors select host-owned labels and device quotas follow the declared caps.
     """
+    manufacturers = policy.manufacturers
+    kueue_version = policy.offline_kueue_version
     ordered = _sorted_nodes(nodes)
     features: list[dict[str, Any]] = []
     merged: list[dict[str, Any]] = []
@@ -122,11 +114,13 @@ def desired_state(
     else:
         for node in ordered:
             slices = node_slices(name_of(node), resource_slices) if resource_slices else ()
-            feature = worker_node_feature(node, system_namespace, manufacturers, slices)
+            feature = worker_node_feature(node, policy.system_namespace, manufacturers, slices)
             own = [feature] if feature is not None else []
             features.extend(own)
             merged.append(merge_node_features(node, own, owned="worker"))
-    flavors = desired_resource_flavors(merged, manufacturers, kueue_version)
+    flavors = desired_resource_flavors(
+        merged, manufacturers, kueue_version, tolerations=policy.flavor_tolerations
+    )
     if tenant is not None and tenant.is_tenant:
         members = flavor_nodes(merged, manufacturers)
         flavors = {
@@ -140,15 +134,15 @@ def desired_state(
         manufacturers,
         cohort_uids=cohort_uids,
         version=kueue_version,
-        quota_resources=quota_resources,
+        quota_resources=policy.quota_resources,
     )
     if tenant is not None and tenant.is_tenant:
         queues = {n: tenant_cluster_queue(q, tenant.quota_caps) for n, q in queues.items()}
     locals_ = desired_local_queues(
         list(queues.values()),
         namespaces,
-        system_namespace=system_namespace,
-        excluded=excluded_namespaces,
+        system_namespace=policy.system_namespace,
+        excluded=policy.excluded_namespaces,
         version=kueue_version,
     )
     return DesiredState(

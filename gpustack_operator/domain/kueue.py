@@ -9,10 +9,11 @@ with a clear message rather than as a 422 in a reconcile loop. ``manifest()`` re
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, Final, Self
+from typing import Any, ClassVar, Final, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gpustack_operator.domain.comparison import Compare, ObjectComparison
 from gpustack_operator.domain.quantities import is_canonical_quantity
 from gpustack_operator.domain.validation import (
     is_valid_dns_label,
@@ -140,6 +141,10 @@ class Toleration(BaseModel):
 
 class ResourceFlavor(BaseModel):
     model_config = ConfigDict(frozen=True)
+    COMPARISON: ClassVar = ObjectComparison(
+        {"spec.nodeLabels": Compare.EXACT, "spec.tolerations": Compare.EXACT}
+    )
+    """Node labels and tolerations are the worker's whole: a toleration no longer needed goes."""
 
     metadata: Meta
     node_labels: dict[str, str] = Field(max_length=MAX_NODE_LABELS)
@@ -171,6 +176,8 @@ class Cohort(BaseModel):
     """A Cohort with only a name (docs/worker.md); ``spec.parentName`` is not used."""
 
     model_config = ConfigDict(frozen=True)
+    COMPARISON: ClassVar = ObjectComparison({"spec.parentName": Compare.EXACT})
+    """The spec is written empty; any field the worker starts writing is compared exactly."""
 
     metadata: Meta
 
@@ -255,6 +262,17 @@ class ClusterQueue(BaseModel):
     """A ClusterQueue as docs/worker.md step 7 shapes it."""
 
     model_config = ConfigDict(frozen=True)
+    COMPARISON: ClassVar = ObjectComparison(
+        {
+            "spec.cohortName": Compare.EXACT,
+            "spec.cohort": Compare.EXACT,
+            # Kueue's CRD defaults fields inside these; the worker's values must be present.
+            "spec.namespaceSelector": Compare.CONTAINS,
+            "spec.flavorFungibility": Compare.CONTAINS,
+            "spec.preemption": Compare.CONTAINS,
+            "spec.resourceGroups": Compare.CONTAINS,
+        }
+    )
 
     metadata: Meta
     cohort: str
@@ -299,6 +317,7 @@ class ClusterQueue(BaseModel):
 
 class LocalQueue(BaseModel):
     model_config = ConfigDict(frozen=True)
+    COMPARISON: ClassVar = ObjectComparison({"spec.clusterQueue": Compare.EXACT})
 
     metadata: Meta
     cluster_queue: str

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from gpustack_operator.domain.capacity import worker_capacity_labels
+from gpustack_operator.domain.comparison import Compare, ObjectComparison
 from gpustack_operator.domain.labels import (
     ACCELERATABLE_LABEL,
     ACCELERATABLE_PREFIX,
@@ -107,6 +108,11 @@ def build_node_feature(
         "metadata": meta,
         "spec": {"labels": dict(sorted(labels.items()))},
     }
+
+
+NODE_FEATURE_COMPARISON: Final = ObjectComparison({"spec.labels": Compare.EXACT})
+"""How a NodeFeature above is compared (docs/worker.md, "Writes and ownership"): its labels
+are the writer's whole, so a label that is no longer published is removed."""
 
 
 def worker_node_feature(

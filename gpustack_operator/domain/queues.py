@@ -180,7 +180,7 @@ def queue_flavors(name: str, flavors: Iterable[object]) -> list[object]:
 
     Name order, not creation time: the order (and with it the first flavor, whose first
     node gives the queue's notes) is then a function of the nodes alone, the same for
-    ``plan``, a fresh worker and one restarted midway (docs/naming.md, "Flavor order").
+    ``plan``, a fresh worker and one restarted midway (docs/naming.md, "Flavor order and notes").
     """
     matching = [
         f

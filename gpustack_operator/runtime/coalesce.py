@@ -36,7 +36,7 @@ from typing import Any, Protocol
 
 import anyio
 
-__all__ = ["Coalesce", "Coalescer", "CoalescingQueue", "Hold", "IndexHold"]
+__all__ = ["Coalesce", "CoalescePresets", "Coalescer", "CoalescingQueue", "Hold", "IndexHold"]
 
 
 class Hold(Protocol):
@@ -80,6 +80,40 @@ class Coalesce:
     def latest_held(self) -> float:
         """The effective maximum delay while the hold is active."""
         return max(self.latest, self.hold_max_delay)
+
+
+@dataclass(frozen=True)
+class CoalescePresets:
+    """The coalescings a family of controllers uses, by name, from one set of timings: a
+    controller builder takes one preset, not its parameters (docs/runtime.md, "Coalescing
+    presets"). Each call returns a new :class:`Coalesce`: pass one value to every watch that
+    should share a key's window."""
+
+    window: float = 1.0
+    max_delay: float = 10.0
+    hold: Hold | None = None
+    hold_max_delay: float = 60.0
+
+    def per_key(self) -> Coalesce:
+        """At most one enqueue per key and window, the state at the end of it: an object
+        that flaps is reconciled once a window."""
+        return Coalesce(self.window)
+
+    def until_quiet(self) -> Coalesce:
+        """Bursts end once the events pause for a window; while the hold is active they
+        wait for it (up to ``hold_max_delay``)."""
+        return Coalesce(self.window, hold=self.hold, hold_max_delay=self.hold_max_delay)
+
+    def until_quiet_or_late(self) -> Coalesce:
+        """As :meth:`until_quiet`, but a burst is enqueued ``max_delay`` after its first
+        event even if the events never pause: for sums over many objects."""
+        return Coalesce(
+            self.window, self.max_delay, hold=self.hold, hold_max_delay=self.hold_max_delay
+        )
+
+    def deletes_at_once(self) -> Coalesce:
+        """Bursts end after a quiet window, deletes are enqueued at once; no hold."""
+        return Coalesce(self.window, deletes_at_once=True)
 
 
 @dataclass

@@ -26,6 +26,7 @@ Most code builds controllers with :class:`ControllerBuilder` (``manager.controll
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -305,6 +306,7 @@ class Controller:
         self._sources: list[EventSource] = []
         self._handlers: list[tuple[EventSource, Any]] = []
         self._coalescing: dict[int, CoalescingQueue] = {}
+        self._deferred: dict[Resource, Callable[[], EventSource]] = {}
         self._watching = False
         self._primary: EventSource | None = None
         self._started = False
@@ -361,6 +363,24 @@ class Controller:
                 if source not in self._sources:
                     self._sources.append(source)
         return coalescing
+
+    def defer_watch(self, resource: Resource, attach: Callable[[], EventSource]) -> None:
+        """Keep a watch of *resource* to be attached by :meth:`start_deferred_watch` (the
+        builder's ``watches(..., deferred=True)``)."""
+        self._deferred[resource] = attach
+
+    def start_deferred_watch(self, resource: Resource) -> EventSource:
+        """Attach the deferred watch of *resource* now (once its kind is served: an informer
+        of an unserved kind never syncs); later calls return the same source."""
+        attach = self._deferred.get(resource)
+        if attach is None:
+            raise KeyError(
+                f"controller {self.name!r} has no deferred watch of {resource.kind}: declare "
+                "it with the builder's watches(..., deferred=True)"
+            )
+        source = attach()
+        self._deferred[resource] = lambda: source
+        return source
 
     def watch_with(self, source: EventSource, handler: Any, *, primary: bool = False) -> None:
         """Attach *handler* (any informer event handler) to *source* when the controller
@@ -593,6 +613,7 @@ class _WatchSpec:
     field_selector: str | None
     coalesce: Coalesce | None = None
     handler: Callable[[Controller], Any] | None = None
+    deferred: bool = False
 
 
 class ControllerBuilder:
@@ -664,9 +685,12 @@ class ControllerBuilder:
         label_selector: str | None = None,
         field_selector: str | None = None,
         coalesce: Coalesce | None = None,
+        deferred: bool = False,
     ) -> ControllerBuilder:
         """Watch *resource*; each event enqueues ``map_fn(obj)`` (old and new of an update),
-        through a coalescing window when *coalesce* is given."""
+        through a coalescing window when *coalesce* is given. *deferred*: attached only when
+        the reconciler calls ``controller.start_deferred_watch(resource)``, for a kind that
+        may not be served yet (docs/runtime.md, "Controllers")."""
         mapper = enqueue_mapped(map_fn)
         self._watches.append(
             _WatchSpec(
@@ -677,6 +701,7 @@ class ControllerBuilder:
                 label_selector,
                 field_selector,
                 coalesce,
+                deferred=deferred,
             )
         )
         return self
@@ -746,23 +771,32 @@ class ControllerBuilder:
         )
         specs = [self._for, *self._watches] if self._for is not None else self._watches
         for spec in specs:
-            source = self._host.source_for(
-                spec.resource,
-                namespace=spec.namespace,
-                label_selector=spec.label_selector,
-                field_selector=spec.field_selector,
-            )
-            if spec.handler is not None:
-                controller.watch_with(source, spec.handler(controller))
-                continue
-            preds = [as_predicate(p) for p in (*self._filters, *spec.predicates)]
-            owner = self._for.resource if self._for is not None else spec.resource
-            controller.watch(
-                source,
-                spec.mapper(owner),
-                preds,
-                primary=spec is self._for,
-                coalesce=spec.coalesce,
-            )
+            if spec.deferred:
+                controller.defer_watch(
+                    spec.resource, functools.partial(self._attach, controller, spec)
+                )
+            else:
+                self._attach(controller, spec)
         self._host.add_controller(controller)
         return controller
+
+    def _attach(self, controller: Controller, spec: _WatchSpec) -> EventSource:
+        source = self._host.source_for(
+            spec.resource,
+            namespace=spec.namespace,
+            label_selector=spec.label_selector,
+            field_selector=spec.field_selector,
+        )
+        if spec.handler is not None:
+            controller.watch_with(source, spec.handler(controller))
+            return source
+        preds = [as_predicate(p) for p in (*self._filters, *spec.predicates)]
+        owner = self._for.resource if self._for is not None else spec.resource
+        controller.watch(
+            source,
+            spec.mapper(owner),
+            preds,
+            primary=spec is self._for,
+            coalesce=spec.coalesce,
+        )
+        return source

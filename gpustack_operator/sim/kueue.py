@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from gpustack_operator.domain.quantities import parse_quantity
+from gpustack_operator.sim.crds import workload_crd
 from gpustack_operator.sim.errors import ApiError
 from gpustack_operator.sim.kueueadmission import (
     ClusterQueueView,
@@ -154,8 +155,6 @@ class KueueStandIn(StoreLoop):
         if self._task is not None:
             return
         if self._api("Workload") is None:
-            from gpustack_operator.simcluster.crds import workload_crd
-
             self.sim.load_crds([workload_crd()])
         self._subscribe()
         for job in self.sim.store.list(JOB_API, "Job"):

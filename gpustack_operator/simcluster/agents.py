@@ -18,10 +18,10 @@ import structlog
 
 from gpustack_operator.devicemanager.agent import DeviceManagerAgent
 from gpustack_operator.devicemanager.detection import DetectionConfig
+from gpustack_operator.domain.simdevices import SIM_DEVICES_ANNOTATION
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.manager import Manager, ManagerOptions
 from gpustack_operator.sim.server import SimServer
-from gpustack_operator.simcluster.devices import SIM_DEVICES_ANNOTATION
 
 log = structlog.get_logger(__name__)
 

@@ -39,13 +39,9 @@ from gpustack_operator.devicemanager.detection import DetectionConfig
 from gpustack_operator.domain.desired import DesiredState
 from gpustack_operator.domain.explain import explain_nodes
 from gpustack_operator.domain.manufacturers import Manufacturer
-from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
 from gpustack_operator.domain.nodeview import name_of
-from gpustack_operator.domain.queues import (
-    DEFAULT_EXCLUDED_NAMESPACES,
-    DEFAULT_QUOTA_RESOURCES,
-    QuotaResources,
-)
+from gpustack_operator.domain.plan import plan_state, tenant_explanations
+from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.tenancy import (
     TENANCY_AUTO,
     TenantSettings,
@@ -56,15 +52,14 @@ from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.manager import Manager, ManagerOptions
 from gpustack_operator.sim.authn import TokenAuthenticator
+from gpustack_operator.sim.crds import is_stand_in, stand_in_crds
 from gpustack_operator.sim.kueue import KueueStandIn
 from gpustack_operator.sim.nfdmaster import NfdMaster
 from gpustack_operator.sim.scheduler import SchedulerStandIn
 from gpustack_operator.sim.server import SimServer
 from gpustack_operator.simcluster.agents import AgentFleet
 from gpustack_operator.simcluster.chain import differences, read_chain, read_chain_from_store
-from gpustack_operator.simcluster.crds import is_stand_in, stand_in_crds
 from gpustack_operator.simcluster.kubelet import SimKubelet
-from gpustack_operator.simcluster.plan import plan_state, tenant_explanations
 
 log = structlog.get_logger(__name__)
 
@@ -126,11 +121,8 @@ class SimCluster:
         namespaces: Iterable[Namespace] = ("default",),
         *,
         crds: Sequence[Mapping[str, Any]] | None = None,
-        system_namespace: str = DEFAULT_SYSTEM_NAMESPACE,
-        excluded_namespaces: Sequence[str] = DEFAULT_EXCLUDED_NAMESPACES,
-        manufacturers: Mapping[str, Manufacturer] | None = None,
+        policy: ChainPolicy | None = None,
         with_memory: bool = False,
-        quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES,
         resource_slices: Sequence[Mapping[str, Any]] = (),
         run_worker: bool = True,
         run_agents: bool = True,
@@ -149,26 +141,27 @@ class SimCluster:
         virtual_scheduler: bool = False,
         quota_caps: Mapping[str, int] | None = None,
     ) -> None:
-        """*authenticator* turns on the server's authentication and RBAC authorization;
-        *token* is then the bearer token of the kubeconfig the agents and worker use.
-        *tenancy* (``auto``: told from *nodes*), *virtual_scheduler* and *quota_caps* are the
-        tenant settings (docs/tenants.md): a vCluster tenant runs no NFD stand-in and no
-        agents, as the worker installs neither there."""
+        """*policy* shapes the chain for the worker and for :meth:`expected` alike
+        (docs/configuration.md, "Chain policy"; default: every manufacturer with
+        ``GPUSTACK_<MFR>_*`` applied). *authenticator* turns on the server's authentication
+        and RBAC authorization; *token* is then the bearer token of the kubeconfig the agents
+        and worker use. *tenancy* (``auto``: told from *nodes*), *virtual_scheduler* and
+        *quota_caps* are the tenant settings (docs/tenants.md): a vCluster tenant runs no NFD
+        stand-in and no agents, as the worker installs neither there."""
         self.nodes: dict[str, dict[str, Any]] = {}
         for node in nodes:
             self.nodes[name_of(node)] = copy.deepcopy(dict(node))
         self.namespaces: list[Namespace] = list(namespaces)
-        self.system_namespace = system_namespace
-        self.excluded_namespaces = tuple(excluded_namespaces)
-        self.manufacturers = manufacturers if manufacturers is not None else load_manufacturers()
+        if policy is None:
+            policy = worker_config.policy if worker_config else ChainPolicy(load_manufacturers())
+        self.policy = policy
         self.with_memory = with_memory
-        self.quota_resources = quota_resources
         self.resource_slices = [copy.deepcopy(dict(s)) for s in resource_slices]
         """DRA ResourceSlices created with the Nodes (docs/devices.md, "DRA")."""
         self.crds = list(crds) if crds is not None else stand_in_crds()
         self.server_defaults = any(not is_stand_in(crd) for crd in self.crds)
         """Real CRDs default fields: convergence then tolerates extra ``spec`` fields."""
-        self.kueue = kueue_resources()
+        self.kueue = kueue_resources(self.policy.offline_kueue_version)
         self.tenant = TenantSettings(
             tenancy=resolve_tenancy(tenancy, self.nodes.values()),
             virtual_scheduler=virtual_scheduler,
@@ -182,7 +175,7 @@ class SimCluster:
             authenticator=authenticator,
         )
         self._token = token
-        self.nfd = NfdMaster(self.sim, namespace=system_namespace)
+        self.nfd = NfdMaster(self.sim, namespace=self.system_namespace)
         self.kubelet = SimKubelet(self.sim, self.manufacturers, with_memory=with_memory)
         self.kueue_admission = KueueStandIn(self.sim, kueue_config)
         """Kueue's admission for Jobs (``sim/kueue.py``); *kueue_config* is a Kueue
@@ -195,12 +188,7 @@ class SimCluster:
         by host-owned labels, as the host scheduler does (docs/tenants.md)."""
         self._run_worker = run_worker
         self._run_agents = run_agents and not self.tenant.is_tenant
-        self.worker_config = worker_config or WorkerConfig(
-            system_namespace=system_namespace,
-            manufacturers=self.manufacturers,
-            excluded_namespaces=self.excluded_namespaces,
-            quota_resources=quota_resources,
-        )
+        self.worker_config = worker_config or WorkerConfig(policy=self.policy)
         self.worker_config.tenant = self.tenant
         self._worker_resync = worker_resync_period
         self._agent_monitor_period = agent_monitor_period
@@ -213,6 +201,14 @@ class SimCluster:
         self.worker_error: str | None = None
         self._stack: AsyncExitStack | None = None
         self._tg: TaskGroup | None = None
+
+    @property
+    def system_namespace(self) -> str:
+        return self.policy.system_namespace
+
+    @property
+    def manufacturers(self) -> Mapping[str, Manufacturer]:
+        return self.policy.manufacturers
 
     def _base_namespaces(self) -> list[str]:
         """Namespaces every cluster has; the input's are created with their labels later."""
@@ -320,14 +316,13 @@ class SimCluster:
 
     def expected(self) -> DesiredState:
         """What ``plan`` computes for the current input: the chain to converge to."""
+        # Every namespace the server holds, as `plan --kubeconfig` reads them: the base ones
+        # get LocalQueues too under a policy that does not exclude them.
         return plan_state(
             list(self.nodes.values()),
-            list(self.namespaces),
-            manufacturers=self.manufacturers,
-            system_namespace=self.system_namespace,
-            excluded_namespaces=self.excluded_namespaces,
+            [*self._base_namespaces(), *self.namespaces],
+            self.policy,
             with_memory=self.with_memory,
-            quota_resources=self.worker_config.quota_resources,
             resource_slices=self.resource_slices,
             tenancy=self.tenant.tenancy.value,
             virtual_scheduler=self.tenant.virtual_scheduler,

@@ -19,14 +19,14 @@ from typing import Any
 import structlog
 
 from gpustack_operator.domain.manufacturers import Manufacturer
-from gpustack_operator.sim.errors import ApiError
-from gpustack_operator.sim.server import SimServer
-from gpustack_operator.sim.standin import NodeStandIn
-from gpustack_operator.simcluster.devices import (
+from gpustack_operator.domain.simdevices import (
     SIM_DEVICES_ANNOTATION,
     parse_sim_devices,
     sim_card_counts,
 )
+from gpustack_operator.sim.errors import ApiError
+from gpustack_operator.sim.server import SimServer
+from gpustack_operator.sim.standin import NodeStandIn
 
 log = structlog.get_logger(__name__)
 

@@ -7,8 +7,9 @@ from pathlib import Path
 
 from gpustack_operator.commands.demojobs import DemoJob, outcome, pick_demo_jobs
 from gpustack_operator.commands.plan import read_cluster_file
+from gpustack_operator.domain.plan import plan_state
+from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.environment import load_manufacturers
-from gpustack_operator.simcluster.plan import plan_state
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cluster.yaml"
 
@@ -18,7 +19,7 @@ def jobs_for(names: Iterable[str]) -> dict[str, DemoJob]:
     nodes, _, _ = read_cluster_file(EXAMPLE)
     wanted = set(names)
     chosen = [n for n in nodes if n["metadata"]["name"] in wanted]
-    state = plan_state(chosen, ["default"], manufacturers=load_manufacturers())
+    state = plan_state(chosen, ["default"], ChainPolicy(manufacturers=load_manufacturers()))
     return {j.name: j for j in pick_demo_jobs(state.cluster_queues, state.local_queues)}
 
 

@@ -111,3 +111,34 @@ def test_code_and_tests_cite_the_projects_own_docs() -> None:
         if outside.search(line)
     ]
     assert not hits, "cite docs/ instead of documents outside the repository:\n" + "\n".join(hits)
+
+
+DOCS_CITATION = re.compile(r'docs/([\w-]+\.md),\s*(?:#\s*)?"([^"\n]+)"')
+
+
+def headings(page: Path) -> set[str]:
+    """The text of every heading of *page* (outside fenced code), as written and without a
+    trailing parenthesis: "Coalescing" names ``## Coalescing (`coalesce.py`)``."""
+    result = set()
+    for line in prose(page).splitlines():
+        if match := re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line):
+            result |= {match.group(1), re.sub(r"\s*\([^()]*\)$", "", match.group(1))}
+    return result
+
+
+def test_cited_docs_sections_exist() -> None:
+    """Every ``docs/<page>.md, "<Section>"`` cited in code and tests names a heading of it
+    (a citation may wrap onto the next line, also inside a comment)."""
+    cited = 0
+    broken = []
+    for folder in ("gpustack_operator", "controllers", "tests", "hack"):
+        for path in sorted((REPO / folder).rglob("*.py")):
+            if "gpustack_operator/controllers" in path.as_posix():
+                continue  # the symbolic link to controllers/, read once there
+            for match in DOCS_CITATION.finditer(path.read_text(encoding="utf-8")):
+                cited += 1
+                page, section = REPO / "docs" / match.group(1), match.group(2)
+                if not page.is_file() or section not in headings(page):
+                    broken.append(f"{path.relative_to(REPO)}: docs/{match.group(1)}, {section!r}")
+    assert cited > 50, "the citation pattern no longer matches how code cites docs/"
+    assert not broken, "cited sections that do not exist:\n" + "\n".join(broken)

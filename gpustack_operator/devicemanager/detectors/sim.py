@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 
 from gpustack_operator.domain.devices import DeviceGroup
 from gpustack_operator.domain.manufacturers import Manufacturer
-from gpustack_operator.simcluster.devices import parse_sim_devices
+from gpustack_operator.domain.simdevices import parse_sim_devices
 
 
 class SimDetector:

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from gpustack_operator.domain.comparison import Compare, ObjectComparison
 from gpustack_operator.domain.labels import MANAGED_BY_LABEL, MANAGED_BY_VALUE
 from gpustack_operator.domain.manufacturers import (
     DEFAULT_PCI_CLASS_PREFIXES,
@@ -33,6 +34,11 @@ INSTANCE_LABEL: Final = "app.kubernetes.io/instance"
 VERSION_LABEL: Final = "app.kubernetes.io/version"
 PART_OF_VALUE: Final = "gpustack-operator"
 MANAGED_SELECTOR: Final = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
+
+MANIFEST_COMPARISON: Final = ObjectComparison({"data": Compare.EXACT}, others=Compare.CONTAINS)
+"""How the bootstrap's manifests are compared (docs/worker.md, "Writes and ownership"): the
+API server defaults much of a workload's spec, so the rest of the body may hold more than
+rendered; a ConfigMap's data is the bootstrap's whole."""
 
 RBAC_API_VERSION: Final = "rbac.authorization.k8s.io/v1"
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +37,8 @@ from gpustack_operator.runtime.resources import (
     Resource,
 )
 from gpustack_operator.sim.authn import TokenAuthenticator
+from gpustack_operator.sim.crds import stand_in_crds
 from gpustack_operator.simcluster.cluster import SimCluster
-from gpustack_operator.simcluster.crds import stand_in_crds
 from tests.integration.bootstrap.rbac import (
     REPO,
     Grant,
@@ -170,9 +171,7 @@ async def recorded_run(tmp_path: Path) -> tuple[RequestLog, SimCluster]:
             worker = setup_worker(
                 manager,
                 WorkerConfig(
-                    system_namespace=NS,
-                    manufacturers=cluster.manufacturers,
-                    excluded_namespaces=cluster.excluded_namespaces,
+                    policy=replace(cluster.policy, system_namespace=NS),
                     dra=await serves_dra(client),  # as the worker command does
                 ),
             )

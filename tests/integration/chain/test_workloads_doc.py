@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from gpustack_operator.domain.desired import desired_state
+from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.sim.server import SimServer
 from gpustack_operator.simcluster.cluster import SimCluster
 from tests.conftest import shared_crds_dir
@@ -82,7 +83,7 @@ async def test_flavor_tolerations_pass_kueues_cel_rules(sim: SimServer) -> None:
         tainted(node("gpu-a", cards=("Tesla T4", 2)), TAINT, team),
         tainted(node("gpu-b", cards=("Tesla T4", 2)), team, TAINT),
     ]
-    state = desired_state(nodes, [], manufacturers=MANUFACTURERS, system_namespace=NS)
+    state = desired_state(nodes, [], ChainPolicy(manufacturers=MANUFACTURERS, system_namespace=NS))
     (flavor,) = [f for f in state.resource_flavors if "nvidia" in f["metadata"]["name"]]
     assert [t["operator"] for t in flavor["spec"]["tolerations"]] == ["Equal", "Exists"]
     async with httpx.AsyncClient(base_url=sim.url) as http:

@@ -15,8 +15,8 @@ import yaml
 
 from gpustack_operator.domain.bootstrap import BootstrapSettings, device_manager_prerequisites
 from gpustack_operator.sim.authn import NODE_NAME_EXTRA, TokenAuthenticator
+from gpustack_operator.sim.crds import stand_in_crds
 from gpustack_operator.sim.server import SimServer
-from gpustack_operator.simcluster.crds import stand_in_crds
 from tests.conftest import shared_crds_dir
 
 AGENT_TOKEN = "device-manager-token"

@@ -17,6 +17,8 @@ from gpustack_operator.commands.plan import read_nodes_file
 from gpustack_operator.domain.desired import DesiredState
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.manufacturers import default_manufacturers
+from gpustack_operator.domain.plan import plan_state
+from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.gateway.api import ApiOptions
 from gpustack_operator.gateway.cluster import ClusterSpec, RunnerSettings
 from gpustack_operator.gateway.gateway import Gateway
@@ -24,7 +26,6 @@ from gpustack_operator.gateway.server import GatewayServer, ServerOptions
 from gpustack_operator.runtime.backoff import BackoffPolicy
 from gpustack_operator.runtime.informer import ReflectorSettings
 from gpustack_operator.sim.server import SimServer
-from gpustack_operator.simcluster.plan import plan_state
 
 JSON = dict[str, Any]
 T = TypeVar("T")
@@ -83,8 +84,7 @@ def seed_chain(sim: SimServer, node_names: Iterable[str], version: KueueVersion)
     state = plan_state(
         example_nodes(node_names),
         ["default"],
-        manufacturers=default_manufacturers(),
-        kueue_version=version,
+        ChainPolicy(manufacturers=default_manufacturers(), kueue_version=version),
     )
     for obj in [*state.resource_flavors, *state.cohorts, *state.cluster_queues]:
         sim.store.create(obj)

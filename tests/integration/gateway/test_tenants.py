@@ -13,10 +13,11 @@ import pytest
 import yaml
 
 from gpustack_operator.domain.manufacturers import default_manufacturers
+from gpustack_operator.domain.plan import plan_state
+from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.tenancy import HOST_NODES_ANNOTATION
 from gpustack_operator.gateway.cluster import ClusterSpec
 from gpustack_operator.sim.server import SimServer
-from gpustack_operator.simcluster.plan import plan_state
 
 from .support import all_ready, running_gateway, start_sim
 
@@ -43,7 +44,7 @@ async def tenants(anyio_backend: str, tmp_path: Path) -> AsyncIterator[list[Clus
         for name, nodes in layout.items():
             sim = await start_sim(("v1beta2",))
             sims.append(sim)
-            state = plan_state(nodes, ["default"], manufacturers=default_manufacturers())
+            state = plan_state(nodes, ["default"], ChainPolicy(default_manufacturers()))
             for obj in [*state.resource_flavors, *state.cohorts, *state.cluster_queues]:
                 sim.store.create(obj)
             specs.append(

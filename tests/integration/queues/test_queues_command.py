@@ -13,8 +13,10 @@ import pytest
 
 from gpustack_operator.apis import kueue_resources
 from gpustack_operator.cli import build_parser
+from gpustack_operator.commands.policy_flags import policy_from_args
 from gpustack_operator.commands.queues import fetch_queues, pool_rows, render_table, run_queues
 from gpustack_operator.domain.desired import desired_state
+from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.sim.server import SimServer
 from tests.conftest import shared_crds_dir
@@ -43,7 +45,9 @@ async def test_queues_lists_pools_with_usage_from_status(
 ) -> None:
     sim.store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}})
     nodes = [node("gpu-a", cards=("Tesla T4", 2)), node("gpu-b", cards=("Tesla T4", 2))]
-    state = desired_state(nodes, ["team-a"], manufacturers=MANUFACTURERS, system_namespace=NS)
+    state = desired_state(
+        nodes, ["team-a"], ChainPolicy(manufacturers=MANUFACTURERS, system_namespace=NS)
+    )
     for obj in [*state.cohorts, *state.resource_flavors, *state.cluster_queues]:
         sim.store.create(obj)
     for obj in state.local_queues:
@@ -65,7 +69,7 @@ async def test_queues_lists_pools_with_usage_from_status(
     args = build_parser({}).parse_args(
         ["queues", "--kubeconfig", str(sim_kubeconfig), "-n", "team-a", "-o", "json"]
     )
-    fetched = await fetch_queues(args)
+    fetched = await fetch_queues(args, policy_from_args(args))
     assert not isinstance(fetched, str), fetched
     rows = pool_rows(*fetched)
     (t4,) = [r for r in rows if r["clusterQueue"] == queue["metadata"]["name"]]

@@ -11,9 +11,9 @@ import anyio
 import httpx
 import pytest
 
+from gpustack_operator.sim.crds import stand_in_crds
 from gpustack_operator.sim.kueue import KueueStandIn
 from gpustack_operator.sim.server import SimServer
-from gpustack_operator.simcluster.crds import stand_in_crds
 
 pytestmark = pytest.mark.anyio
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +13,12 @@ import anyio
 from gpustack_operator.controllers.worker import (
     Worker,
     WorkerConfig,
+    WorkerTiming,
     new_worker_manager,
     setup_worker,
 )
 from gpustack_operator.domain.desired import DesiredState, desired_state
+from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.leaderelection import LeaderElectionConfig
@@ -34,18 +36,27 @@ MANUFACTURERS = load_manufacturers({})
 
 
 def fast_config(**overrides: Any) -> WorkerConfig:
-    """A worker configuration with test-sized waits."""
-    values: dict[str, Any] = {
-        "manufacturers": MANUFACTURERS,
-        "kueue_discovery_interval": 0.1,
-        "reserved_requeue": 0.2,
-        "waiting_requeue": 0.1,
-        "batch_window": 0.05,
-        "capacity_window": 0.05,
-        "cohort_deleting_requeue": 0.2,
-        "max_concurrent_reconciles": 2,
-    }
-    values.update(overrides)
+    """A worker configuration with test-sized waits; overrides named after a field of
+    :class:`ChainPolicy` or :class:`WorkerTiming` go there."""
+    policy_fields = {f.name for f in fields(ChainPolicy)}
+    policy = ChainPolicy(
+        **{"manufacturers": MANUFACTURERS}
+        | {k: v for k, v in overrides.items() if k in policy_fields}
+    )
+    timing_fields = {f.name for f in fields(WorkerTiming)}
+    timing = WorkerTiming(
+        **{
+            "kueue_discovery_interval": 0.1,
+            "reserved_requeue": 0.2,
+            "waiting_requeue": 0.1,
+            "batch_window": 0.05,
+            "capacity_window": 0.05,
+            "cohort_deleting_requeue": 0.2,
+        }
+        | {k: v for k, v in overrides.items() if k in timing_fields}
+    )
+    values: dict[str, Any] = {"policy": policy, "timing": timing, "max_concurrent_reconciles": 2}
+    values.update((k, v) for k, v in overrides.items() if k not in policy_fields | timing_fields)
     return WorkerConfig(**values)
 
 
@@ -157,9 +168,7 @@ def expected(sim: SimServer, config: WorkerConfig) -> DesiredState:
     return desired_state(
         sim.store.list("v1", "Node"),
         sim.store.list("v1", "Namespace"),
-        manufacturers=config.manufacturers,
-        system_namespace=config.system_namespace,
-        excluded_namespaces=config.excluded_namespaces,
+        config.policy,
         cohort_uids=cohorts,
     )
 

@@ -4,6 +4,7 @@ Kueue CRDs appear it becomes ready and builds the chain."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +73,7 @@ async def test_waits_for_kueue_then_builds_the_chain(
 ) -> None:
     sim = nfd_only_sim
     kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
-    config = fast_config(kueue_version="auto")
+    config = fast_config(kueue_version=None)
     put_node(sim, node("one", cards=("Tesla T4", 1)))
     with capture_logs() as logs:
         async with nfd_master(sim), worker_running(kubeconfig, config, health=True) as running:
@@ -116,7 +117,7 @@ async def test_a_cluster_serving_only_v1beta1_gets_v1beta1_objects(
     sim = nfd_only_sim
     sim.load_crds([v1beta1_only(d) for d in kueue_crds()])
     kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
-    config = fast_config(kueue_version="auto")
+    config = fast_config(kueue_version=None)
     put_node(sim, node("one", cards=("Tesla T4", 2)))
     v1beta1 = "kueue.x-k8s.io/v1beta1"
 
@@ -130,8 +131,7 @@ async def test_a_cluster_serving_only_v1beta1_gets_v1beta1_objects(
         want = desired_state(
             sim.store.list("v1", "Node"),
             ["default"],
-            manufacturers=config.manufacturers,
-            kueue_version=KueueVersion.V1BETA1,
+            replace(config.policy, kueue_version=KueueVersion.V1BETA1),
         )
         queues = sim.store.list(v1beta1, "ClusterQueue")
         assert sorted(q["metadata"]["name"] for q in queues) == sorted(

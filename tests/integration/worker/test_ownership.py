@@ -35,7 +35,7 @@ async def test_objects_a_person_made_are_never_touched(
     config = fast_config()
     small, big = node("small", cpu="16"), node("big", cpu="32", memory="128Gi")
     # The names the worker will want, computed offline from the same nodes.
-    plan = desired_state([small, big], ["default"], manufacturers=config.manufacturers)
+    plan = desired_state([small, big], ["default"], config.policy)
     (queue,) = plan.cluster_queues
     (cohort,) = plan.cohorts
     flavors = sorted(f["metadata"]["name"] for f in plan.resource_flavors)

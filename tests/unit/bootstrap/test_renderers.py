@@ -8,12 +8,12 @@ import pytest
 import yaml
 
 from gpustack_operator.cli import build_parser
-from gpustack_operator.controllers.bootstrap import (
-    BootstrapConfig,
-    SpecChanged,
-    manifest_applied,
+from gpustack_operator.controllers.bootstrap import BootstrapConfig
+from gpustack_operator.controllers.common import (
+    METADATA_OR_SPEC_CHANGED,
+    contains,
+    is_up_to_date,
 )
-from gpustack_operator.controllers.common import contains
 from gpustack_operator.domain.bootstrap import (
     DEFAULT_NFD_IMAGE,
     BootstrapSettings,
@@ -24,6 +24,7 @@ from gpustack_operator.domain.bootstrap import (
     render_nfd,
     render_runtime_classes,
 )
+from gpustack_operator.domain.bootstrap.common import MANIFEST_COMPARISON
 from gpustack_operator.domain.labels import CPU_ANNOTATION_ATTRIBUTES
 from gpustack_operator.domain.manufacturers import KNOWN_MANUFACTURERS
 from gpustack_operator.environment import load_manufacturers
@@ -237,16 +238,21 @@ def test_up_to_date_tolerates_server_defaults_but_not_drift() -> None:
         "data": {"k": "v"},
         "spec": {"containers": [{"name": "c", "image": "i", "imagePullPolicy": "IfNotPresent"}]},
     }
-    assert manifest_applied(have, want)
-    assert not manifest_applied(None, want)
-    assert not manifest_applied({**have, "data": {"k": "other"}}, want)
-    assert not manifest_applied({**have, "metadata": {"name": "x", "labels": {}}}, want)
+
+    def applied(have: dict[str, Any] | None) -> bool:
+        return is_up_to_date(have, want, MANIFEST_COMPARISON)
+
+    assert applied(have)
+    assert not applied(None)
+    assert not applied({**have, "data": {"k": "other"}})
+    assert not applied({**have, "data": {"k": "v", "dropped": "key"}})  # data is owned whole
+    assert not applied({**have, "metadata": {"name": "x", "labels": {}}})
     two = {"spec": {"containers": [*have["spec"]["containers"], {"name": "d"}]}}
     assert not contains(two, {"spec": want["spec"]})
 
 
 def test_spec_changed_ignores_status_and_bookkeeping() -> None:
-    predicate = SpecChanged()
+    predicate = METADATA_OR_SPEC_CHANGED
     old = {"metadata": {"name": "x", "resourceVersion": "1"}, "spec": {"a": 1}, "status": {"n": 1}}
     status_only = {**old, "metadata": {"name": "x", "resourceVersion": "2"}, "status": {"n": 2}}
     assert not predicate.update(old, status_only)

@@ -26,9 +26,10 @@ from gpustack_operator.domain.devicesources.neuron import neuron_pools
 from gpustack_operator.domain.labels import ACCELERATABLE_PREFIX
 from gpustack_operator.domain.manufacturers import default_manufacturers
 from gpustack_operator.domain.nodeview import labels_of, name_of, status_field
+from gpustack_operator.domain.plan import plan_state
+from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.quantities import parse_quantity
 from gpustack_operator.domain.queues import HOST_RESOURCES
-from gpustack_operator.simcluster.plan import plan_state
 
 MFRS = default_manufacturers()
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -39,7 +40,7 @@ DRA = EXAMPLES / "dra-migration.yaml"
 @cache
 def _plan(path: Path) -> tuple[DesiredState, tuple[Mapping[str, Any], ...]]:
     nodes, namespaces, slices = read_cluster_file(path)
-    state = plan_state(nodes, namespaces or ["default"], manufacturers=MFRS, resource_slices=slices)
+    state = plan_state(nodes, namespaces or ["default"], ChainPolicy(MFRS), resource_slices=slices)
     return state, tuple(slices)
 
 

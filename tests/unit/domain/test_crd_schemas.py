@@ -22,13 +22,14 @@ import yaml
 from gpustack_operator.domain.desired import DesiredState
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.manufacturers import default_manufacturers
+from gpustack_operator.domain.plan import plan_state
+from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.validation import (
     is_valid_dns_label,
     is_valid_dns_subdomain,
     is_valid_label_key,
     is_valid_label_value,
 )
-from gpustack_operator.simcluster.plan import plan_state
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "examples" / "cluster.yaml"
@@ -101,7 +102,9 @@ def validate(obj: dict[str, Any]) -> None:
 def example_state(version: KueueVersion) -> DesiredState:
     items = yaml.safe_load(EXAMPLE.read_text())["items"]
     return plan_state(
-        items, ["default", "team-a"], manufacturers=default_manufacturers(), kueue_version=version
+        items,
+        ["default", "team-a"],
+        ChainPolicy(manufacturers=default_manufacturers(), kueue_version=version),
     )
 
 

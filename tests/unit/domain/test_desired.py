@@ -24,6 +24,8 @@ from gpustack_operator.domain.nodefeature import (
     node_feature_name,
     worker_node_feature,
 )
+from gpustack_operator.domain.plan import apply_sim_devices, plan_state
+from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.queues import (
     QuotaResources,
     cohort_may_be_deleted,
@@ -33,7 +35,6 @@ from gpustack_operator.domain.queues import (
     is_owned,
 )
 from gpustack_operator.domain.validation import is_valid_dns_subdomain
-from gpustack_operator.simcluster.plan import apply_sim_devices, plan_state
 
 from .nodes import A, G, a10g, make_node, t4
 
@@ -43,7 +44,7 @@ MANAGED_BY = {"app.kubernetes.io/managed-by": "gpustack-operator"}
 
 def converged(*nodes: dict[str, Any]) -> list[dict[str, Any]]:
     """Nodes after the worker's NodeFeature is merged, as the NFD master would do."""
-    return desired_state(nodes, [], manufacturers=MFRS).nodes
+    return desired_state(nodes, [], ChainPolicy(manufacturers=MFRS)).nodes
 
 
 def test_worker_node_feature_shape() -> None:
@@ -175,7 +176,7 @@ def test_unmanaged_nodes_are_not_counted() -> None:
     node = make_node(
         "n", cpu="16", memory="31Gi", storage="97Gi", labels={"gpustack.ai/managed": "false"}
     )
-    state = desired_state([node], ["default"], manufacturers=MFRS)
+    state = desired_state([node], ["default"], ChainPolicy(manufacturers=MFRS))
     assert len(state.node_features) == 1
     assert state.resource_flavors == state.cohorts == state.cluster_queues == []
 
@@ -192,7 +193,7 @@ def test_cluster_queue_aggregates_nodes() -> None:
         )
         for i in range(3)
     ]
-    state = desired_state(nodes, ["default"], manufacturers=MFRS)
+    state = desired_state(nodes, ["default"], ChainPolicy(manufacturers=MFRS))
     queues = {q["metadata"]["name"]: q for q in state.cluster_queues}
     device = queues["gpustack--amd-25-1-4c-16g--nvidia-tesla-t4-1d"]
     group = device["spec"]["resourceGroups"]
@@ -251,7 +252,7 @@ def test_sliced_queue_has_zero_borrowing_limit_and_shares_cohort() -> None:
         labels=a10g(4),
         allocatable={"nvidia.com/gpu": "4"},
     )
-    state = desired_state([sliced, plain], [], manufacturers=MFRS)
+    state = desired_state([sliced, plain], [], ChainPolicy(manufacturers=MFRS))
     queues = {q["metadata"]["name"]: q for q in state.cluster_queues}
     sq = queues["gpustack--amd-25-1-12c-47g--nvidia-a10g-1d-8s"]
     pq = queues["gpustack--amd-25-1-12c-47g--nvidia-a10g-1d"]
@@ -291,7 +292,9 @@ def test_credits_mode_measures_device_queues_in_credits() -> None:
             allocatable={"nvidia.com/gpu": "2"},
         ),
     ]
-    state = desired_state(nodes, [], manufacturers=MFRS, quota_resources=QuotaResources.CREDITS)
+    state = desired_state(
+        nodes, [], ChainPolicy(manufacturers=MFRS, quota_resources=QuotaResources.CREDITS)
+    )
     queues = {q["metadata"]["name"]: q for q in state.cluster_queues}
     group = queues["gpustack--amd-25-1-4c-16g--nvidia-tesla-t4-1d"]["spec"]["resourceGroups"][0]
     assert group["coveredResources"][3] == "credits.gpustack.ai/nvidia"
@@ -314,7 +317,9 @@ def test_device_queue_never_covers_its_resource_with_zero_quota() -> None:
     )
     without = make_node("b", cpu="16", memory="63Gi", storage="97Gi", labels=t4(2))
     for mode in QuotaResources:
-        state = desired_state([with_gpus, without], [], manufacturers=MFRS, quota_resources=mode)
+        state = desired_state(
+            [with_gpus, without], [], ChainPolicy(manufacturers=MFRS, quota_resources=mode)
+        )
         for queue in state.cluster_queues:
             for group in queue["spec"]["resourceGroups"]:
                 for flavor in group["flavors"]:
@@ -336,7 +341,7 @@ def test_cluster_queue_flavor_order_and_zero_node_flavors() -> None:
     )
     assert cq is not None
     entries = cq["spec"]["resourceGroups"][0]["flavors"]
-    # By name (docs/naming.md, "Flavor order"): creation time, which a restart or the join
+    # By name (docs/naming.md, "Flavor order and notes"): creation time, which a restart or the join
     # order of the nodes changes, does not count.
     assert [f["name"] for f in entries] == [
         "gpustack--amd-25-1-16c-32g-198g",
@@ -363,7 +368,7 @@ def test_more_than_64_flavors_are_capped_with_a_note() -> None:
         make_node(f"n{i:03}", cpu="16", memory="31Gi", storage=f"{100 + 2 * i}Gi")
         for i in range(66)
     ]
-    state = desired_state(nodes, [], manufacturers=MFRS)
+    state = desired_state(nodes, [], ChainPolicy(manufacturers=MFRS))
     (cq,) = state.cluster_queues
     assert len(cq["spec"]["resourceGroups"]) == 1
     assert len(cq["spec"]["resourceGroups"][0]["flavors"]) == 64
@@ -373,7 +378,7 @@ def test_more_than_64_flavors_are_capped_with_a_note() -> None:
 def test_v1beta1_rendering() -> None:
     node = make_node("n", cpu="16", memory="31Gi", storage="97Gi")
     state = desired_state(
-        [node], ["default"], manufacturers=MFRS, kueue_version=KueueVersion.V1BETA1
+        [node], ["default"], ChainPolicy(manufacturers=MFRS, kueue_version=KueueVersion.V1BETA1)
     )
     assert {o["apiVersion"] for o in state.objects() if o["kind"] != "NodeFeature"} == {
         "kueue.x-k8s.io/v1beta1"
@@ -454,7 +459,7 @@ def test_sim_devices_and_allocatable_default() -> None:
         "gpustack-operator-device-manager"
     )
     assert nodes[0]["metadata"]["labels"][A + "nvidia-tesla-t4.count"] == "2"
-    state = plan_state([node], ["default"], manufacturers=MFRS)
+    state = plan_state([node], ["default"], ChainPolicy(manufacturers=MFRS))
     assert len(state.node_features) == 2
 
 
@@ -464,8 +469,10 @@ def test_output_does_not_depend_on_node_order() -> None:
         make_node("a", cpu="16", memory="31Gi", storage="97Gi"),
         make_node("c", cpu="8", memory="31Gi", storage="97Gi", labels=t4(2)),
     ]
-    first = desired_state(nodes, ["default"], manufacturers=MFRS).as_list()
-    again = desired_state(list(reversed(nodes)), ["default"], manufacturers=MFRS).as_list()
+    first = desired_state(nodes, ["default"], ChainPolicy(manufacturers=MFRS)).as_list()
+    again = desired_state(
+        list(reversed(nodes)), ["default"], ChainPolicy(manufacturers=MFRS)
+    ).as_list()
     assert first == again
 
 

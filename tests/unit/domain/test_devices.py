@@ -15,8 +15,8 @@ from gpustack_operator.domain.devices import (
     group_devices,
 )
 from gpustack_operator.domain.manufacturers import default_manufacturers
+from gpustack_operator.domain.simdevices import parse_sim_devices, sim_card_counts
 from gpustack_operator.domain.validation import is_valid_label_key, is_valid_label_value
-from gpustack_operator.simcluster.devices import parse_sim_devices, sim_card_counts
 
 P = "acceleratable.feature.gpustack.ai/"
 

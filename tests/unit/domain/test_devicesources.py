@@ -33,9 +33,10 @@ from gpustack_operator.domain.flavors import flavor_nodes
 from gpustack_operator.domain.manufacturers import default_manufacturers
 from gpustack_operator.domain.nodefeature import merge_node_features, worker_node_feature
 from gpustack_operator.domain.nodeview import labels_of, name_of, status_field
+from gpustack_operator.domain.plan import plan_state
+from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.quantities import parse_quantity
 from gpustack_operator.domain.queues import HOST_RESOURCES, QuotaResources
-from gpustack_operator.simcluster.plan import plan_state
 
 from .nodes import make_node
 
@@ -226,7 +227,10 @@ def test_example_device_quota_is_the_allocatable_of_the_pools_resource(
     card is counted once overall."""
     nodes, namespaces, slices = read_cluster_file(EXAMPLES / dump)
     state = plan_state(
-        nodes, namespaces, manufacturers=MFRS, quota_resources=mode, resource_slices=slices
+        nodes,
+        namespaces,
+        ChainPolicy(manufacturers=MFRS, quota_resources=mode),
+        resource_slices=slices,
     )
     by_flavor = flavor_nodes(state.nodes, MFRS)
     covered: Counter[str] = Counter()
@@ -269,7 +273,7 @@ def test_example_device_quota_is_the_allocatable_of_the_pools_resource(
 
 def test_example_markers_mig_profiles_and_counting_once() -> None:
     nodes, namespaces = read_nodes_file(EXAMPLES / "mixed-stacks.yaml")
-    state = plan_state(nodes, namespaces, manufacturers=MFRS)
+    state = plan_state(nodes, namespaces, ChainPolicy(manufacturers=MFRS))
     queues = {q["metadata"]["name"]: q for q in state.cluster_queues}
     sliced = {n for n in queues if n.endswith("s") and "-1d-" in n}
     assert {n.split("--")[-1] for n in sliced} == {

@@ -10,7 +10,8 @@ import pytest
 from gpustack_operator.commands.plan import read_cluster_file
 from gpustack_operator.domain.explain import NodeExplanation
 from gpustack_operator.domain.manufacturers import default_manufacturers
-from gpustack_operator.simcluster.plan import plan_state
+from gpustack_operator.domain.plan import plan_state
+from gpustack_operator.domain.policy import ChainPolicy
 
 from .nodes import CPU_NAME, A, make_node, t4
 
@@ -20,7 +21,7 @@ HOST = {"cpu": "16", "memory": "64Gi", "storage": "200Gi"}
 
 
 def explain(node: dict[str, Any]) -> NodeExplanation:
-    (explanation,) = plan_state([node], ["default"], manufacturers=MFRS).explanations
+    (explanation,) = plan_state([node], ["default"], ChainPolicy(manufacturers=MFRS)).explanations
     return explanation
 
 
@@ -165,6 +166,6 @@ def test_pools_in_their_own_resource_hold_nothing_back(dump: str) -> None:
     # MIG, shared and DRA pools are counted in their own resource (nvidia.com/mig-<profile>,
     # ...), not the vendor's default one: no device-without-allocatable for them.
     nodes, _, slices = read_cluster_file(EXAMPLES / dump)
-    state = plan_state(nodes, ["default"], manufacturers=MFRS, resource_slices=slices)
+    state = plan_state(nodes, ["default"], ChainPolicy(manufacturers=MFRS), resource_slices=slices)
     assert state.explanations
     assert all(e.flavors and e.reasons == () for e in state.explanations)

@@ -21,6 +21,8 @@ from gpustack_operator.domain.desired import desired_state
 from gpustack_operator.domain.devices import DetectedDevice, device_labels, group_devices
 from gpustack_operator.domain.manufacturers import KNOWN_MANUFACTURERS, default_manufacturers
 from gpustack_operator.domain.names import normalize_name, sanitize_label_value
+from gpustack_operator.domain.plan import plan_state
+from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.profiles import format_node_profile, parse_node_profile
 from gpustack_operator.domain.quantities import GI, ceil_value, floor_gi, parse_quantity
 from gpustack_operator.domain.validation import (
@@ -29,7 +31,6 @@ from gpustack_operator.domain.validation import (
     is_valid_label_key,
     is_valid_label_value,
 )
-from gpustack_operator.simcluster.plan import plan_state
 
 from .nodes import CPU_NAME, FAMILY, MODEL, VENDOR, A, G
 
@@ -153,12 +154,14 @@ def test_worker_labels_are_valid_and_a_fixed_point(node: dict[str, Any]) -> None
 def test_desired_state_is_valid_and_order_independent(
     node_list: list[dict[str, Any]], rng: Any
 ) -> None:
-    state = desired_state(node_list, ["default", "team-a", "kube-system"], manufacturers=MFRS)
+    state = desired_state(
+        node_list, ["default", "team-a", "kube-system"], ChainPolicy(manufacturers=MFRS)
+    )
     for obj in state.objects():
         assert_valid_object(obj)
     shuffled = list(node_list)
     rng.shuffle(shuffled)
-    again = desired_state(shuffled, ["team-a", "default"], manufacturers=MFRS)
+    again = desired_state(shuffled, ["team-a", "default"], ChainPolicy(manufacturers=MFRS))
     assert json.dumps(again.as_list(), sort_keys=True) == json.dumps(
         state.as_list(), sort_keys=True
     )
@@ -215,7 +218,7 @@ def test_plan_with_sim_devices_is_valid(
     devices: list[dict[str, Any]], node: dict[str, Any]
 ) -> None:
     node["metadata"]["annotations"]["sim.gpustack.ai/devices"] = json.dumps(devices)
-    state = plan_state([node], ["default"], manufacturers=MFRS)
+    state = plan_state([node], ["default"], ChainPolicy(manufacturers=MFRS))
     for obj in state.objects():
         assert_valid_object(obj)
 

@@ -17,6 +17,8 @@ from gpustack_operator.commands.tenant_flags import quota_caps
 from gpustack_operator.domain.labels import MANAGED_LABEL
 from gpustack_operator.domain.manufacturers import default_manufacturers
 from gpustack_operator.domain.nodeview import labels_of, name_of
+from gpustack_operator.domain.plan import plan_state
+from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.tenancy import (
     FAKE_NODE_LABEL,
     HOST_NODES_ANNOTATION,
@@ -27,7 +29,6 @@ from gpustack_operator.domain.tenancy import (
     resolve_tenancy,
     selects,
 )
-from gpustack_operator.simcluster.plan import plan_state
 
 REPO = Path(__file__).resolve().parents[3]
 TENANT = REPO / "examples" / "vcluster-tenant.yaml"
@@ -64,7 +65,7 @@ def test_tenancy_is_told_from_the_nodes_and_a_setting_overrides_it() -> None:
 def test_pseudo_nodes_get_no_pools_and_the_vcluster_reason(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    state = plan_state([pseudo_node("vn-1"), pseudo_node("vn-2")], ["default"], manufacturers=MFRS)
+    state = plan_state([pseudo_node("vn-1"), pseudo_node("vn-2")], ["default"], ChainPolicy(MFRS))
     assert state.tenancy is Tenancy.PSEUDO_NODES
     assert state.resource_flavors == [] and state.cluster_queues == []
     assert state.node_features == []
@@ -90,7 +91,7 @@ def test_pseudo_nodes_get_no_pools_and_the_vcluster_reason(
 
 def test_shared_node_flavors_select_host_owned_labels_of_their_own_pool_only() -> None:
     nodes = load(TENANT)
-    state = plan_state(nodes, ["default"], manufacturers=MFRS)
+    state = plan_state(nodes, ["default"], ChainPolicy(MFRS))
     assert state.tenancy is Tenancy.SHARED_NODES
     assert state.node_features == []  # nothing for NFD: no NodeFeature is written
     assert state.resource_flavors
@@ -111,7 +112,7 @@ def _flavors(state: Any, node: dict[str, Any]) -> list[str]:
 
 
 def test_pools_host_labels_cannot_tell_apart_become_one_and_say_so() -> None:
-    state = plan_state(load(TENANT), ["default"], manufacturers=MFRS)
+    state = plan_state(load(TENANT), ["default"], ChainPolicy(MFRS))
     t4 = [f for f in state.resource_flavors if "tesla-t4" in f["metadata"]["name"]]
     assert len(t4) == 1  # host-t4-1 (8 CPU) and host-t4-2 (16 CPU) share every host label
     assert t4[0]["metadata"]["name"].endswith("-8c-32g-400g--nvidia-tesla-t4-1d")  # the smaller
@@ -122,8 +123,8 @@ def test_pools_host_labels_cannot_tell_apart_become_one_and_say_so() -> None:
 def test_a_tenant_without_vcluster_labels_gets_the_ordinary_chain() -> None:
     """A tenant on private nodes sees ordinary Nodes: same chain as any cluster."""
     nodes = load(ORDINARY)
-    auto = plan_state(nodes, ["default"], manufacturers=MFRS)
-    ordinary = plan_state(nodes, ["default"], manufacturers=MFRS, tenancy="ordinary")
+    auto = plan_state(nodes, ["default"], ChainPolicy(MFRS))
+    ordinary = plan_state(nodes, ["default"], ChainPolicy(MFRS), tenancy="ordinary")
     assert auto.tenancy is Tenancy.ORDINARY
     assert auto.as_list() == ordinary.as_list()
     assert auto.node_features  # the worker's NodeFeatures, as in any cluster
@@ -145,12 +146,12 @@ def test_a_declared_cap_bounds_device_quota_else_an_annotation_says_it_is_shared
             if "nvidia" in q["metadata"]["name"]
         }
 
-    shared = plan_state(nodes, ["default"], manufacturers=MFRS)
+    shared = plan_state(nodes, ["default"], ChainPolicy(MFRS))
     assert set(device_quota(shared).values()) == {2, 4}
     for queue in shared.cluster_queues:
         note = queue["metadata"].get("annotations", {}).get(SHARED_CAPACITY_ANNOTATION)
         assert ("nvidia.com/gpu" in (note or "")) == ("nvidia" in queue["metadata"]["name"])
-    capped = plan_state(nodes, ["default"], manufacturers=MFRS, quota_caps={"nvidia.com/gpu": 3})
+    capped = plan_state(nodes, ["default"], ChainPolicy(MFRS), quota_caps={"nvidia.com/gpu": 3})
     assert set(device_quota(capped).values()) == {2, 3}
     for queue in capped.cluster_queues:
         assert SHARED_CAPACITY_ANNOTATION not in queue["metadata"].get("annotations", {})
@@ -169,12 +170,12 @@ def test_dra_slices_give_a_tenant_no_pools_and_are_explained() -> None:
     ordinary = plan_state(
         copy.deepcopy(nodes),
         ["default"],
-        manufacturers=MFRS,
+        ChainPolicy(MFRS),
         tenancy="ordinary",
         resource_slices=slices,
     )
     assert any("nvidia" in f["metadata"]["name"] for f in ordinary.resource_flavors)
-    state = plan_state(nodes, ["default"], manufacturers=MFRS, resource_slices=slices)
+    state = plan_state(nodes, ["default"], ChainPolicy(MFRS), resource_slices=slices)
     assert not any("nvidia" in f["metadata"]["name"] for f in state.resource_flavors)
     codes = [r.code for e in state.explanations for r in e.reasons]
     assert "tenant-no-dra" in codes
@@ -186,8 +187,8 @@ def test_the_virtual_scheduler_setting_lets_flavors_use_tenant_labels() -> None:
     for node in nodes:  # labels only the tenant wrote, telling the T4 nodes apart
         if name_of(node) in sizes:
             node["metadata"]["labels"]["node.kubernetes.io/instance-type"] = sizes[name_of(node)]
-    host = plan_state(copy.deepcopy(nodes), ["default"], manufacturers=MFRS)
-    virtual = plan_state(nodes, ["default"], manufacturers=MFRS, virtual_scheduler=True)
+    host = plan_state(copy.deepcopy(nodes), ["default"], ChainPolicy(MFRS))
+    virtual = plan_state(nodes, ["default"], ChainPolicy(MFRS), virtual_scheduler=True)
     count = lambda s: sum("tesla-t4" in f["metadata"]["name"] for f in s.resource_flavors)  # noqa: E731
     assert (count(host), count(virtual)) == (1, 2)
     assert all(MANAGED_LABEL not in f["spec"]["nodeLabels"] for f in virtual.resource_flavors)
@@ -211,7 +212,7 @@ def test_pools_still_indistinguishable_after_merging_get_no_nodes() -> None:
         node["metadata"]["name"] = name
         node["metadata"]["annotations"]["feature.gpustack.ai/cpu-name"] = model
         nodes.append(node)
-    state = plan_state(nodes, ["default"], manufacturers=MFRS)
+    state = plan_state(nodes, ["default"], ChainPolicy(MFRS))
     assert state.resource_flavors == [] and state.cluster_queues == []
     codes = {e.node: [r.code for r in e.reasons] for e in state.explanations}
     assert codes == {
@@ -229,10 +230,10 @@ def test_a_tenant_node_without_host_identity_labels_gets_no_pool_that_selects_ev
     bare["metadata"]["annotations"]["vcluster.loft.sh/managed-labels"] = "kubernetes.io/os"
     bare["metadata"]["annotations"]["feature.gpustack.ai/cpu-name"] = "AMD EPYC 7763"
     bare["status"]["capacity"]["cpu"] = bare["status"]["allocatable"]["cpu"] = "4"
-    state = plan_state([*nodes, bare], ["default"], manufacturers=MFRS)
+    state = plan_state([*nodes, bare], ["default"], ChainPolicy(MFRS))
     assert all(f["spec"]["nodeLabels"] for f in state.resource_flavors)
     codes = {e.node: [r.code for r in e.reasons] for e in state.explanations}
     assert "tenant-pools-indistinguishable" in codes["host-bare"]
     assert "tenant-pools-indistinguishable" not in codes["host-cpu-1"]  # the others keep theirs
-    alone = plan_state(nodes, ["default"], manufacturers=MFRS)
+    alone = plan_state(nodes, ["default"], ChainPolicy(MFRS))
     assert state.resource_flavors == alone.resource_flavors

@@ -85,7 +85,9 @@ def test_worker_flag_sets_the_policy() -> None:
     from gpustack_operator.commands.worker import build_config
 
     def policy(*argv: str) -> Any:
-        return build_config(build_parser({}).parse_args(["worker", *argv])).flavor_tolerations
+        return build_config(
+            build_parser({}).parse_args(["worker", *argv])
+        ).policy.flavor_tolerations
 
     assert policy() is None
     assert policy("--flavor-tolerations", "none") == ()

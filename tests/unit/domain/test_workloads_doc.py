@@ -14,7 +14,8 @@ from gpustack_operator.commands.plan import read_cluster_file
 from gpustack_operator.domain.desired import desired_state
 from gpustack_operator.domain.kueueconfig import recommended_configuration
 from gpustack_operator.domain.manufacturers import default_manufacturers
-from gpustack_operator.simcluster.plan import plan_state
+from gpustack_operator.domain.plan import plan_state
+from gpustack_operator.domain.policy import ChainPolicy
 from tests.integration.worker.support import node
 
 DOC = Path(__file__).parents[3] / "docs" / "workloads.md"
@@ -41,7 +42,7 @@ def test_job_example_targets_the_t4_pool_and_its_covered_resources() -> None:
     namespace = job["metadata"]["namespace"]  # type: ignore[index]
     nodes = [node("gpu-a", cards=("Tesla T4", 2)), node("gpu-b", cards=("Tesla T4", 2))]
     state = desired_state(
-        nodes, [namespace], manufacturers=MFRS, system_namespace="gpustack-system"
+        nodes, [namespace], ChainPolicy(manufacturers=MFRS, system_namespace="gpustack-system")
     )
     queue_name = job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]  # type: ignore[index]
     (local,) = [lq for lq in state.local_queues if lq["metadata"]["name"] == queue_name]
@@ -69,7 +70,7 @@ def test_dra_job_example_claims_the_dra_pools_device_class() -> None:
     (template,) = [d for d in docs if d.get("kind") == "ResourceClaimTemplate"]
     nodes, _, slices = read_cluster_file(DOC.parents[1] / "examples" / "dra-migration.yaml")
     namespace = job["metadata"]["namespace"]
-    state = plan_state(nodes, [namespace], manufacturers=MFRS, resource_slices=slices)
+    state = plan_state(nodes, [namespace], ChainPolicy(MFRS), resource_slices=slices)
     queue_name = job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]
     (local,) = [lq for lq in state.local_queues if lq["metadata"]["name"] == queue_name]
     (queue,) = [

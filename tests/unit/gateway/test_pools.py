@@ -11,8 +11,9 @@ import pytest
 from gpustack_operator.commands.plan import read_nodes_file
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.manufacturers import default_manufacturers
+from gpustack_operator.domain.plan import plan_state
+from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.gateway.pools import pool_entry, sum_quantities
-from gpustack_operator.simcluster.plan import plan_state
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "cluster.yaml"
 
@@ -21,7 +22,9 @@ EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "cluster.yaml"
 def _queues(version: KueueVersion) -> dict[str, dict[str, Any]]:
     nodes, _ = read_nodes_file(EXAMPLE)
     state = plan_state(
-        nodes, ["default"], manufacturers=default_manufacturers(), kueue_version=version
+        nodes,
+        ["default"],
+        ChainPolicy(manufacturers=default_manufacturers(), kueue_version=version),
     )
     return {q["metadata"]["name"]: q for q in state.cluster_queues}
 

@@ -3,19 +3,28 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gpustack_operator.apis import kueue_resources
 from gpustack_operator.cli import build_parser
+from gpustack_operator.commands.plan import read_nodes_file
 from gpustack_operator.commands.worker import build_config, build_options
 from gpustack_operator.controllers.capacity import NotLastApplied
 from gpustack_operator.controllers.clusterqueue import has_reservations
-from gpustack_operator.controllers.common import NodeChanged, is_up_to_date, trim_for_worker
+from gpustack_operator.controllers.common import (
+    NodeChanged,
+    comparison_for,
+    is_up_to_date,
+    trim_for_worker,
+)
 from gpustack_operator.controllers.nodefacts import node_view
-from gpustack_operator.controllers.worker import WorkerConfig, choose_kueue_version
+from gpustack_operator.controllers.worker import WorkerTiming, choose_kueue_version
 from gpustack_operator.domain.kueue import KueueVersion
+from gpustack_operator.domain.plan import plan_state
+from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.environment import load_manufacturers
 
 MFRS = load_manufacturers({})
@@ -86,6 +95,7 @@ def test_node_updates_pass_only_when_the_worker_view_changes(change: Any, releva
 
 def flavor(**spec: Any) -> dict[str, Any]:
     return {
+        "kind": "ResourceFlavor",
         "metadata": {
             "name": "f",
             "labels": {"app.kubernetes.io/managed-by": "gpustack-operator"},
@@ -121,6 +131,39 @@ def test_up_to_date_tolerates_server_defaults_but_not_our_drift() -> None:
     have_list = copy.deepcopy(list_shorter)
     have_list["spec"]["groups"].pop()
     assert not is_up_to_date(have_list, list_shorter)
+
+
+def test_a_new_map_field_whose_keys_shrink_is_rewritten() -> None:
+    """docs/worker.md, "Writes and ownership": a field no declaration names is compared
+    exactly, so nobody has to remember to list a new one."""
+    want = flavor(newMap={"a": "1"})
+    have = flavor(newMap={"a": "1", "b": "2"})
+    assert not is_up_to_date(have, want)
+    assert is_up_to_date(flavor(newMap={"a": "1"}), want)
+
+
+def test_declared_fields_tolerate_server_defaults() -> None:
+    queue = {
+        "kind": "ClusterQueue",
+        "metadata": {"name": "q"},
+        "spec": {"cohortName": "c", "preemption": {"withinClusterQueue": "LowerPriority"}},
+    }
+    defaulted = copy.deepcopy(queue)
+    defaulted["spec"]["preemption"]["borrowWithinCohort"] = {"policy": "Never"}
+    defaulted["spec"]["stopPolicy"] = "None"
+    assert is_up_to_date(defaulted, queue)
+    moved = copy.deepcopy(defaulted)
+    moved["spec"]["cohortName"] = "d"
+    assert not is_up_to_date(moved, queue)
+
+
+def test_every_kind_the_worker_writes_declares_its_comparison() -> None:
+    nodes, _ = read_nodes_file(Path(__file__).parents[3] / "examples" / "cluster.yaml")
+    state = plan_state(nodes, ["default"], ChainPolicy(MFRS))
+    assert {o["kind"] for o in state.objects()} >= {"NodeFeature", "ClusterQueue", "LocalQueue"}
+    assert {comparison_for(o) is not None for o in state.objects()} == {True}
+    with pytest.raises(LookupError, match="Widget"):
+        is_up_to_date({"kind": "Widget"}, {"kind": "Widget", "spec": {}})
 
 
 @pytest.mark.parametrize(
@@ -162,8 +205,8 @@ def test_kueue_version_choice() -> None:
     assert kueue_resources().local_queues.namespaced
     with pytest.raises(ValueError, match="v1alpha1"):
         kueue_resources("v1alpha1")
-    with pytest.raises(ValueError, match="Kueue API version"):
-        WorkerConfig(manufacturers=MFRS, kueue_version="v2")
+    with pytest.raises(SystemExit):
+        build_parser({}).parse_args(["worker", "--kueue-version", "v2"])
 
 
 def test_worker_flags_and_environment() -> None:
@@ -174,14 +217,17 @@ def test_worker_flags_and_environment() -> None:
     }
     args = build_parser(env).parse_args(["worker", "--namespace", "ops"])
     config = build_config(args)
-    assert config.system_namespace == "ops"
-    assert config.excluded_namespaces == ("kube-system", "batch")
-    assert list(config.manufacturers) == ["amd", "nvidia"]
+    assert config.policy.system_namespace == "ops"
+    assert config.policy.excluded_namespaces == ("kube-system", "batch")
+    assert list(config.policy.manufacturers) == ["amd", "nvidia"]
     assert build_options(args).leader_election is None
     args = build_parser({}).parse_args(["worker", "--leader-election-retry-period", "500ms"])
     election = build_options(args).leader_election
     assert election is not None
-    assert (election.lease_name, election.lease_namespace) == ("worker.gpustack.ai", args.namespace)
+    assert (election.lease_name, election.lease_namespace) == (
+        "worker.gpustack.ai",
+        args.system_namespace,
+    )
     assert election.retry_period == 0.5
     bad = build_parser({}).parse_args(["worker", "--manufacturer", "acme"])
     with pytest.raises(ValueError, match="acme"):
@@ -190,13 +236,13 @@ def test_worker_flags_and_environment() -> None:
 
 def test_capacity_coalescing_window_flag() -> None:
     """docs/configuration.md: ``--capacity-coalescing-window`` (default 1s)."""
-    assert build_config(build_parser({}).parse_args(["worker"])).capacity_window == 1.0
+    assert build_config(build_parser({}).parse_args(["worker"])).timing.capacity_window == 1.0
     env = {"GPUSTACK_WORKER_CAPACITY_COALESCING_WINDOW": "250ms"}
-    assert build_config(build_parser(env).parse_args(["worker"])).capacity_window == 0.25
+    assert build_config(build_parser(env).parse_args(["worker"])).timing.capacity_window == 0.25
     with pytest.raises(SystemExit):
         build_parser({}).parse_args(["worker", "--capacity-coalescing-window", "0s"])
     with pytest.raises(ValueError, match="capacity_window"):
-        WorkerConfig(manufacturers=MFRS, capacity_window=0)
+        WorkerTiming(capacity_window=0)
 
 
 def test_only_the_echo_of_the_capacity_write_is_dropped() -> None:
@@ -204,6 +250,7 @@ def test_only_the_echo_of_the_capacity_write_is_dropped() -> None:
     applied is its own write's echo; anything else is repaired at once."""
     applied = NotLastApplied()
     want = {
+        "kind": "NodeFeature",
         "metadata": {"name": "n-gpustack-worker", "namespace": "ns", "labels": {"a": "1"}},
         "spec": {"labels": {"x": "1"}},
     }

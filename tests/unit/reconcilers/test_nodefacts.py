@@ -19,11 +19,12 @@ from gpustack_operator.domain.flavors import (
     node_profile_names,
     node_profiles,
 )
+from gpustack_operator.domain.plan import plan_state
+from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.queues import desired_cohort, desired_cohorts
 from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.runtime.cache import Indexer
 from gpustack_operator.runtime.coalesce import IndexHold
-from gpustack_operator.simcluster.plan import plan_state
 
 MFRS = load_manufacturers({})
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "cluster.yaml"
@@ -33,7 +34,7 @@ def profiled_nodes() -> list[dict[str, Any]]:
     """The example cluster's Nodes as NFD leaves them (device and capacity labels merged),
     each with a uid and resourceVersion, in reverse name order."""
     raw, _ = read_nodes_file(EXAMPLE)
-    nodes = plan_state([dict(n) for n in raw], [], manufacturers=MFRS).nodes
+    nodes = plan_state([dict(n) for n in raw], [], ChainPolicy(manufacturers=MFRS)).nodes
     for i, node in enumerate(nodes):
         node["metadata"] |= {"uid": f"uid-{i}", "resourceVersion": str(100 + i)}
     return sorted(nodes, key=lambda n: n["metadata"]["name"], reverse=True)

@@ -644,3 +644,26 @@ async def test_builder_passes_the_informer_scope_to_the_host() -> None:
         (CONFIGMAPS, "kube-system", "app=x", None),
     }
     controller.queue.shut_down()
+
+
+async def test_a_deferred_watch_is_attached_only_when_started() -> None:
+    """docs/runtime.md, "Controllers": a kind not served yet is declared, not watched."""
+    host = FakeHost()
+    controller = (
+        ControllerBuilder(host, unique("deferred"))
+        .for_(NODES)
+        .watches(PODS, lambda o: ["late"], label_selector="app=x", deferred=True)
+        .complete(lambda req: _none())
+    )
+    assert set(host.sources) == {(NODES, None, None, None)}
+    assert len(controller.sources) == 1
+    controller.start_watches()
+    source = controller.start_deferred_watch(PODS)
+    assert controller.start_deferred_watch(PODS) is source  # once
+    assert source is host.source_for(PODS, label_selector="app=x")
+    assert source in controller.sources
+    source.add(obj("p", "ns"))
+    assert len(controller.queue) == 1
+    with pytest.raises(KeyError, match="ConfigMap"):
+        controller.start_deferred_watch(CONFIGMAPS)
+    controller.queue.shut_down()

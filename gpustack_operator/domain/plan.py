@@ -3,7 +3,8 @@
 Nodes with the ``sim.gpustack.ai/devices`` annotation (docs/simulator.md) get what the
 simulated device manager and kubelet would give them (device labels, allocatable cards); the
 domain's :func:`desired_state` then computes the chain, and every node is explained
-(docs/plan.md). Simulator concerns live here so that domain/ stays free of them.
+(docs/plan.md). Pure, like the rest of the domain: the annotation's format is
+``domain/simdevices.py``; the simulator (``sim/``, ``simcluster/``) is never imported.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from gpustack_operator.domain.desired import DesiredState, desired_state
 from gpustack_operator.domain.devices import device_labels
 from gpustack_operator.domain.devicesources.dra import node_slices
 from gpustack_operator.domain.explain import NodeExplanation, explain_nodes
-from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.manufacturers import Manufacturer
 from gpustack_operator.domain.nodefeature import (
     DEFAULT_SYSTEM_NAMESPACE,
@@ -25,10 +25,11 @@ from gpustack_operator.domain.nodefeature import (
     merge_node_features,
 )
 from gpustack_operator.domain.nodeview import annotations_of, name_of, uid_of
-from gpustack_operator.domain.queues import (
-    DEFAULT_EXCLUDED_NAMESPACES,
-    DEFAULT_QUOTA_RESOURCES,
-    QuotaResources,
+from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.simdevices import (
+    SIM_DEVICES_ANNOTATION,
+    parse_sim_devices,
+    sim_card_counts,
 )
 from gpustack_operator.domain.tenancy import (
     TENANCY_AUTO,
@@ -37,11 +38,6 @@ from gpustack_operator.domain.tenancy import (
     is_pseudo_node,
     resolve_tenancy,
     tenant_reasons,
-)
-from gpustack_operator.simcluster.devices import (
-    SIM_DEVICES_ANNOTATION,
-    parse_sim_devices,
-    sim_card_counts,
 )
 
 
@@ -90,20 +86,17 @@ def apply_sim_devices(
 def plan_state(
     nodes: Iterable[Mapping[str, Any]],
     namespaces: Iterable[str | Mapping[str, Any]],
+    policy: ChainPolicy,
     *,
-    manufacturers: Mapping[str, Manufacturer],
-    system_namespace: str = DEFAULT_SYSTEM_NAMESPACE,
-    excluded_namespaces: Sequence[str] = DEFAULT_EXCLUDED_NAMESPACES,
-    kueue_version: KueueVersion = KueueVersion.V1BETA2,
     with_memory: bool = False,
-    quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES,
     resource_slices: Sequence[Mapping[str, Any]] = (),
     tenancy: str = TENANCY_AUTO,
     virtual_scheduler: bool = False,
     quota_caps: Mapping[str, int] | None = None,
 ) -> DesiredState:
-    """What ``plan`` prints: simulated devices first, then :func:`desired_state`, then the
-    explanation of every node (docs/plan.md).
+    """What ``plan`` prints: simulated devices first, then :func:`desired_state` under
+    *policy* (the worker's, docs/configuration.md, "Chain policy"), then the explanation of
+    every node (docs/plan.md).
 
     *resource_slices* are DRA ``ResourceSlice`` objects (docs/devices.md, "DRA").
     *tenancy* (``auto`` or a kind of cluster), *virtual_scheduler* and *quota_caps* are the
@@ -120,27 +113,26 @@ def plan_state(
         dm_features: list[dict[str, Any]] = []
     else:
         with_devices, dm_features = apply_sim_devices(
-            nodes, manufacturers, system_namespace=system_namespace, with_memory=with_memory
+            nodes,
+            policy.manufacturers,
+            system_namespace=policy.system_namespace,
+            with_memory=with_memory,
         )
     state = desired_state(
         with_devices,
         namespaces,
-        manufacturers=manufacturers,
-        system_namespace=system_namespace,
-        excluded_namespaces=excluded_namespaces,
-        kueue_version=kueue_version,
+        policy,
         extra_node_features=dm_features,
-        quota_resources=quota_resources,
         resource_slices=resource_slices,
         tenant=tenant,
     )
     if state.fleet is not None:
         state.explanations = tenant_explanations(
-            state.nodes, state.fleet, with_devices, manufacturers, resource_slices
+            state.nodes, state.fleet, with_devices, policy.manufacturers, resource_slices
         )
         return state
     state.explanations = explain_nodes(
-        state.nodes, manufacturers, inputs=with_devices, resource_slices=resource_slices
+        state.nodes, policy.manufacturers, inputs=with_devices, resource_slices=resource_slices
     )
     return state
 

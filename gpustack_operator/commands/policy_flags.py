@@ -1,0 +1,159 @@
+"""The chain policy's flags, the same for ``worker``, ``plan``, ``sim`` and ``queues``.
+
+One place adds them and one function turns them into the domain's :class:`ChainPolicy`
+(docs/configuration.md, "Chain policy"): a new option of the chain is a field there and a
+flag here, and every command that computes or reads the chain gets it. Each flag also comes
+from ``GPUSTACK_<FLAG>``, shared by the four commands; ``GPUSTACK_<COMMAND>_<FLAG>`` wins.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+
+from gpustack_operator.commands.argtypes import comma_list
+from gpustack_operator.commands.envflags import SHARED_ENV
+from gpustack_operator.domain.flavors import TolerationPolicy
+from gpustack_operator.domain.kueue import KueueVersion
+from gpustack_operator.domain.manufacturers import KNOWN_MANUFACTURERS
+from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
+from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.queues import (
+    DEFAULT_EXCLUDED_NAMESPACES,
+    DEFAULT_QUOTA_RESOURCES,
+    QuotaResources,
+)
+from gpustack_operator.environment import load_manufacturers
+
+KUEUE_AUTO = "auto"
+
+
+def kueue_version(raw: str) -> KueueVersion | None:
+    """``auto`` (None: the newest served), ``v1beta2`` or ``v1beta1``."""
+    value = raw.strip()
+    if value == KUEUE_AUTO:
+        return None
+    try:
+        return KueueVersion(value)
+    except ValueError:
+        choices = ", ".join([KUEUE_AUTO, *(v.value for v in KueueVersion)])
+        raise argparse.ArgumentTypeError(f"{raw!r}: choose from {choices}") from None
+
+
+def tolerations_policy(raw: str) -> TolerationPolicy:
+    """``common`` (None), ``none`` (()) or a comma-separated list of taint keys."""
+    value = raw.strip()
+    if value == "common":
+        return None
+    if value == "none":
+        return ()
+    keys = tuple(k for k in comma_list(value) if k)
+    if not keys:
+        raise argparse.ArgumentTypeError(
+            f"{raw!r}: expected common, none or a comma-separated list of taint keys"
+        )
+    return keys
+
+
+def quota_resources(raw: str) -> QuotaResources:
+    """``device`` or ``credits`` (docs/devices.md, "Quota resources")."""
+    try:
+        return QuotaResources(raw.strip())
+    except ValueError:
+        choices = ", ".join(q.value for q in QuotaResources)
+        raise argparse.ArgumentTypeError(f"{raw!r}: choose from {choices}") from None
+
+
+def add_quota_resources_flag(parser: argparse._ActionsContainer) -> None:
+    """Add ``--quota-resources {device,credits}`` (docs/devices.md, "Quota resources")."""
+    _shared(
+        parser.add_argument(
+            "--quota-resources",
+            type=quota_resources,
+            default=DEFAULT_QUOTA_RESOURCES,
+            metavar="|".join(q.value for q in QuotaResources),
+            help="what device ClusterQueues are measured in: device = the pool's own resource "
+            "(nvidia.com/gpu, nvidia.com/mig-1g.10gb), so plain Jobs asking for it are "
+            "admitted; credits = credits.gpustack.ai/<manufacturer> "
+            f"(default: {DEFAULT_QUOTA_RESOURCES.value})",
+        )
+    )
+
+
+def _shared(action: argparse.Action) -> argparse.Action:
+    setattr(action, SHARED_ENV, True)
+    return action
+
+
+def add_policy_flags(parser: argparse._ActionsContainer) -> None:
+    """Every flag of the chain policy (docs/configuration.md, "Chain policy")."""
+    default_ns = os.environ.get("KUBERNETES_POD_NAMESPACE") or DEFAULT_SYSTEM_NAMESPACE
+    _shared(
+        parser.add_argument(
+            "--manufacturer",
+            action="append",
+            metavar="NAME",
+            help=f"accelerator manufacturer to profile (repeatable; default: all of "
+            f"{', '.join(KNOWN_MANUFACTURERS)})",
+        )
+    )
+    _shared(
+        parser.add_argument(
+            "--system-namespace",
+            default=default_ns,
+            metavar="NAMESPACE",
+            help="the operator's namespace: NodeFeatures go there and it gets no LocalQueues "
+            f"(default: $KUBERNETES_POD_NAMESPACE, else {DEFAULT_SYSTEM_NAMESPACE})",
+        )
+    )
+    _shared(
+        parser.add_argument(
+            "--excluded-namespaces",
+            type=comma_list,
+            default=list(DEFAULT_EXCLUDED_NAMESPACES),
+            metavar="A,B",
+            help="namespaces that get no LocalQueues; the system namespace never does "
+            f"(default: {','.join(DEFAULT_EXCLUDED_NAMESPACES)})",
+        )
+    )
+    _shared(
+        parser.add_argument(
+            "--kueue-version",
+            type=kueue_version,
+            default=None,
+            metavar="auto|v1beta2|v1beta1",
+            help="Kueue API version to write; auto: the newest the cluster serves "
+            "(v1beta2, else v1beta1; without a cluster v1beta2) (default: auto)",
+        )
+    )
+    add_quota_resources_flag(parser)
+    _shared(
+        parser.add_argument(
+            "--flavor-tolerations",
+            type=tolerations_policy,
+            default=None,
+            metavar="common|none|KEY,...",
+            help="which NoSchedule/NoExecute taints common to a flavor's nodes its "
+            "tolerations cover: all of them, none, or only these keys; node-lifecycle taints "
+            "never (default: common)",
+        )
+    )
+
+
+def policy_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> ChainPolicy:
+    """The chain policy the flags describe; ``ValueError`` naming a bad value.
+
+    The manufacturers' facts come from ``GPUSTACK_<MFR>_*`` in *env* (``None``: the process
+    environment), docs/devices.md."""
+    policy = ChainPolicy(
+        manufacturers=load_manufacturers(env),
+        system_namespace=args.system_namespace,
+        excluded_namespaces=tuple(args.excluded_namespaces),
+        kueue_version=args.kueue_version,
+        quota_resources=args.quota_resources,
+        flavor_tolerations=args.flavor_tolerations,
+    )
+    if args.manufacturer:
+        policy = policy.with_manufacturers(args.manufacturer)
+    return policy

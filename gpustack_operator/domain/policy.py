@@ -1,0 +1,83 @@
+"""The chain policy: every option that shapes the Kueue chain, as one frozen value.
+
+``plan``, ``sim``, ``queues`` and the worker build it from the same flags
+(docs/configuration.md, "Chain policy"); :func:`desired_state` and every reconciler take it
+whole, so an option added here reaches each of them without being threaded by hand, and
+``plan`` cannot drift from the worker by missing one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+from gpustack_operator.domain.flavors import TolerationPolicy
+from gpustack_operator.domain.kueue import KueueVersion
+from gpustack_operator.domain.manufacturers import Manufacturer, default_manufacturers
+from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
+from gpustack_operator.domain.queues import (
+    DEFAULT_EXCLUDED_NAMESPACES,
+    DEFAULT_QUOTA_RESOURCES,
+    QuotaResources,
+)
+
+NEWEST_FIRST: tuple[KueueVersion, ...] = (KueueVersion.V1BETA2, KueueVersion.V1BETA1)
+"""The Kueue versions the chain can be written in, preferred first."""
+
+
+@dataclass(frozen=True)
+class ChainPolicy:
+    """What the chain is made of, beside the nodes and namespaces (docs/configuration.md,
+    "Chain policy")."""
+
+    manufacturers: Mapping[str, Manufacturer] = field(default_factory=default_manufacturers)
+    """The manufacturers profiled, each with its facts (resource name, vendor, runtime)."""
+    system_namespace: str = DEFAULT_SYSTEM_NAMESPACE
+    """Where NodeFeatures go; it never gets LocalQueues."""
+    excluded_namespaces: tuple[str, ...] = DEFAULT_EXCLUDED_NAMESPACES
+    """Namespaces without LocalQueues besides the system namespace."""
+    kueue_version: KueueVersion | None = None
+    """The Kueue API version to write; ``None``: the newest the cluster serves."""
+    quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES
+    """What device ClusterQueues are measured in (docs/devices.md, "Quota resources")."""
+    flavor_tolerations: TolerationPolicy = None
+    """Which dedication taints flavors tolerate: ``None`` every one common to the flavor's
+    nodes, else only these keys (docs/worker.md, "Tolerations")."""
+
+    def __post_init__(self) -> None:
+        if not self.manufacturers:
+            raise ValueError("a chain policy needs at least one manufacturer")
+        # The system namespace is excluded anyway; listing it twice would only confuse.
+        excluded = tuple(dict.fromkeys(self.excluded_namespaces))
+        object.__setattr__(
+            self, "excluded_namespaces", tuple(n for n in excluded if n != self.system_namespace)
+        )
+
+    @property
+    def namespaces_without_queues(self) -> tuple[str, ...]:
+        """The system namespace and the excluded ones."""
+        return (self.system_namespace, *self.excluded_namespaces)
+
+    @property
+    def offline_kueue_version(self) -> KueueVersion:
+        """The version ``plan`` renders without a cluster to ask: the pinned one, else the
+        newest."""
+        return self.kueue_version or NEWEST_FIRST[0]
+
+    def kueue_version_among(self, served: Iterable[str]) -> KueueVersion | None:
+        """The version to write when the cluster serves *served*: the pinned one if served,
+        else the newest served; ``None`` when none fits."""
+        offered = set(served)
+        wanted = (self.kueue_version,) if self.kueue_version is not None else NEWEST_FIRST
+        return next((v for v in wanted if v.value in offered), None)
+
+    def with_manufacturers(self, names: Iterable[str]) -> ChainPolicy:
+        """This policy profiling only *names*; ``ValueError`` naming any unknown one."""
+        chosen = sorted(set(names))
+        unknown = [n for n in chosen if n not in self.manufacturers]
+        if unknown:
+            raise ValueError(
+                f"unknown manufacturer(s) {', '.join(unknown)}: use "
+                f"{', '.join(sorted(self.manufacturers))}"
+            )
+        return replace(self, manufacturers={n: self.manufacturers[n] for n in chosen})

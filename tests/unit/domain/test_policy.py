@@ -1,0 +1,83 @@
+"""The chain policy and its flags (docs/configuration.md, "Chain policy")."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpustack_operator.cli import build_parser
+from gpustack_operator.commands.policy_flags import policy_from_args
+from gpustack_operator.domain.kueue import KueueVersion
+from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.queues import QuotaResources
+
+COMMANDS = {
+    "worker": ["worker"],
+    "plan": ["plan"],
+    "sim": ["sim"],
+    "queues": ["queues"],
+}
+FLAGS = [
+    "--manufacturer",
+    "nvidia",
+    "--manufacturer",
+    "amd",
+    "--system-namespace",
+    "ops",
+    "--excluded-namespaces",
+    "kube-system,ops,batch",
+    "--kueue-version",
+    "v1beta1",
+    "--quota-resources",
+    "credits",
+    "--flavor-tolerations",
+    "dedicated",
+]
+
+
+def policy_of(argv: list[str], env: dict[str, str] | None = None) -> ChainPolicy:
+    return policy_from_args(build_parser(env or {}).parse_args(argv), env={})
+
+
+def test_every_command_builds_the_same_policy_from_the_same_flags() -> None:
+    policies = {name: policy_of([*argv, *FLAGS]) for name, argv in COMMANDS.items()}
+    assert len(set(map(repr, policies.values()))) == 1, policies
+    policy = policies["worker"]
+    assert list(policy.manufacturers) == ["amd", "nvidia"]
+    assert policy.namespaces_without_queues == ("ops", "kube-system", "batch")
+    assert policy.kueue_version is KueueVersion.V1BETA1
+    assert policy.quota_resources is QuotaResources.CREDITS
+    assert policy.flavor_tolerations == ("dedicated",)
+
+
+def test_the_shared_variable_sets_every_command_and_the_command_own_wins() -> None:
+    env = {"GPUSTACK_QUOTA_RESOURCES": "credits", "GPUSTACK_PLAN_QUOTA_RESOURCES": "device"}
+    assert policy_of(["worker"], env).quota_resources is QuotaResources.CREDITS
+    assert policy_of(["sim"], env).quota_resources is QuotaResources.CREDITS
+    assert policy_of(["plan"], env).quota_resources is QuotaResources.DEVICE
+    flag = ["plan", "--quota-resources", "credits"]
+    assert policy_of(flag, env).quota_resources is QuotaResources.CREDITS
+
+
+def test_older_spellings_still_set_the_policy() -> None:
+    assert policy_of(["worker", "--namespace", "ops"]).system_namespace == "ops"
+    assert policy_of(["plan", "--kueue-api-version", "v1beta1"]).kueue_version == "v1beta1"
+
+
+def test_bad_values_name_the_choices() -> None:
+    with pytest.raises(SystemExit):
+        build_parser({}).parse_args(["plan", "--kueue-version", "v2"])
+    with pytest.raises(ValueError, match="acme"):
+        policy_of(["plan", "--manufacturer", "acme"])
+    with pytest.raises(ValueError, match="at least one manufacturer"):
+        ChainPolicy(manufacturers={})
+
+
+def test_the_kueue_version_is_the_pinned_one_or_the_newest_served() -> None:
+    auto = ChainPolicy()
+    assert auto.kueue_version_among(["v1beta1", "v1beta2"]) is KueueVersion.V1BETA2
+    assert auto.kueue_version_among(["v1beta1"]) is KueueVersion.V1BETA1
+    assert auto.kueue_version_among([]) is None
+    assert auto.offline_kueue_version is KueueVersion.V1BETA2
+    pinned = ChainPolicy(kueue_version=KueueVersion.V1BETA1)
+    assert pinned.kueue_version_among(["v1beta2"]) is None
+    assert pinned.offline_kueue_version is KueueVersion.V1BETA1

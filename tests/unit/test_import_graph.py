@@ -1,0 +1,190 @@
+"""The package's import graph: the product never reaches the simulator, and nothing is circular.
+
+Read from the source (every ``import``, at module level or inside a function, but not under
+``if TYPE_CHECKING:``), so a lazy import counts as much as a top-level one
+(docs/architecture.md, "Who does what").
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import re
+import sys
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "gpustack_operator"
+SIMULATOR = ("gpustack_operator.sim", "gpustack_operator.simcluster")
+# What only the simulator uses: `sim` and what `sim --demo-jobs` submits.
+SIMULATOR_COMMANDS = ("gpustack_operator.commands.sim", "gpustack_operator.commands.demojobs")
+
+
+def module_files() -> dict[str, Path]:
+    modules = {}
+    # controllers/ is a symbolic link into the package: rglob does not follow it.
+    paths = {*PACKAGE.rglob("*.py"), *(PACKAGE / "controllers").rglob("*.py")}
+    for path in sorted(paths):
+        parts = ["gpustack_operator", *path.relative_to(PACKAGE).with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    return modules
+
+
+MODULES = module_files()
+
+
+def _runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every node but those under ``if TYPE_CHECKING:`` (never executed)."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            yield from (n for child in node.orelse for n in [child, *_runtime_nodes(child)])
+            continue
+        yield node
+        yield from _runtime_nodes(node)
+
+
+def _known(name: str) -> str | None:
+    """The package module *name* is, or is inside of; None outside the package."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def imports_of(module: str) -> set[str]:
+    """The package modules *module* imports (``from a import b`` counts ``a.b`` when b is a
+    module, else ``a``)."""
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                source = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                source = node.module or ""
+            for alias in node.names:
+                found.add(
+                    f"{source}.{alias.name}" if f"{source}.{alias.name}" in MODULES else source
+                )
+    return {m for name in found if (m := _known(name)) is not None and m != module}
+
+
+GRAPH = {module: imports_of(module) for module in MODULES}
+
+
+def is_simulator(module: str) -> bool:
+    return module.startswith(SIMULATOR) or module in SIMULATOR_COMMANDS
+
+
+def test_the_graph_is_read() -> None:
+    assert "gpustack_operator.controllers.worker" in GRAPH
+    assert "gpustack_operator.runtime.manager" in GRAPH["gpustack_operator.controllers.worker"]
+
+
+def test_no_product_module_reaches_the_simulator() -> None:
+    """runtime, domain, controllers, devicemanager, gateway and the product's commands run
+    without the simulator installed: nothing they import, however indirectly, is part of it."""
+    leaks = []
+    for module in sorted(m for m in GRAPH if not is_simulator(m)):
+        seen, todo = {module}, [module]
+        while todo:
+            for target in GRAPH[todo.pop()]:
+                if target in seen:
+                    continue
+                if is_simulator(target):
+                    leaks.append(f"{module} -> ... -> {target}")
+                seen.add(target)
+                todo.append(target)
+    assert not leaks, "product modules that import the simulator:\n" + "\n".join(leaks)
+
+
+def test_no_import_cycle() -> None:
+    """No module imports itself through others (Tarjan's strongly connected components)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in GRAPH[module]:
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for module in sorted(GRAPH):
+        if module not in index:
+            visit(module)
+    assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_no_cycle_between_subpackages() -> None:
+    """The simulator's two packages, and the commands and the console script, depend one way."""
+
+    def group(module: str) -> str:
+        parts = module.split(".")
+        return ".".join(parts[:2]) if len(parts) > 2 else module
+
+    edges = {(group(a), group(b)) for a, targets in GRAPH.items() for b in targets}
+    both_ways = sorted(f"{a} <-> {b}" for a, b in edges if a < b and (b, a) in edges)
+    assert not both_ways, "subpackages that import each other:\n" + "\n".join(both_ways)
+
+
+# Imported by product modules although no runtime dependency: only where the module says how
+# it does without (amdsmi is the `amd` extra: ROCm's library, present only where ROCm is).
+OPTIONAL_IMPORTS = {"amdsmi": "amd"}
+
+
+def third_party_imports(module: str) -> set[str]:
+    """Top-level names of what *module* imports from outside the package and the stdlib."""
+    found = set()
+    for node in _runtime_nodes(ast.parse(MODULES[module].read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.partition(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.partition(".")[0])
+    return {n for n in found if n != "gpustack_operator" and n not in sys.stdlib_module_names}
+
+
+def test_product_modules_need_only_the_runtime_dependencies() -> None:
+    """A wheel installed without extras imports every product module: what they import comes
+    from ``[project].dependencies`` (the simulator's CEL binding is the ``sim`` extra)."""
+    project = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["project"]
+    runtime = {
+        _canonical(re.split(r"[<>=!~;\[ ]", d, maxsplit=1)[0]) for d in project["dependencies"]
+    }
+    distributions = importlib.metadata.packages_distributions()
+    missing = []
+    for module in sorted(m for m in GRAPH if not is_simulator(m)):
+        for name in sorted(third_party_imports(module)):
+            if name in OPTIONAL_IMPORTS:
+                assert OPTIONAL_IMPORTS[name] in project["optional-dependencies"]
+                continue
+            dists = {_canonical(d) for d in distributions.get(name, [name])}
+            if not dists & runtime:
+                missing.append(f"{module}: {name} ({', '.join(sorted(dists))})")
+    assert not missing, "product imports outside the runtime dependencies:\n" + "\n".join(missing)
+    assert "common-expression-language" not in runtime
+    assert any("common-expression-language" in d for d in project["optional-dependencies"]["sim"])
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
