@@ -8,6 +8,7 @@ running this module against it before it was removed.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from gpustack_operator.runtime.client import (
     ResponseTooLarge,
     UnsendableRequest,
 )
+from gpustack_operator.runtime.informer import Informer, ReflectorSettings
 from gpustack_operator.runtime.leaderelection import LeaderElectionConfig, LeaderElector
 from gpustack_operator.runtime.resources import CONFIGMAPS
 
@@ -394,3 +396,59 @@ async def test_a_head_line_beyond_the_bound_is_refused(
     async with await connect(server, tmp_path) as client:
         with pytest.raises(ResponseTooLarge, match="head exceeds"):
             await get_body(client)
+
+
+# --- the loops that must survive ------------------------------------------------------------
+
+
+def configmap_list(rv: str, *names: str) -> bytes:
+    items = [
+        {"metadata": {"name": n, "namespace": "default", "resourceVersion": rv}} for n in names
+    ]
+    return answer(json.dumps({"metadata": {"resourceVersion": rv}, "items": items}).encode())
+
+
+def open_watch(until: asyncio.Event) -> Writer:
+    """A watch that sends nothing until *until* is set."""
+
+    async def write(writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        await writer.drain()
+        await until.wait()
+
+    return write
+
+
+async def test_an_informer_relists_with_backoff_after_a_watch_event_beyond_the_bound(
+    server: HostileServer, tmp_path: Path
+) -> None:
+    """A watch event beyond the line bound: the informer re-LISTs after a backoff delay
+    (the event is missing from its cache), and keeps running. The former transport had no
+    bound: it gathered the line in memory."""
+    done = asyncio.Event()
+    huge_event = b'{"type":"ADDED","object":{"metadata":{"name":"b","note":"%s"}}}\n' % (
+        b"x" * (2 << 20)
+    )
+    server.replies += [
+        configmap_list("5", "a"),
+        chunked(huge_event),
+        configmap_list("7", "a", "b"),
+        open_watch(done),
+    ]
+    delays: list[float] = []
+
+    async def record(delay: float) -> None:
+        delays.append(delay)
+
+    async with await connect(server, tmp_path, SMALL) as client:
+        informer = Informer(client, CONFIGMAPS, settings=ReflectorSettings(sleep=record))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(informer.run)
+            with anyio.fail_after(10):
+                while len(informer.indexer.list()) < 2:  # noqa: ASYNC110 - polling state
+                    await anyio.sleep(0.005)
+            tg.cancel_scope.cancel()
+        done.set()
+    verbs = ["WATCH" if "watch=true" in t else t.split()[0] for t in server.targets()]
+    assert verbs[:4] == ["GET", "WATCH", "GET", "WATCH"]
+    assert len(delays) == 1 and delays[0] > 0
