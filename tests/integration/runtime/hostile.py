@@ -12,6 +12,7 @@ import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -128,9 +129,9 @@ class HostileServer:
 
 
 def _is_version(request_line: str) -> bool:
-    """``GET /version`` (kr8s asks for ``/version/``)."""
+    """``GET /version`` (kr8s asks for ``/version/``, through a proxy with the origin)."""
     parts = request_line.split(" ")
-    return len(parts) == 3 and parts[1].rstrip("/") == "/version"
+    return len(parts) == 3 and urlsplit(parts[1]).path.rstrip("/") == "/version"
 
 
 async def hostile_server(context: ssl.SSLContext | None = None) -> AsyncIterator[HostileServer]:
