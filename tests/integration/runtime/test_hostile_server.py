@@ -1,8 +1,10 @@
 """The client against a hostile or broken HTTP/1.1 server on 127.0.0.1, one test per defect
 the project's former hand-written transport had (docs/runtime.md, "Transport").
 
-Each docstring says how that transport failed the same test: every claim was checked by
-running this module against it before it was removed.
+Each docstring says how that transport failed the same test. Every such claim was checked by
+running this module against that transport before it was removed, with the error types it
+did not have mapped to ``ApiError`` (so only behaviour could fail a test: answers, requests
+seen by the server, bytes it got to send). The one test that passed there says so.
 """
 
 from __future__ import annotations
