@@ -104,14 +104,14 @@ async def kube(sim_kubeconfig: Path) -> AsyncIterator[object]:
     """A fresh ``kr8s.asyncio.Api`` bound to this test's ``sim`` (not kr8s' shared cache)."""
     from kr8s.asyncio import Api
 
-    from gpustack_operator.runtime.kr8sinternals import close_session
-
     api = Api(kubeconfig=str(sim_kubeconfig), bypass_factory=True)
     await api
     try:
         yield api
     finally:
-        await close_session(api)
+        session = getattr(api, "_session", None)  # kr8s's own httpx session, if it made one
+        if session is not None:
+            await session.aclose()
         for instances in Api._instances.values():
             for key in [k for k, v in list(instances.items()) if v is api]:
                 instances.pop(key, None)

@@ -13,6 +13,10 @@ event handlers synchronously on the event loop. The rules it follows (each cover
   (unpaged, which the API server answers from its watch cache), then at ``""`` (a paged,
   consistent read) if that is gone too. A re-LIST replaces the cache: objects absent from it
   produce delete events with their last known state.
+- An answer beyond the client's bounds (``ResponseTooLarge``: a LIST body or a watch event
+  too large, a header bomb) triggers a re-LIST after backoff: the event that was cut off
+  may be missing from the cache, and resuming the watch would meet it again
+  (docs/runtime.md, "Bounds").
 - Errors back off 0.8 s -> 30 s with jitter (reset after progress); a ``Retry-After`` from
   the server is honoured when longer. ``run`` never returns on errors.
 - :meth:`Informer.failing_for` says how long the informer has been unable to list or watch
@@ -41,6 +45,7 @@ from .client import (
     Client,
     Gone,
     ListResult,
+    ResponseTooLarge,
     WatchEvent,
     WatchInterrupted,
     WatchStalled,
@@ -317,6 +322,9 @@ class Informer:
                     resource_version=self._last_rv,
                     delay=round(delay, 3),
                 )
+            except ResponseTooLarge as exc:
+                delay = self._failed(backoff, exc, "list" if need_list else "watch")
+                need_list = True
             except ApiError as exc:
                 delay = self._failed(backoff, exc, "list" if need_list else "watch")
             except Exception as exc:

@@ -43,13 +43,10 @@ async def sim() -> AsyncIterator[SimServer]:
         yield server
 
 
-@pytest.fixture(params=[True, False], ids=["http11", "httpx"])
-async def client(
-    sim: SimServer, tmp_path: Path, request: pytest.FixtureRequest
-) -> AsyncIterator[Client]:
-    """Both request paths: the keep-alive transport and kr8s's httpx session."""
+@pytest.fixture
+async def client(sim: SimServer, tmp_path: Path) -> AsyncIterator[Client]:
     kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
-    c = await Client.connect(kubeconfig, timeout=5.0, http11=request.param)
+    c = await Client.connect(kubeconfig, timeout=5.0)
     try:
         yield c
     finally:

@@ -1,0 +1,354 @@
+"""HTTP/1.1 to the API server over aiohttp: one session, bounded answers, typed failures.
+
+aiohttp parses the answers (its C parser, llhttp), keeps connections alive, verifies TLS and
+speaks through a proxy; this module adds what the client needs on top (docs/runtime.md,
+"Transport"):
+
+- **bounds** (:class:`Limits`): the largest one-shot body, the largest watch line, the
+  largest head line and the most headers. Exceeding one raises :class:`ResponseTooLarge`
+  and closes the connection; nothing grows past the bound;
+- **strict framing**: a transfer coding other than ``chunked``, a content coding (none is
+  asked for) or bytes after a complete answer (``runtime.aiohttpinternals``) end the
+  exchange with :class:`ProtocolViolation`, and the connection is not reused;
+- **header values checked before anything is sent** (:class:`UnsendableRequest`);
+- **every failure typed**: aiohttp's exceptions become :class:`ApiUnavailable` subclasses.
+
+Requests are never resent, with one exception aiohttp makes: an idempotent request (GET,
+PUT, DELETE) whose kept-alive connection the server had closed while idle is sent once more
+on a new connection; POST and PATCH never are.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import ssl
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Final, NoReturn
+
+import aiohttp
+import structlog
+from aiohttp import http_exceptions
+from yarl import URL
+
+from .aiohttpinternals import guarded_connector
+from .errors import (
+    ApiUnavailable,
+    ProtocolViolation,
+    ResponseTooLarge,
+    UnsendableRequest,
+    WatchInterrupted,
+)
+
+__all__ = ["Answer", "Limits", "StreamedAnswer", "Transport"]
+
+log = structlog.get_logger(__name__)
+
+_MIB: Final = 1 << 20
+_UNSAFE_HEADER_VALUE: Final = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+"""Control characters (all but horizontal tab): a CR/LF would start a header of its own."""
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The bounds on what the API server may send (docs/runtime.md, "Bounds")."""
+
+    max_body_bytes: int = 256 * _MIB
+    """Largest one-shot body (an unpaged LIST of tens of thousands of objects fits)."""
+    max_watch_line_bytes: int = 16 * _MIB
+    """Largest watch event (one object; etcd stores at most 1.5 MiB per object)."""
+    max_head_line_bytes: int = 8190
+    """Largest status line and header line (aiohttp's ``max_line_size``/``max_field_size``)."""
+    max_headers: int = 128
+    """Most header lines in one answer (the API server sends about ten)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """One complete answer: status, headers (case-insensitive names) and the whole body."""
+
+    status_code: int
+    reason_phrase: str
+    headers: Mapping[str, str]
+    content: bytes
+
+
+class StreamedAnswer:
+    """A streamed answer: status and headers read, the body read as the caller iterates."""
+
+    def __init__(self, response: aiohttp.ClientResponse, where: str, limits: Limits) -> None:
+        self._response = response
+        self._where = where
+        self._limits = limits
+        self.status_code = response.status
+        self.reason_phrase = response.reason or ""
+        self.headers: Mapping[str, str] = response.headers
+        self.content = b""
+        """Filled by :meth:`read` (an error answer's Status, read before mapping it)."""
+
+    async def read(self) -> bytes:
+        """Read the rest of the body (bounded like a one-shot body) into :attr:`content`."""
+        self.content = await _read_body(self._response, self._where, self._limits)
+        return self.content
+
+    async def lines(self) -> AsyncIterator[bytes]:
+        """The body split at ``\\n`` as it arrives (without the newline); the last piece is
+        handed out when the body ends. A line longer than ``max_watch_line_bytes`` raises
+        :class:`ResponseTooLarge`, a broken stream :class:`WatchInterrupted` (or
+        :class:`ProtocolViolation`); a body that ends cleanly ends the iteration."""
+        limit = self._limits.max_watch_line_bytes
+        pending: list[bytes] = []
+        pending_size = 0
+        content = self._response.content
+        while True:
+            try:
+                chunk = await content.readany()
+            except aiohttp.ClientError as exc:
+                _raise_typed(exc, self._where, stream=True)
+            if not chunk:
+                break
+            if b"\n" not in chunk:
+                pending.append(chunk)
+                pending_size += len(chunk)
+                if pending_size > limit:
+                    self._too_long(pending_size)
+                continue
+            first, *middle, last = chunk.split(b"\n")
+            if pending:
+                pending.append(first)
+                first = b"".join(pending)
+                pending = []
+                pending_size = 0
+            if len(first) > limit:
+                self._too_long(len(first))
+            yield first
+            for line in middle:
+                if len(line) > limit:
+                    self._too_long(len(line))
+                yield line
+            if last:
+                pending.append(last)
+                pending_size = len(last)
+                if pending_size > limit:
+                    self._too_long(pending_size)
+        if pending:
+            yield b"".join(pending)
+
+    def _too_long(self, size: int) -> NoReturn:
+        self._response.close()
+        raise ResponseTooLarge(
+            f"{self._where}: a watch event exceeds {self._limits.max_watch_line_bytes} bytes "
+            f"({size} read without a line end); the stream is closed",
+            reason="ResponseTooLarge",
+        )
+
+
+class Transport:
+    """Keep-alive HTTP/1.1 to one API server (*server* is its URL, as in a kubeconfig).
+
+    *ssl_context* is ``True`` for the default verification, or the kubeconfig's context (its
+    CA, client certificate, or no verification where ``insecure-skip-tls-verify`` is set);
+    *server_hostname* overrides the name checked in the server certificate (the kubeconfig's
+    ``tls-server-name``); *proxy* is the kubeconfig's ``proxy-url`` (http or https). Build
+    it inside the event loop that uses it.
+    """
+
+    def __init__(
+        self,
+        server: str,
+        *,
+        ssl_context: ssl.SSLContext | bool = True,
+        server_hostname: str | None = None,
+        proxy: str | None = None,
+        limits: Limits | None = None,
+    ) -> None:
+        origin = URL(server)
+        if origin.scheme not in ("http", "https") or not origin.host:
+            raise ValueError(
+                f"cannot use API server URL {server!r}: expected http(s)://host[:port]"
+            )
+        if proxy and URL(proxy).scheme not in ("http", "https"):
+            raise ValueError(
+                f"cannot use proxy-url {proxy!r}: only http:// and https:// proxies are "
+                "supported; use an HTTP CONNECT proxy or remove proxy-url"
+            )
+        self._prefix = str(origin).rstrip("/")
+        self._tls = origin.scheme == "https"
+        self._server_hostname = server_hostname if self._tls and server_hostname else None
+        self._proxy = proxy or None
+        self.limits = limits or Limits()
+        self._session = aiohttp.ClientSession(
+            connector=guarded_connector(
+                refused_coding, ssl=ssl_context if self._tls else False, limit=0
+            ),
+            skip_auto_headers=("Accept-Encoding",),
+            auto_decompress=False,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            timeout=aiohttp.ClientTimeout(total=None),
+            max_line_size=self.limits.max_head_line_bytes,
+            max_field_size=self.limits.max_head_line_bytes,
+            max_headers=self.limits.max_headers,
+        )
+        self._open_streams = 0
+        self._closing = False
+
+    async def request(
+        self, method: str, target: str, headers: Mapping[str, str], body: bytes | None = None
+    ) -> Answer:
+        """Send one request for *target* (``/api/v1/...?query``, already percent-encoded;
+        the server's path prefix is added) and read the whole answer."""
+        where = f"{method} {target.partition('?')[0]}"
+        url = self._url(target, headers, where)
+        try:
+            async with self._session.request(
+                method,
+                url,
+                headers=headers,
+                data=body,
+                allow_redirects=False,
+                proxy=self._proxy,
+                server_hostname=self._server_hostname,
+            ) as response:
+                _check_framing(response, where, self.limits)
+                content = await _read_body(response, where, self.limits)
+                return Answer(response.status, response.reason or "", response.headers, content)
+        except aiohttp.ClientError as exc:
+            _raise_typed(exc, where, stream=False)
+
+    @contextlib.asynccontextmanager
+    async def stream(
+        self, method: str, target: str, headers: Mapping[str, str]
+    ) -> AsyncIterator[StreamedAnswer]:
+        """Send a request without a body and yield the answer once its head is read; the
+        body is read as the caller iterates. The connection is the stream's until the block
+        ends; a closed transport keeps it until then."""
+        where = f"{method} {target.partition('?')[0]}"
+        url = self._url(target, headers, where)
+        self._open_streams += 1
+        try:
+            try:
+                response = await self._session.request(
+                    method,
+                    url,
+                    headers=headers,
+                    allow_redirects=False,
+                    proxy=self._proxy,
+                    server_hostname=self._server_hostname,
+                )
+            except aiohttp.ClientError as exc:
+                _raise_typed(exc, where, stream=False)
+            try:
+                _check_framing(response, where, self.limits)
+                yield StreamedAnswer(response, where, self.limits)
+            finally:
+                response.close()  # a watch connection is not reused
+        finally:
+            self._open_streams -= 1
+            if self._closing and not self._open_streams:
+                await self._session.close()
+
+    async def aclose(self) -> None:
+        """No new requests; the session closes now, or when the last open stream ends (so
+        closing at shutdown or after new credentials cuts no running watch)."""
+        self._closing = True
+        if not self._open_streams:
+            await self._session.close()
+
+    def _url(self, target: str, headers: Mapping[str, str], where: str) -> URL:
+        if self._closing:
+            raise ApiUnavailable(f"{where}: the client is closed", reason="ClientClosed")
+        for name, value in headers.items():
+            if _UNSAFE_HEADER_VALUE.search(value):
+                raise UnsendableRequest(
+                    f"{where}: header {name} holds a line break or control character; nothing "
+                    "was sent. Check the credentials in the kubeconfig (token, exec plugin).",
+                    reason="UnsendableRequest",
+                )
+        return URL(self._prefix + target, encoded=True)
+
+
+def refused_coding(headers: Mapping[str, str]) -> str | None:
+    """Why an answer's codings are refused, or None: only ``chunked`` framing is decoded,
+    and no content coding was asked for (no ``Accept-Encoding`` is sent)."""
+    coding = headers.get("Transfer-Encoding")
+    if coding is not None and coding.strip().lower() != "chunked":
+        return f"transfer coding {coding!r} (only chunked is accepted)"
+    content_coding = headers.get("Content-Encoding")
+    if content_coding is not None and content_coding.strip().lower() != "identity":
+        return f"content coding {content_coding!r} (none was asked for)"
+    return None
+
+
+def _check_framing(response: aiohttp.ClientResponse, where: str, limits: Limits) -> None:
+    """Refuse codings that were not asked for and a declared body beyond the bound."""
+    refusal = refused_coding(response.headers)
+    if refusal is not None:
+        response.close()
+        raise ProtocolViolation(f"{where}: the answer uses {refusal}", reason="ProtocolViolation")
+    length = response.content_length
+    if length is not None and length > limits.max_body_bytes:
+        response.close()
+        raise ResponseTooLarge(
+            f"{where}: the answer announces {length} bytes, more than the "
+            f"{limits.max_body_bytes} accepted",
+            reason="ResponseTooLarge",
+        )
+
+
+async def _read_body(response: aiohttp.ClientResponse, where: str, limits: Limits) -> bytes:
+    """The whole body, stopping with :class:`ResponseTooLarge` past ``max_body_bytes``."""
+    if response.content_length is not None:  # at most max_body_bytes (_check_framing)
+        return await response.read()
+    pieces: list[bytes] = []
+    size = 0
+    while piece := await response.content.readany():
+        size += len(piece)
+        if size > limits.max_body_bytes:
+            response.close()
+            raise ResponseTooLarge(
+                f"{where}: the answer's body exceeds {limits.max_body_bytes} bytes",
+                reason="ResponseTooLarge",
+            )
+        pieces.append(piece)
+    return b"".join(pieces)
+
+
+def _raise_typed(exc: aiohttp.ClientError, where: str, *, stream: bool) -> NoReturn:
+    """Map an aiohttp failure to the client's typed errors (docs/runtime.md, "Failure types")."""
+    cause = _parser_error(exc)
+    if isinstance(cause, http_exceptions.LineTooLong) or "Too many headers" in str(cause):
+        raise ResponseTooLarge(
+            f"{where}: the answer's head exceeds the bounds ({_first_line(cause)})",
+            reason="ResponseTooLarge",
+        ) from exc
+    if cause is not None and "Not enough data" not in str(cause):
+        raise ProtocolViolation(
+            f"{where}: not a valid HTTP/1.1 answer ({_first_line(cause)})",
+            reason="ProtocolViolation",
+        ) from exc
+    if stream:
+        raise WatchInterrupted(
+            f"{where}: the watch stream broke: {_first_line(exc)}", reason="WatchInterrupted"
+        ) from exc
+    raise ApiUnavailable(f"{where}: {_first_line(exc)}", reason="ConnectionFailed") from exc
+
+
+def _parser_error(exc: BaseException) -> BaseException | None:
+    """The parser's complaint behind *exc*, if it was one (aiohttp chains it as a cause)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, http_exceptions.HttpProcessingError) and not isinstance(
+            seen, aiohttp.ClientResponseError
+        ):
+            inner = seen.__cause__
+            if isinstance(inner, http_exceptions.HttpProcessingError):
+                return inner
+            return seen
+        seen = seen.__cause__
+    return None
+
+
+def _first_line(exc: BaseException | None) -> str:
+    text = str(exc) or type(exc).__name__
+    return text.splitlines()[0][:300]

@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""Benchmark: the API client's own CPU per server-side apply, per GET and per watch event.
+
+Not a test: it prints figures (docs/performance.md records them). The simulated API server
+runs in a child process (``--serve``), so the CPU time of this process (``time.process_time``)
+is the client's alone: building each request, the HTTP exchange, decoding the answer. Each
+round applies ``--requests`` ConfigMaps (8 at a time), GETs as many, then opens a watch and
+has the server create ``--events`` ConfigMaps, counting the CPU until every event arrived.
+Prints the per-operation figure of every round and the medians.
+
+    .venv/bin/python hack/bench_client.py [--rounds 7] [--requests 1000] [--events 2000]
+
+It uses only ``Client.connect``, ``apply``, ``get`` and ``watch``, so the same file measures
+an older checkout of the project with that checkout's interpreter (before/after figures).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+
+from gpustack_operator.runtime.client import Client
+from gpustack_operator.runtime.resources import CONFIGMAPS
+
+CONCURRENCY = 8
+
+
+async def serve(kubeconfig: Path) -> None:
+    """The child: a simulated API server; ``events N`` on stdin creates N ConfigMaps."""
+    from gpustack_operator.sim.server import SimServer
+
+    sim = SimServer(watch_history=100_000)
+    await sim.start()
+    sim.store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "events"}})
+    sim.write_kubeconfig(kubeconfig)
+    print("ready", flush=True)
+    loop = asyncio.get_running_loop()
+    created = 0
+    while line := await loop.run_in_executor(None, sys.stdin.readline):
+        count = int(line.split()[1])
+        for _ in range(count):
+            created += 1
+            sim.store.create(
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": f"event-{created}", "namespace": "events"},
+                    "data": {"n": str(created)},
+                }
+            )
+        print("done", flush=True)
+    await sim.stop()
+
+
+async def until_line(child: subprocess.Popen[str], expected: str) -> None:
+    """Read the child's output up to a line *expected* (its log lines come first)."""
+    assert child.stdout is not None
+    while (line := await anyio.to_thread.run_sync(child.stdout.readline)).strip() != expected:
+        if not line:
+            raise RuntimeError(f"the server process ended before it printed {expected!r}")
+
+
+def per_op_us(started: float, count: int) -> float:
+    return (time.process_time() - started) / count * 1e6
+
+
+async def in_parallel(count: int, operation: object) -> None:
+    async def worker(offset: int) -> None:
+        for i in range(offset, count, CONCURRENCY):
+            await operation(i)  # type: ignore[operator]
+
+    async with anyio.create_task_group() as tg:
+        for offset in range(CONCURRENCY):
+            tg.start_soon(worker, offset)
+
+
+async def one_round(
+    client: Client, child: subprocess.Popen[str], args: argparse.Namespace, n: int
+) -> dict[str, float]:
+    requests = args.requests
+
+    async def apply(i: int) -> None:
+        body = {
+            "metadata": {"name": f"cm-{i % 200}", "namespace": "default"},
+            "data": {"round": str(n), "i": str(i)},
+        }
+        await client.apply(CONFIGMAPS, body, field_manager="bench", force=True)
+
+    async def get(i: int) -> None:
+        await client.get(CONFIGMAPS, f"cm-{i % 200}", "default")
+
+    started = time.process_time()
+    await in_parallel(requests, apply)
+    result = {"apply": per_op_us(started, requests)}
+    started = time.process_time()
+    await in_parallel(requests, get)
+    result["get"] = per_op_us(started, requests)
+
+    rv = (await client.list(CONFIGMAPS, "events", limit=1)).resource_version
+    async with client.watch(CONFIGMAPS, "events", resource_version=rv) as stream:
+        assert child.stdin is not None and child.stdout is not None
+        child.stdin.write(f"events {args.events}\n")
+        child.stdin.flush()
+        started = time.process_time()
+        seen = 0
+        async for event in stream:
+            if event.type == "ADDED":
+                seen += 1
+                if seen == args.events:
+                    break
+        result["watch event"] = per_op_us(started, args.events)
+    await until_line(child, "done")
+    return result
+
+
+async def main(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        kubeconfig = Path(tmp) / "kubeconfig"
+        child = subprocess.Popen(  # noqa: ASYNC220 - once, before anything is measured
+            [sys.executable, __file__, "--serve", str(kubeconfig)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert child.stdout is not None
+            await until_line(child, "ready")
+            client = await Client.connect(kubeconfig)
+            rounds: list[dict[str, float]] = []
+            try:
+                for n in range(args.rounds):
+                    rounds.append(await one_round(client, child, args, n))
+                    print(json.dumps({k: round(v, 1) for k, v in rounds[-1].items()}))
+            finally:
+                await client.close()
+        finally:
+            assert child.stdin is not None
+            child.stdin.close()
+            child.wait(timeout=30)
+    medians = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
+    print(
+        "medians (µs of client CPU per operation):",
+        json.dumps({k: round(v, 1) for k, v in medians.items()}),
+    )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--requests", type=int, default=1000)
+    parser.add_argument("--events", type=int, default=2000)
+    parser.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
+    parsed = parser.parse_args()
+    if parsed.serve:
+        asyncio.run(serve(parsed.serve))
+    else:
+        anyio.run(main, parsed)
