@@ -4,7 +4,8 @@ Every Node carrying ``sim.gpustack.ai/devices`` gets a :class:`DeviceManagerAgen
 simulated detector, including Nodes created or annotated later. Agents are packed onto shared
 runtime managers (each with its own HTTP client): a real agent is a process per node, but
 thousands of processes would measure the simulator's host, not the operator. A client keeps at
-most ``per_manager`` agents, two watches each, well inside httpx's 100-connection pool.
+most ``per_manager`` agents, two watches each (the client's connection pool has no limit,
+so a watch never waits for a connection).
 """
 
 from __future__ import annotations
