@@ -24,9 +24,12 @@ from gpustack_operator.domain.queues import (
     DEFAULT_QUOTA_RESOURCES,
     QuotaResources,
 )
+from gpustack_operator.domain.tenancy import Tenancy
 from gpustack_operator.environment import load_manufacturers
 
 KUEUE_AUTO = "auto"
+TENANCY_AUTO = "auto"
+TENANCY_CHOICES = (TENANCY_AUTO, *(t.value for t in Tenancy))
 
 
 def kueue_version(raw: str) -> KueueVersion | None:
@@ -54,6 +57,32 @@ def tolerations_policy(raw: str) -> TolerationPolicy:
             f"{raw!r}: expected common, none or a comma-separated list of taint keys"
         )
     return keys
+
+
+def tenancy(raw: str) -> Tenancy | None:
+    """``auto`` (None: told from the Nodes) or a kind of cluster (docs/tenants.md)."""
+    value = raw.strip()
+    if value == TENANCY_AUTO:
+        return None
+    try:
+        return Tenancy(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{raw!r}: choose from {', '.join(TENANCY_CHOICES)}"
+        ) from None
+
+
+def quota_caps(raw: str) -> dict[str, int]:
+    """``RESOURCE=N,...`` (``nvidia.com/gpu=4``): the declared cap per device resource."""
+    caps: dict[str, int] = {}
+    for item in comma_list(raw):
+        resource, sep, amount = item.partition("=")
+        if not sep or not resource.strip() or not amount.strip().isdigit():
+            raise argparse.ArgumentTypeError(
+                f"{item!r}: expected RESOURCE=N with a whole number, e.g. nvidia.com/gpu=4"
+            )
+        caps[resource.strip()] = int(amount)
+    return caps
 
 
 def quota_resources(raw: str) -> QuotaResources:
@@ -139,6 +168,42 @@ def add_policy_flags(parser: argparse._ActionsContainer) -> None:
             "never (default: common)",
         )
     )
+    _add_tenant_flags(parser)
+
+
+def _add_tenant_flags(parser: argparse._ActionsContainer) -> None:
+    """``--tenancy``, ``--virtual-scheduler`` and ``--tenant-quota-cap`` (docs/tenants.md)."""
+    _shared(
+        parser.add_argument(
+            "--tenancy",
+            type=tenancy,
+            default=None,
+            metavar="|".join(TENANCY_CHOICES),
+            help="the kind of cluster: ordinary (also a vCluster tenant on private nodes), "
+            "shared-nodes (a vCluster tenant on synced host nodes), pseudo-nodes (a vCluster "
+            "tenant of pseudo nodes); auto: told from the Nodes (default: auto)",
+        )
+    )
+    _shared(
+        parser.add_argument(
+            "--virtual-scheduler",
+            action="store_true",
+            default=False,
+            help="a shared-node tenant runs vCluster's virtual scheduler, which places pods by "
+            "the tenant's own Node copies: flavors may then select any label they carry",
+        )
+    )
+    _shared(
+        parser.add_argument(
+            "--tenant-quota-cap",
+            type=quota_caps,
+            default={},
+            metavar="RESOURCE=N,...",
+            help="in a shared-node tenant, this tenant's share of each device resource, e.g. "
+            "nvidia.com/gpu=4: it bounds every device ClusterQueue's quota (default: none; "
+            "the quota is then the host's whole, shared capacity)",
+        )
+    )
 
 
 def policy_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> ChainPolicy:
@@ -153,6 +218,9 @@ def policy_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = N
         kueue_version=args.kueue_version,
         quota_resources=args.quota_resources,
         flavor_tolerations=args.flavor_tolerations,
+        tenancy=args.tenancy,
+        virtual_scheduler=args.virtual_scheduler,
+        tenant_quota_caps=args.tenant_quota_cap,
     )
     if args.manufacturer:
         policy = policy.with_manufacturers(args.manufacturer)

@@ -14,7 +14,9 @@ import pytest
 import yaml
 
 from gpustack_operator.domain.nodeview import labels_of, name_of
+from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.tenancy import Tenancy, host_owned_keys
+from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.simcluster.cluster import SimCluster
 from tests.integration.chain.test_kueue_admission import JOBS, KUEUE, get, job, pools, until
 
@@ -101,7 +103,8 @@ async def test_private_node_tenant_gets_the_ordinary_chain() -> None:
         await cluster.converge(45)
         assert cluster.sim.store.list("nfd.k8s-sigs.io/v1alpha1", "NodeFeature")
         ordinary = cluster.expected().as_list()
-    explicit = SimCluster(nodes, ["default"], tenancy="ordinary")
+    policy = ChainPolicy(load_manufacturers(), tenancy=Tenancy.ORDINARY)
+    explicit = SimCluster(nodes, ["default"], policy=policy)
     assert explicit.expected().as_list() == ordinary
 
 
