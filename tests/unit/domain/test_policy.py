@@ -110,7 +110,7 @@ def test_bad_values_name_the_choices() -> None:
         ChainPolicy(manufacturers={})
     with pytest.raises(SystemExit):
         build_parser({}).parse_args(["worker", "--tenancy", "private"])
-    with pytest.raises(ValueError, match="nvidia.com/gpu=-1"):
+    with pytest.raises(ValueError, match=r"nvidia\.com/gpu=-1"):
         ChainPolicy(tenant_quota_caps={"nvidia.com/gpu": -1})
 
 
