@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Mapping
+from enum import StrEnum
+from typing import TypeVar
 
 from gpustack_operator.commands.argtypes import comma_list
 from gpustack_operator.commands.envflags import SHARED_ENV
@@ -27,21 +29,27 @@ from gpustack_operator.domain.queues import (
 from gpustack_operator.domain.tenancy import Tenancy
 from gpustack_operator.environment import load_manufacturers
 
-KUEUE_AUTO = "auto"
-TENANCY_AUTO = "auto"
-TENANCY_CHOICES = (TENANCY_AUTO, *(t.value for t in Tenancy))
+AUTO = "auto"
+TENANCY_CHOICES = (AUTO, *(t.value for t in Tenancy))
+
+_Choice = TypeVar("_Choice", bound=StrEnum)
+
+
+def _auto_or(raw: str, kind: type[_Choice]) -> _Choice | None:
+    """``auto`` (None: the program decides) or a value of *kind*, naming the choices."""
+    value = raw.strip()
+    if value == AUTO:
+        return None
+    try:
+        return kind(value)
+    except ValueError:
+        choices = ", ".join([AUTO, *(v.value for v in kind)])
+        raise argparse.ArgumentTypeError(f"{raw!r}: choose from {choices}") from None
 
 
 def kueue_version(raw: str) -> KueueVersion | None:
     """``auto`` (None: the newest served), ``v1beta2`` or ``v1beta1``."""
-    value = raw.strip()
-    if value == KUEUE_AUTO:
-        return None
-    try:
-        return KueueVersion(value)
-    except ValueError:
-        choices = ", ".join([KUEUE_AUTO, *(v.value for v in KueueVersion)])
-        raise argparse.ArgumentTypeError(f"{raw!r}: choose from {choices}") from None
+    return _auto_or(raw, KueueVersion)
 
 
 def tolerations_policy(raw: str) -> TolerationPolicy:
@@ -61,15 +69,7 @@ def tolerations_policy(raw: str) -> TolerationPolicy:
 
 def tenancy(raw: str) -> Tenancy | None:
     """``auto`` (None: told from the Nodes) or a kind of cluster (docs/tenants.md)."""
-    value = raw.strip()
-    if value == TENANCY_AUTO:
-        return None
-    try:
-        return Tenancy(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{raw!r}: choose from {', '.join(TENANCY_CHOICES)}"
-        ) from None
+    return _auto_or(raw, Tenancy)
 
 
 def quota_caps(raw: str) -> dict[str, int]:
