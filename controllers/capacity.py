@@ -166,9 +166,7 @@ def setup_capacity(
     features = manager.informer(
         NODE_FEATURES, namespace=system_namespace, label_selector=WORKER_NODE_FEATURES
     )
-    slices = manager.informer(RESOURCE_SLICES) if dra else None
-    if slices is not None:
-        slices.add_index(BY_SLICE_NODE, slice_node)
+    slices = slices_by_node(manager) if dra else None
     applied = NotLastApplied()
     taken = LabelsTaken(is_worker_label)
     reconciler = CapacityReconciler(
@@ -195,6 +193,16 @@ def setup_capacity(
     if slices is not None:
         builder = builder.watches(RESOURCE_SLICES, slice_node, coalesce=per_node)
     builder.with_options(max_concurrent_reconciles=max_concurrent_reconciles).complete(reconciler)
+
+
+def slices_by_node(manager: Manager) -> Informer:
+    """*manager*'s ResourceSlice informer with its :data:`BY_SLICE_NODE` index, added by
+    whichever of the capacity and unpooled controllers is set up first (a vCluster tenant
+    runs only the second, docs/tenants.md, "Shared host nodes")."""
+    slices = manager.informer(RESOURCE_SLICES)
+    if BY_SLICE_NODE not in slices.indexer.index_names:
+        slices.add_index(BY_SLICE_NODE, slice_node)
+    return slices
 
 
 def slice_node(resource_slice: Mapping[str, Any]) -> list[str]:

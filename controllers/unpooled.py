@@ -17,7 +17,7 @@ from typing import Final
 import structlog
 from prometheus_client import Gauge
 
-from gpustack_operator.controllers.capacity import BY_SLICE_NODE, slice_node
+from gpustack_operator.controllers.capacity import BY_SLICE_NODE, slice_node, slices_by_node
 from gpustack_operator.controllers.common import NodeChanged
 from gpustack_operator.controllers.nodefacts import NodeFacts
 from gpustack_operator.domain.devicesources import Diagnostic, unpooled_devices
@@ -106,10 +106,9 @@ def setup_unpooled(
     facts: NodeFacts,
     dra: bool = False,
 ) -> None:
-    """Register the report on *manager* (after ``setup_capacity``, whose ResourceSlice index
-    it reads when *dra*)."""
+    """Register the report on *manager*; with *dra* it reads the ResourceSlices by node."""
     nodes = manager.informer(NODES)
-    slices = manager.informer(RESOURCE_SLICES) if dra else None
+    slices = slices_by_node(manager) if dra else None
     reconciler = UnpooledReconciler(nodes, manager.recorder, facts, slices)
     builder = manager.controller(NAME).for_(NODES, NodeChanged(facts))
     if slices is not None:

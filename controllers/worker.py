@@ -23,7 +23,7 @@ Build the manager with :func:`new_worker_manager` to get the worker's informer t
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Final
 
@@ -57,7 +57,7 @@ from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.kueueconfig import DEFAULT_KUEUE_CONFIGMAP, DEFAULT_KUEUE_NAMESPACE
 from gpustack_operator.domain.labels import MANAGED_BY_VALUE
 from gpustack_operator.domain.policy import ChainPolicy
-from gpustack_operator.domain.tenancy import TENANCY_AUTO, TenantSettings, resolve_tenancy
+from gpustack_operator.domain.tenancy import TenantSettings
 from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.runtime.backoff import BackoffPolicy
 from gpustack_operator.runtime.client import ApiError, Client
@@ -168,13 +168,17 @@ class WorkerConfig:
     max_concurrent_reconciles: int = 2
     timing: WorkerTiming = field(default_factory=WorkerTiming)
     """Every wait and coalescing window of the worker, one value."""
-    tenant: TenantSettings = field(default_factory=TenantSettings)
-    """The kind of cluster and the tenant settings (docs/tenants.md); see
-    :func:`detect_tenant`."""
 
     def __post_init__(self) -> None:
         if self.max_concurrent_reconciles < 1:
             raise ValueError("max_concurrent_reconciles must be at least 1")
+
+    @property
+    def tenant(self) -> TenantSettings:
+        """The tenant settings of :attr:`policy`, resolved (docs/tenants.md): the worker
+        tells an unset tenancy from the live Nodes at start (:func:`detect_tenancy_at_start`);
+        a policy that never went through it counts as an ordinary cluster."""
+        return self.policy.tenant_settings()
 
 
 def choose_kueue_version(served: list[str], wanted: str) -> KueueVersion | None:
@@ -317,31 +321,20 @@ async def serves_dra(client: Client) -> bool:
         return False
 
 
-async def detect_tenant(
-    client: Client,
-    setting: str,
-    *,
-    virtual_scheduler: bool = False,
-    quota_caps: Mapping[str, int] | None = None,
-) -> TenantSettings:
-    """The tenant settings: *setting* (``auto``: told from the cluster's Nodes, read once
-    at start; docs/tenants.md, "Three kinds of cluster"), logged in one line."""
-    if setting == TENANCY_AUTO:
-        nodes = (await client.list_all(NODES)).items
-        tenancy = resolve_tenancy(setting, nodes)
-    else:
-        tenancy = resolve_tenancy(setting, ())
-    settings = TenantSettings(
-        tenancy=tenancy, virtual_scheduler=virtual_scheduler, quota_caps=dict(quota_caps or {})
-    )
+async def detect_tenancy_at_start(client: Client, policy: ChainPolicy) -> ChainPolicy:
+    """*policy* with its kind of cluster told from the cluster's Nodes, read once at start
+    when it is not set (docs/tenants.md, "Three kinds of cluster"), logged in one line."""
+    detected = policy.tenancy is None
+    nodes = (await client.list_all(NODES)).items if detected else ()
+    resolved = policy.with_tenancy_of(nodes)
     log.info(
         "tenancy",
-        tenancy=tenancy.value,
-        detected=setting == TENANCY_AUTO,
-        virtual_scheduler=virtual_scheduler,
-        quota_caps=dict(settings.quota_caps),
+        tenancy=resolved.tenant_settings().tenancy.value,
+        detected=detected,
+        virtual_scheduler=resolved.virtual_scheduler,
+        quota_caps=dict(resolved.tenant_quota_caps),
     )
-    return settings
+    return resolved
 
 
 def setup_worker(manager: Manager, config: WorkerConfig) -> Worker:

@@ -26,7 +26,6 @@ from gpustack_operator.commands.policy_flags import (
     kueue_version,
     policy_from_args,
 )
-from gpustack_operator.commands.tenant_flags import add_tenant_flags
 from gpustack_operator.domain.devicesources.dra import KIND as DRA_KIND
 from gpustack_operator.domain.nodeview import (
     has_status,
@@ -100,7 +99,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="v1beta2|v1beta1",
         help="the same as --kueue-version (plan's earlier spelling)",
     )
-    add_tenant_flags(parser)
     parser.set_defaults(handler=run)
 
 
@@ -279,9 +277,6 @@ def run(args: argparse.Namespace) -> int:
             policy,
             with_memory=load_group_id_with_memory(),
             resource_slices=slices,
-            tenancy=args.tenancy,
-            virtual_scheduler=args.virtual_scheduler,
-            quota_caps=args.tenant_quota_cap,
         )
         if args.explain is not None:
             found_explanation = next(

@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Mapping
+from enum import StrEnum
+from typing import TypeVar
 
 from gpustack_operator.commands.argtypes import comma_list
 from gpustack_operator.commands.envflags import SHARED_ENV
@@ -24,21 +26,30 @@ from gpustack_operator.domain.queues import (
     DEFAULT_QUOTA_RESOURCES,
     QuotaResources,
 )
+from gpustack_operator.domain.tenancy import Tenancy
 from gpustack_operator.environment import load_manufacturers
 
-KUEUE_AUTO = "auto"
+AUTO = "auto"
+TENANCY_CHOICES = (AUTO, *(t.value for t in Tenancy))
+
+_Choice = TypeVar("_Choice", bound=StrEnum)
+
+
+def _auto_or(raw: str, kind: type[_Choice]) -> _Choice | None:
+    """``auto`` (None: the program decides) or a value of *kind*, naming the choices."""
+    value = raw.strip()
+    if value == AUTO:
+        return None
+    try:
+        return kind(value)
+    except ValueError:
+        choices = ", ".join([AUTO, *(v.value for v in kind)])
+        raise argparse.ArgumentTypeError(f"{raw!r}: choose from {choices}") from None
 
 
 def kueue_version(raw: str) -> KueueVersion | None:
     """``auto`` (None: the newest served), ``v1beta2`` or ``v1beta1``."""
-    value = raw.strip()
-    if value == KUEUE_AUTO:
-        return None
-    try:
-        return KueueVersion(value)
-    except ValueError:
-        choices = ", ".join([KUEUE_AUTO, *(v.value for v in KueueVersion)])
-        raise argparse.ArgumentTypeError(f"{raw!r}: choose from {choices}") from None
+    return _auto_or(raw, KueueVersion)
 
 
 def tolerations_policy(raw: str) -> TolerationPolicy:
@@ -54,6 +65,24 @@ def tolerations_policy(raw: str) -> TolerationPolicy:
             f"{raw!r}: expected common, none or a comma-separated list of taint keys"
         )
     return keys
+
+
+def tenancy(raw: str) -> Tenancy | None:
+    """``auto`` (None: told from the Nodes) or a kind of cluster (docs/tenants.md)."""
+    return _auto_or(raw, Tenancy)
+
+
+def quota_caps(raw: str) -> dict[str, int]:
+    """``RESOURCE=N,...`` (``nvidia.com/gpu=4``): the declared cap per device resource."""
+    caps: dict[str, int] = {}
+    for item in comma_list(raw):
+        resource, sep, amount = item.partition("=")
+        if not sep or not resource.strip() or not amount.strip().isdigit():
+            raise argparse.ArgumentTypeError(
+                f"{item!r}: expected RESOURCE=N with a whole number, e.g. nvidia.com/gpu=4"
+            )
+        caps[resource.strip()] = int(amount)
+    return caps
 
 
 def quota_resources(raw: str) -> QuotaResources:
@@ -139,6 +168,42 @@ def add_policy_flags(parser: argparse._ActionsContainer) -> None:
             "never (default: common)",
         )
     )
+    _add_tenant_flags(parser)
+
+
+def _add_tenant_flags(parser: argparse._ActionsContainer) -> None:
+    """``--tenancy``, ``--virtual-scheduler`` and ``--tenant-quota-cap`` (docs/tenants.md)."""
+    _shared(
+        parser.add_argument(
+            "--tenancy",
+            type=tenancy,
+            default=None,
+            metavar="|".join(TENANCY_CHOICES),
+            help="the kind of cluster: ordinary (also a vCluster tenant on private nodes), "
+            "shared-nodes (a vCluster tenant on synced host nodes), pseudo-nodes (a vCluster "
+            "tenant of pseudo nodes); auto: told from the Nodes (default: auto)",
+        )
+    )
+    _shared(
+        parser.add_argument(
+            "--virtual-scheduler",
+            action="store_true",
+            default=False,
+            help="a shared-node tenant runs vCluster's virtual scheduler, which places pods by "
+            "the tenant's own Node copies: flavors may then select any label they carry",
+        )
+    )
+    _shared(
+        parser.add_argument(
+            "--tenant-quota-cap",
+            type=quota_caps,
+            default={},
+            metavar="RESOURCE=N,...",
+            help="in a shared-node tenant, this tenant's share of each device resource, e.g. "
+            "nvidia.com/gpu=4: it bounds every device ClusterQueue's quota (default: none; "
+            "the quota is then the host's whole, shared capacity)",
+        )
+    )
 
 
 def policy_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> ChainPolicy:
@@ -153,6 +218,9 @@ def policy_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = N
         kueue_version=args.kueue_version,
         quota_resources=args.quota_resources,
         flavor_tolerations=args.flavor_tolerations,
+        tenancy=args.tenancy,
+        virtual_scheduler=args.virtual_scheduler,
+        tenant_quota_caps=args.tenant_quota_cap,
     )
     if args.manufacturer:
         policy = policy.with_manufacturers(args.manufacturer)

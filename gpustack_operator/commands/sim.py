@@ -32,7 +32,6 @@ from gpustack_operator.commands.helptext import env_epilog
 from gpustack_operator.commands.plan import DEFAULT_NAMESPACES as PLAN_DEFAULT_NAMESPACES
 from gpustack_operator.commands.plan import PlanInputError, read_cluster_file
 from gpustack_operator.commands.policy_flags import add_policy_flags, policy_from_args
-from gpustack_operator.commands.tenant_flags import add_tenant_flags
 from gpustack_operator.domain.plan import plan_state
 from gpustack_operator.environment import load_group_id_with_memory
 from gpustack_operator.render import FORMATS, render
@@ -145,7 +144,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_policy_flags(
         parser.add_argument_group("the chain, as the worker's flags (docs/configuration.md)")
     )
-    add_tenant_flags(parser)
     parser.set_defaults(handler=run)
 
 
@@ -254,9 +252,6 @@ def build_cluster(args: argparse.Namespace, crds: list[dict[str, Any]]) -> SimCl
         policy,
         with_memory=with_memory,
         resource_slices=slices,
-        tenancy=args.tenancy,
-        virtual_scheduler=args.virtual_scheduler,
-        quota_caps=args.tenant_quota_cap,
     )
     return SimCluster(
         nodes,
@@ -267,9 +262,6 @@ def build_cluster(args: argparse.Namespace, crds: list[dict[str, Any]]) -> SimCl
         resource_slices=slices,
         host=args.bind_address,
         port=args.port,
-        tenancy=args.tenancy,
-        virtual_scheduler=args.virtual_scheduler,
-        quota_caps=args.tenant_quota_cap,
     )
 
 

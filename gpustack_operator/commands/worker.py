@@ -28,12 +28,11 @@ from gpustack_operator.commands.cluster_flags import (
 )
 from gpustack_operator.commands.helptext import env_epilog
 from gpustack_operator.commands.policy_flags import add_policy_flags, policy_from_args
-from gpustack_operator.commands.tenant_flags import add_tenant_flags
 from gpustack_operator.controllers.bootstrap import BootstrapConfig
 from gpustack_operator.controllers.worker import (
     WorkerConfig,
     WorkerTiming,
-    detect_tenant,
+    detect_tenancy_at_start,
     new_worker_manager,
     serves_dra,
     setup_worker,
@@ -64,7 +63,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _add_leader_election_flags(parser.add_argument_group("leader election"))
     _add_controller_flags(parser.add_argument_group("controllers"))
     _add_workload_flags(parser.add_argument_group("what workloads meet (docs/workloads.md)"))
-    add_tenant_flags(parser.add_argument_group("vCluster tenants (docs/tenants.md)"))
     add_bootstrap_flags(parser.add_argument_group("installation of NFD and the device managers"))
     parser.set_defaults(handler=run_worker)
 
@@ -248,12 +246,7 @@ async def serve(
     try:
         manager = new_worker_manager(client, options)
         config.dra = await serves_dra(client)
-        config.tenant = await detect_tenant(
-            client,
-            args.tenancy,
-            virtual_scheduler=args.virtual_scheduler,
-            quota_caps=args.tenant_quota_cap,
-        )
+        config.policy = await detect_tenancy_at_start(client, config.policy)
         setup_worker(manager, config)
         # Stage 1 (docs/worker.md): NFD and the device managers; never in a vCluster tenant,
         # where the host runs them (docs/tenants.md, "Shared host nodes")

@@ -27,7 +27,6 @@ from gpustack_operator.domain.queues import (
 from gpustack_operator.domain.tenancy import (
     Tenancy,
     TenantFleet,
-    TenantSettings,
     tenant_cluster_queue,
     tenant_flavor,
     tenant_fleet,
@@ -88,7 +87,6 @@ def desired_state(
     cohort_uids: Mapping[str, str] | None = None,
     extra_node_features: Iterable[dict[str, Any]] = (),
     resource_slices: Sequence[Mapping[str, Any]] = (),
-    tenant: TenantSettings | None = None,
 ) -> DesiredState:
     """The chain for *nodes* as the cluster holds them (device labels already present),
     shaped by *policy* alone (docs/configuration.md, "Chain policy"); a policy without a
@@ -98,17 +96,19 @@ def desired_state(
     (Cohort name -> uid) adds ClusterQueue owner references; ClusterQueue uids are not known
     before creation, so LocalQueues here carry none (the controllers add them).
 
-    In a vCluster tenant (*tenant*, docs/tenants.md) no NodeFeature is written: the
-    capacity labels are merged in memory from host-owned labels, DRA slices are not read,
-    flavors select host-owned labels and device quotas follow the declared caps.
+    In a vCluster tenant (the policy's tenant settings, an unset tenancy told from *nodes*;
+    docs/tenants.md) no NodeFeature is written: the capacity labels are merged in memory
+    from host-owned labels, DRA slices are not read, flavors select host-owned labels and
+    device quotas follow the declared caps.
     """
     manufacturers = policy.manufacturers
     kueue_version = policy.offline_kueue_version
     ordered = _sorted_nodes(nodes)
+    tenant = policy.tenant_settings(ordered)
     features: list[dict[str, Any]] = []
     merged: list[dict[str, Any]] = []
     fleet: TenantFleet | None = None
-    if tenant is not None and tenant.is_tenant:
+    if tenant.is_tenant:
         fleet = tenant_fleet(ordered, manufacturers, virtual_scheduler=tenant.virtual_scheduler)
         merged = list(fleet.nodes)
     else:
@@ -121,7 +121,7 @@ def desired_state(
     flavors = desired_resource_flavors(
         merged, manufacturers, kueue_version, tolerations=policy.flavor_tolerations
     )
-    if tenant is not None and tenant.is_tenant:
+    if tenant.is_tenant:
         members = flavor_nodes(merged, manufacturers)
         flavors = {
             name: tenant_flavor(flavor, members.get(name, []), tenant.virtual_scheduler)
@@ -136,7 +136,7 @@ def desired_state(
         version=kueue_version,
         quota_resources=policy.quota_resources,
     )
-    if tenant is not None and tenant.is_tenant:
+    if tenant.is_tenant:
         queues = {n: tenant_cluster_queue(q, tenant.quota_caps) for n, q in queues.items()}
     locals_ = desired_local_queues(
         list(queues.values()),
@@ -152,6 +152,6 @@ def desired_state(
         cluster_queues=list(queues.values()),
         local_queues=list(locals_.values()),
         nodes=merged,
-        tenancy=tenant.tenancy if tenant is not None else Tenancy.ORDINARY,
+        tenancy=tenant.tenancy,
         fleet=fleet,
     )

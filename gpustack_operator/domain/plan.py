@@ -31,14 +31,7 @@ from gpustack_operator.domain.simdevices import (
     parse_sim_devices,
     sim_card_counts,
 )
-from gpustack_operator.domain.tenancy import (
-    TENANCY_AUTO,
-    TenantFleet,
-    TenantSettings,
-    is_pseudo_node,
-    resolve_tenancy,
-    tenant_reasons,
-)
+from gpustack_operator.domain.tenancy import TenantFleet, is_pseudo_node, tenant_reasons
 
 
 def apply_sim_devices(
@@ -90,25 +83,17 @@ def plan_state(
     *,
     with_memory: bool = False,
     resource_slices: Sequence[Mapping[str, Any]] = (),
-    tenancy: str = TENANCY_AUTO,
-    virtual_scheduler: bool = False,
-    quota_caps: Mapping[str, int] | None = None,
 ) -> DesiredState:
     """What ``plan`` prints: simulated devices first, then :func:`desired_state` under
     *policy* (the worker's, docs/configuration.md, "Chain policy"), then the explanation of
     every node (docs/plan.md).
 
-    *resource_slices* are DRA ``ResourceSlice`` objects (docs/devices.md, "DRA").
-    *tenancy* (``auto`` or a kind of cluster), *virtual_scheduler* and *quota_caps* are the
-    tenant settings (docs/tenants.md); in a vCluster tenant no device manager runs, so
-    ``sim.gpustack.ai/devices`` is not read there."""
+    *resource_slices* are DRA ``ResourceSlice`` objects (docs/devices.md, "DRA"). An unset
+    tenancy is told from *nodes* once, as the worker does at start (docs/tenants.md); in a
+    vCluster tenant no device manager runs, so ``sim.gpustack.ai/devices`` is not read there."""
     nodes = list(nodes)
-    tenant = TenantSettings(
-        tenancy=resolve_tenancy(tenancy, nodes),
-        virtual_scheduler=virtual_scheduler,
-        quota_caps=dict(quota_caps or {}),
-    )
-    if tenant.is_tenant:
+    policy = policy.with_tenancy_of(nodes)
+    if policy.tenant_settings().is_tenant:
         with_devices: list[dict[str, Any]] = [dict(n) for n in nodes]
         dm_features: list[dict[str, Any]] = []
     else:
@@ -124,7 +109,6 @@ def plan_state(
         policy,
         extra_node_features=dm_features,
         resource_slices=resource_slices,
-        tenant=tenant,
     )
     if state.fleet is not None:
         state.explanations = tenant_explanations(

@@ -20,6 +20,7 @@ from gpustack_operator.domain.queues import (
     DEFAULT_QUOTA_RESOURCES,
     QuotaResources,
 )
+from gpustack_operator.domain.tenancy import Tenancy, TenantSettings, detect_tenancy
 
 NEWEST_FIRST: tuple[KueueVersion, ...] = (KueueVersion.V1BETA2, KueueVersion.V1BETA1)
 """The Kueue versions the chain can be written in, preferred first."""
@@ -43,6 +44,15 @@ class ChainPolicy:
     flavor_tolerations: TolerationPolicy = None
     """Which dedication taints flavors tolerate: ``None`` every one common to the flavor's
     nodes, else only these keys (docs/worker.md, "Tolerations")."""
+    tenancy: Tenancy | None = None
+    """The kind of cluster; ``None``: told from the Nodes (docs/tenants.md, "Three kinds of
+    cluster")."""
+    virtual_scheduler: bool = False
+    """A shared-node tenant runs vCluster's virtual scheduler (docs/tenants.md, "The virtual
+    scheduler")."""
+    tenant_quota_caps: Mapping[str, int] = field(default_factory=dict)
+    """A shared-node tenant's declared share per device resource (docs/tenants.md, "Quota a
+    tenant may count on")."""
 
     def __post_init__(self) -> None:
         if not self.manufacturers:
@@ -52,6 +62,14 @@ class ChainPolicy:
         object.__setattr__(
             self, "excluded_namespaces", tuple(n for n in excluded if n != self.system_namespace)
         )
+        bad = [f"{r}={n}" for r, n in self.tenant_quota_caps.items() if not r or n < 0]
+        if bad:
+            raise ValueError(
+                f"tenant quota cap {', '.join(bad)}: give a resource name and a whole number "
+                "of at least 0, e.g. nvidia.com/gpu=4"
+            )
+        # A copy the caller cannot change behind the policy's back, in a stable order.
+        object.__setattr__(self, "tenant_quota_caps", dict(sorted(self.tenant_quota_caps.items())))
 
     @property
     def namespaces_without_queues(self) -> tuple[str, ...]:
@@ -70,6 +88,22 @@ class ChainPolicy:
         offered = set(served)
         wanted = (self.kueue_version,) if self.kueue_version is not None else NEWEST_FIRST
         return next((v for v in wanted if v.value in offered), None)
+
+    def with_tenancy_of(self, nodes: Iterable[object]) -> ChainPolicy:
+        """This policy with the kind of cluster told from *nodes* when it is not set (no
+        vCluster Node, or none at all: an ordinary cluster); a set one is kept."""
+        if self.tenancy is not None:
+            return self
+        return replace(self, tenancy=detect_tenancy(nodes))
+
+    def tenant_settings(self, nodes: Iterable[object] = ()) -> TenantSettings:
+        """What the tenant rules read (docs/tenants.md): the kind of cluster (told from
+        *nodes* when not set), the virtual scheduler and the quota caps."""
+        return TenantSettings(
+            tenancy=self.with_tenancy_of(nodes).tenancy or Tenancy.ORDINARY,
+            virtual_scheduler=self.virtual_scheduler,
+            quota_caps=dict(self.tenant_quota_caps),
+        )
 
     def with_manufacturers(self, names: Iterable[str]) -> ChainPolicy:
         """This policy profiling only *names*; ``ValueError`` naming any unknown one."""

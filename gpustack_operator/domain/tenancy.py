@@ -92,14 +92,11 @@ class Tenancy(StrEnum):
     """A vCluster tenant of pseudo nodes: no pools."""
 
 
-TENANCY_AUTO: Final = "auto"
-TENANCY_CHOICES: Final = (TENANCY_AUTO, *(t.value for t in Tenancy))
-
-
 @dataclass(frozen=True)
 class TenantSettings:
     """What the tenant-specific rules need: the kind of cluster, whether the tenant runs
-    vCluster's virtual scheduler, and the declared quota caps per device resource."""
+    vCluster's virtual scheduler, and the declared quota caps per device resource. The chain
+    policy's tenant fields resolved against the Nodes (``ChainPolicy.tenant_settings``)."""
 
     tenancy: Tenancy = Tenancy.ORDINARY
     virtual_scheduler: bool = False
@@ -128,18 +125,6 @@ def detect_tenancy(nodes: Iterable[object]) -> Tenancy:
             return Tenancy.SHARED_NODES
         pseudo = pseudo or is_pseudo_node(node)
     return Tenancy.PSEUDO_NODES if pseudo else Tenancy.ORDINARY
-
-
-def resolve_tenancy(setting: str, nodes: Iterable[object]) -> Tenancy:
-    """*setting* (``auto`` or a :class:`Tenancy` value) applied to *nodes*."""
-    if setting == TENANCY_AUTO:
-        return detect_tenancy(nodes)
-    try:
-        return Tenancy(setting)
-    except ValueError:
-        raise ValueError(
-            f"tenancy {setting!r}: choose one of {', '.join(TENANCY_CHOICES)}"
-        ) from None
 
 
 def host_owned_keys(node: object) -> frozenset[str]:

@@ -31,6 +31,7 @@ from gpustack_operator.apis import kueue_resources
 from gpustack_operator.controllers.worker import (
     Worker,
     WorkerConfig,
+    detect_tenancy_at_start,
     new_worker_manager,
     serves_dra,
     setup_worker,
@@ -42,12 +43,7 @@ from gpustack_operator.domain.manufacturers import Manufacturer
 from gpustack_operator.domain.nodeview import name_of
 from gpustack_operator.domain.plan import plan_state, tenant_explanations
 from gpustack_operator.domain.policy import ChainPolicy
-from gpustack_operator.domain.tenancy import (
-    TENANCY_AUTO,
-    TenantSettings,
-    resolve_tenancy,
-    tenant_fleet,
-)
+from gpustack_operator.domain.tenancy import tenant_fleet
 from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.manager import Manager, ManagerOptions
@@ -137,17 +133,15 @@ class SimCluster:
         port: int = 0,
         authenticator: TokenAuthenticator | None = None,
         token: str | None = None,
-        tenancy: str = TENANCY_AUTO,
-        virtual_scheduler: bool = False,
-        quota_caps: Mapping[str, int] | None = None,
     ) -> None:
         """*policy* shapes the chain for the worker and for :meth:`expected` alike
         (docs/configuration.md, "Chain policy"; default: every manufacturer with
         ``GPUSTACK_<MFR>_*`` applied). *authenticator* turns on the server's authentication
         and RBAC authorization; *token* is then the bearer token of the kubeconfig the agents
-        and worker use. *tenancy* (``auto``: told from *nodes*), *virtual_scheduler* and
-        *quota_caps* are the tenant settings (docs/tenants.md): a vCluster tenant runs no NFD
-        stand-in and no agents, as the worker installs neither there."""
+        and worker use. The policy's tenant settings (docs/tenants.md; an unset tenancy told
+        from *nodes*) decide whether this is a vCluster tenant: one runs no NFD stand-in and
+        no agents, as the worker installs neither there; the simulated worker tells its
+        tenancy from the served Nodes at start, as the worker does."""
         self.nodes: dict[str, dict[str, Any]] = {}
         for node in nodes:
             self.nodes[name_of(node)] = copy.deepcopy(dict(node))
@@ -162,11 +156,8 @@ class SimCluster:
         self.server_defaults = any(not is_stand_in(crd) for crd in self.crds)
         """Real CRDs default fields: convergence then tolerates extra ``spec`` fields."""
         self.kueue = kueue_resources(self.policy.offline_kueue_version)
-        self.tenant = TenantSettings(
-            tenancy=resolve_tenancy(tenancy, self.nodes.values()),
-            virtual_scheduler=virtual_scheduler,
-            quota_caps=dict(quota_caps or {}),
-        )
+        self.tenant = self.policy.tenant_settings(self.nodes.values())
+        """The policy's tenant settings for these nodes (what the stand-ins follow)."""
         self.sim = SimServer(
             namespaces=self._base_namespaces(),
             seed=seed,
@@ -189,7 +180,6 @@ class SimCluster:
         self._run_worker = run_worker
         self._run_agents = run_agents and not self.tenant.is_tenant
         self.worker_config = worker_config or WorkerConfig(policy=self.policy)
-        self.worker_config.tenant = self.tenant
         self._worker_resync = worker_resync_period
         self._agent_monitor_period = agent_monitor_period
         self._agents_per_manager = agents_per_manager
@@ -301,6 +291,8 @@ class SimCluster:
                 ),
             )
             self.worker_config.dra = await serves_dra(client)
+            config = self.worker_config
+            config.policy = await detect_tenancy_at_start(client, config.policy)
             self.worker = setup_worker(manager, self.worker_config)
             self.worker_manager = manager
             tg.start_soon(self._run_manager, manager)
@@ -324,9 +316,6 @@ class SimCluster:
             self.policy,
             with_memory=self.with_memory,
             resource_slices=self.resource_slices,
-            tenancy=self.tenant.tenancy.value,
-            virtual_scheduler=self.tenant.virtual_scheduler,
-            quota_caps=self.tenant.quota_caps,
         )
 
     def actual(self) -> DesiredState:

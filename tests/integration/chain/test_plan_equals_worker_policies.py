@@ -1,15 +1,25 @@
 """``plan`` equals the worker under every chain policy, not just the defaults.
 
 Hypothesis draws small clusters (tainted nodes among them, cards a device manager already
-labelled, simulated cards the device-manager agents label) and a chain policy (manufacturers,
-system and excluded namespaces, Kueue version, quota resources, flavor tolerations;
-docs/configuration.md, "Chain policy"). The simulated worker runs under that policy and must
-converge to exactly what ``plan`` computes for the same nodes and policy. Each example starts
-a simulated cluster, so there are few of them.
+labelled, simulated cards the device-manager agents label, or the Nodes of a vCluster tenant
+on shared host nodes, labelled by the host's NFD and GPU Feature Discovery) and a chain
+policy (manufacturers, system and excluded namespaces, Kueue version, quota resources, flavor
+tolerations, tenancy, the virtual scheduler, tenant quota caps; docs/configuration.md, "Chain
+policy"). The simulated worker runs under that policy and must converge to exactly what
+``plan`` computes for the same nodes and policy. Each example starts a simulated cluster, so
+there are few of them; the explicit examples cover a capped shared-node tenant and a tenancy
+set against what the Nodes say.
 
-Simulated cards are drawn only while NVIDIA is profiled: ``plan`` refuses a
-``sim.gpustack.ai/devices`` annotation naming a manufacturer the policy leaves out, which is
-an input error, not a chain to compare.
+Simulated cards are drawn only while NVIDIA is profiled in an ordinary cluster: ``plan``
+refuses a ``sim.gpustack.ai/devices`` annotation naming a manufacturer the policy leaves
+out, which is an input error, not a chain to compare, and no device manager runs in a tenant.
+
+Shown to catch a dropped option: ``plan_state`` passing ``desired_state`` its policy with
+``tenant_quota_caps={}`` fails the capped tenant (the worker caps the A10G queue at 1 card,
+``plan`` gives 8); with ``virtual_scheduler=False``, the virtual-scheduler tenant (``plan``
+merges the 8- and 16-CPU A10G hosts into one pool, the worker tells them apart by the
+tenant's own instance-type label); ignoring a set tenancy (``tenancy=None``), the tenant set
+to ordinary (``plan`` builds the tenant's chain, the worker the ordinary one).
 """
 
 from __future__ import annotations
@@ -18,12 +28,17 @@ import json
 from typing import Any
 
 import anyio
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.queues import QuotaResources
+from gpustack_operator.domain.tenancy import (
+    HOST_LABELS_ANNOTATION,
+    SYNCED_NODE_LABEL,
+    Tenancy,
+)
 from gpustack_operator.simcluster.cluster import SimCluster
 from tests.integration.worker.support import MANUFACTURERS, fast_config, node
 
@@ -35,17 +50,24 @@ TAINTS = (
     {"key": "team", "value": "a", "effect": "NoSchedule"},
 )
 SIM_CARDS = (("Tesla T4", 15360), ("NVIDIA H100 80GB HBM3", 81559))
+CARDS = (("Tesla T4", 1), ("Tesla T4", 2), ("NVIDIA A10G", 4))
+QUOTA_CAPS = ({}, {"nvidia.com/gpu": 1}, {"nvidia.com/gpu": 3, "amd.com/gpu": 0})
 
 
 def policies() -> st.SearchStrategy[ChainPolicy]:
     return st.builds(
-        lambda names, system, excluded, version, quota, tolerations: ChainPolicy(
-            manufacturers={n: MANUFACTURERS[n] for n in names},
-            system_namespace=system,
-            excluded_namespaces=excluded,
-            kueue_version=version,
-            quota_resources=quota,
-            flavor_tolerations=tolerations,
+        lambda names, system, excluded, version, quota, tolerations, tenancy, virtual, caps: (
+            ChainPolicy(
+                manufacturers={n: MANUFACTURERS[n] for n in names},
+                system_namespace=system,
+                excluded_namespaces=excluded,
+                kueue_version=version,
+                quota_resources=quota,
+                flavor_tolerations=tolerations,
+                tenancy=tenancy,
+                virtual_scheduler=virtual,
+                tenant_quota_caps=caps,
+            )
         ),
         st.sampled_from((("nvidia",), ("amd",), ("amd", "nvidia"), tuple(MANUFACTURERS))),
         st.sampled_from(("gpustack-system", "ops")),
@@ -53,23 +75,56 @@ def policies() -> st.SearchStrategy[ChainPolicy]:
         st.sampled_from((None, KueueVersion.V1BETA2, KueueVersion.V1BETA1)),
         st.sampled_from(tuple(QuotaResources)),
         st.sampled_from((None, (), ("nvidia.com/gpu",), ("dedicated", "team"))),
+        st.sampled_from((None, None, Tenancy.ORDINARY, Tenancy.SHARED_NODES)),
+        st.booleans(),
+        st.sampled_from(QUOTA_CAPS),
     )
+
+
+def host_copy(obj: dict[str, Any], cards: tuple[str, int] | None) -> dict[str, Any]:
+    """*obj* as a shared-node tenant sees the host's Node: NFD's CPU labels and GPU Feature
+    Discovery's labels, all host-owned; a tenant-written label the host never gets; none of
+    the operator's own labels (docs/tenants.md, "Shared host nodes")."""
+    labels = {
+        k: v
+        for k, v in obj["metadata"]["labels"].items()
+        if not k.startswith(("acceleratable.feature.gpustack.ai/", "feature.gpustack.ai/"))
+    }
+    if cards is not None:
+        product, count = cards
+        labels |= {
+            "nvidia.com/gpu.present": "true",
+            "nvidia.com/gpu.product": product.replace(" ", "-"),
+            "nvidia.com/gpu.count": str(count),
+            "nvidia.com/gpu.memory": "15360" if "T4" in product else "23028",
+        }
+    labels[SYNCED_NODE_LABEL] = "tenant-a"
+    owned = "\n".join(sorted(labels))
+    # Written in the tenant, never on the host: only the virtual scheduler matches them.
+    labels["team.example.com/owner"] = "ml"
+    labels["node.kubernetes.io/instance-type"] = f"tenant-{obj['status']['capacity']['cpu']}c"
+    obj["metadata"]["labels"] = labels
+    obj["metadata"]["annotations"] = {HOST_LABELS_ANNOTATION: owned}
+    return obj
 
 
 @st.composite
 def clusters(draw: st.DrawFn, simulated_cards: bool) -> list[dict[str, Any]]:
-    """Two to five nodes; some tainted, some with cards, some of them simulated."""
+    """Two to five nodes; some tainted, some with cards, some of them simulated; or the
+    host's Nodes as a shared-node tenant sees them."""
+    tenant = draw(st.booleans())
+    kinds = ("cpu", "cards", "sim") if simulated_cards and not tenant else ("cpu", "cards")
     nodes = []
     for i in range(draw(st.integers(2, 5))):
-        kind = draw(
-            st.sampled_from(("cpu", "cards", "sim") if simulated_cards else ("cpu", "cards"))
-        )
-        cards = draw(st.sampled_from((("Tesla T4", 1), ("Tesla T4", 2), ("NVIDIA A10G", 4))))
+        kind = draw(st.sampled_from(kinds))
+        cards = draw(st.sampled_from(CARDS))
         obj = node(
             f"node-{i}",
             cpu=draw(st.sampled_from(("8", "16"))),
             cards=cards if kind == "cards" else None,
         )
+        if tenant:
+            obj = host_copy(obj, cards if kind == "cards" else None)
         if kind == "sim":
             product, memory = draw(st.sampled_from(SIM_CARDS))
             devices = [{"manufacturer": "nvidia", "name": product, "memoryMiB": memory, "count": 2}]
@@ -84,7 +139,37 @@ def clusters(draw: st.DrawFn, simulated_cards: bool) -> list[dict[str, Any]]:
 @st.composite
 def cases(draw: st.DrawFn) -> tuple[ChainPolicy, list[dict[str, Any]]]:
     policy = draw(policies())
-    return policy, draw(clusters("nvidia" in policy.manufacturers))
+    ordinary = policy.tenancy in (None, Tenancy.ORDINARY)
+    return policy, draw(clusters("nvidia" in policy.manufacturers and ordinary))
+
+
+def _tenant_nodes() -> list[dict[str, Any]]:
+    """Two A10G hosts, one tainted, and a CPU host, as a shared-node tenant sees them."""
+    nodes = [
+        host_copy(node("gpu-a", cards=("NVIDIA A10G", 4)), ("NVIDIA A10G", 4)),
+        host_copy(node("gpu-b", cpu="8", cards=("NVIDIA A10G", 4)), ("NVIDIA A10G", 4)),
+        host_copy(node("cpu-a"), None),
+    ]
+    nodes[1]["spec"] = {"taints": [TAINTS[0]]}
+    return nodes
+
+
+CAPPED_TENANT = (
+    ChainPolicy(
+        manufacturers={"nvidia": MANUFACTURERS["nvidia"]},
+        tenancy=None,
+        tenant_quota_caps={"nvidia.com/gpu": 1},
+    ),
+    _tenant_nodes(),
+)
+VIRTUAL_SCHEDULER_TENANT = (
+    ChainPolicy(manufacturers={"nvidia": MANUFACTURERS["nvidia"]}, virtual_scheduler=True),
+    _tenant_nodes(),
+)
+TENANT_SET_ORDINARY = (
+    ChainPolicy(manufacturers=dict(MANUFACTURERS), tenancy=Tenancy.ORDINARY),
+    _tenant_nodes(),
+)
 
 
 async def converged_and_planned(
@@ -111,7 +196,7 @@ def _names(objects: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
 
 
 @settings(
-    max_examples=6,
+    max_examples=8,
     deadline=None,
     database=None,
     # Each example runs a cluster: a failure is reported as drawn, not shrunk for minutes.
@@ -119,6 +204,9 @@ def _names(objects: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @given(cases())
+@example(CAPPED_TENANT)
+@example(VIRTUAL_SCHEDULER_TENANT)
+@example(TENANT_SET_ORDINARY)
 def test_plan_equals_the_worker_under_random_policies(
     case: tuple[ChainPolicy, list[dict[str, Any]]],
 ) -> None:
@@ -135,3 +223,14 @@ def test_plan_equals_the_worker_under_random_policies(
         assert tolerated <= set(policy.flavor_tolerations)
     local_namespaces = {o["metadata"]["namespace"] for o in planned if o["kind"] == "LocalQueue"}
     assert not local_namespaces & set(policy.namespaces_without_queues)
+    tenant = policy.tenant_settings(nodes)
+    if tenant.is_tenant:  # no NodeFeature in a tenant; device quota within the caps
+        assert not [o for o in actual if o["kind"] == "NodeFeature"]
+        for o in planned:
+            if o["kind"] != "ClusterQueue":
+                continue
+            for group in o["spec"]["resourceGroups"]:
+                for flavor in group["flavors"]:
+                    for r in flavor["resources"]:
+                        cap = tenant.quota_caps.get(r["name"])
+                        assert cap is None or int(r["nominalQuota"]) <= cap

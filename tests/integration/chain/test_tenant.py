@@ -14,7 +14,10 @@ import pytest
 import yaml
 
 from gpustack_operator.domain.nodeview import labels_of, name_of
+from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.tenancy import Tenancy, host_owned_keys
+from gpustack_operator.environment import load_manufacturers
+from gpustack_operator.runtime.metrics import REGISTRY
 from gpustack_operator.simcluster.cluster import SimCluster
 from tests.integration.chain.test_kueue_admission import JOBS, KUEUE, get, job, pools, until
 
@@ -44,6 +47,14 @@ async def placed_pod(http: httpx.AsyncClient, job_name: str) -> dict[str, Any]:
         await anyio.sleep(0.05)
 
 
+def unpooled_failures() -> float:
+    """Failed reconciles of the worker's unpooled report so far, in this process."""
+    found = REGISTRY.get_sample_value(
+        "controller_runtime_reconcile_errors_total", {"controller": "unpooled"}
+    )
+    return found or 0.0
+
+
 async def test_shared_node_tenant_chain_admits_and_the_host_places_a_gpu_job() -> None:
     """The worker writes no NodeFeature and installs nothing; every flavor selects host-owned
     labels only; a Job asking for one GPU is admitted and its pod lands on a host node with
@@ -57,9 +68,14 @@ async def test_shared_node_tenant_chain_admits_and_the_host_places_a_gpu_job() -
     (``Unschedulable``), as in a real tenant.
     """
     nodes = tenant_nodes()
+    failures_before = unpooled_failures()
     async with SimCluster(nodes, ["default"]) as cluster:
         assert cluster.tenant.tenancy is Tenancy.SHARED_NODES
         await cluster.converge(45)
+        # The unpooled report runs without the capacity controller here and still reads
+        # the ResourceSlices by node (the simulator serves resource.k8s.io/v1).
+        assert cluster.worker_config.dra
+        assert unpooled_failures() == failures_before
         store = cluster.sim.store
         assert store.list("nfd.k8s-sigs.io/v1alpha1", "NodeFeature") == []
         assert store.list("apps/v1", "DaemonSet") == []
@@ -101,7 +117,8 @@ async def test_private_node_tenant_gets_the_ordinary_chain() -> None:
         await cluster.converge(45)
         assert cluster.sim.store.list("nfd.k8s-sigs.io/v1alpha1", "NodeFeature")
         ordinary = cluster.expected().as_list()
-    explicit = SimCluster(nodes, ["default"], tenancy="ordinary")
+    policy = ChainPolicy(load_manufacturers(), tenancy=Tenancy.ORDINARY)
+    explicit = SimCluster(nodes, ["default"], policy=policy)
     assert explicit.expected().as_list() == ordinary
 
 

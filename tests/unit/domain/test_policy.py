@@ -9,6 +9,7 @@ from gpustack_operator.commands.policy_flags import policy_from_args
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.queues import QuotaResources
+from gpustack_operator.domain.tenancy import Tenancy
 
 COMMANDS = {
     "worker": ["worker"],
@@ -31,6 +32,11 @@ FLAGS = [
     "credits",
     "--flavor-tolerations",
     "dedicated",
+    "--tenancy",
+    "shared-nodes",
+    "--virtual-scheduler",
+    "--tenant-quota-cap",
+    "nvidia.com/gpu=4,amd.com/gpu=0",
 ]
 
 
@@ -47,6 +53,8 @@ def test_every_command_builds_the_same_policy_from_the_same_flags() -> None:
     assert policy.kueue_version is KueueVersion.V1BETA1
     assert policy.quota_resources is QuotaResources.CREDITS
     assert policy.flavor_tolerations == ("dedicated",)
+    assert policy.tenancy is Tenancy.SHARED_NODES and policy.virtual_scheduler
+    assert policy.tenant_quota_caps == {"amd.com/gpu": 0, "nvidia.com/gpu": 4}
 
 
 def test_the_shared_variable_sets_every_command_and_the_command_own_wins() -> None:
@@ -56,6 +64,36 @@ def test_the_shared_variable_sets_every_command_and_the_command_own_wins() -> No
     assert policy_of(["plan"], env).quota_resources is QuotaResources.DEVICE
     flag = ["plan", "--quota-resources", "credits"]
     assert policy_of(flag, env).quota_resources is QuotaResources.CREDITS
+
+
+def test_the_tenant_flags_read_the_shared_and_the_command_variables() -> None:
+    """The tenant settings are policy flags: ``GPUSTACK_<FLAG>`` for every command, the
+    command's own variable (the names the tenant docs give) over it."""
+    env = {
+        "GPUSTACK_TENANCY": "pseudo-nodes",
+        "GPUSTACK_WORKER_TENANCY": "auto",
+        "GPUSTACK_VIRTUAL_SCHEDULER": "true",
+        "GPUSTACK_WORKER_TENANT_QUOTA_CAP": "nvidia.com/gpu=1",
+    }
+    worker = policy_of(["worker"], env)
+    assert worker.tenancy is None and worker.virtual_scheduler
+    assert worker.tenant_quota_caps == {"nvidia.com/gpu": 1}
+    plan = policy_of(["plan"], env)
+    assert plan.tenancy is Tenancy.PSEUDO_NODES and plan.tenant_quota_caps == {}
+    assert policy_of(["queues"], env).tenancy is Tenancy.PSEUDO_NODES
+
+
+def test_the_tenancy_is_set_or_told_from_the_nodes() -> None:
+    synced = {"metadata": {"name": "h", "labels": {"vcluster.loft.sh/managed-by": "t"}}}
+    auto = ChainPolicy(tenant_quota_caps={"nvidia.com/gpu": 2})
+    assert auto.tenant_settings([synced]).tenancy is Tenancy.SHARED_NODES
+    assert auto.tenant_settings([synced]).quota_caps == {"nvidia.com/gpu": 2}
+    assert auto.tenant_settings().tenancy is Tenancy.ORDINARY  # no Node: ordinary
+    resolved = auto.with_tenancy_of([synced])
+    assert resolved.tenancy is Tenancy.SHARED_NODES
+    assert resolved.tenant_settings().tenancy is Tenancy.SHARED_NODES  # nodes no longer read
+    pinned = ChainPolicy(tenancy=Tenancy.ORDINARY)
+    assert pinned.with_tenancy_of([synced]) is pinned
 
 
 def test_older_spellings_still_set_the_policy() -> None:
@@ -70,6 +108,10 @@ def test_bad_values_name_the_choices() -> None:
         policy_of(["plan", "--manufacturer", "acme"])
     with pytest.raises(ValueError, match="at least one manufacturer"):
         ChainPolicy(manufacturers={})
+    with pytest.raises(SystemExit):
+        build_parser({}).parse_args(["worker", "--tenancy", "private"])
+    with pytest.raises(ValueError, match=r"nvidia\.com/gpu=-1"):
+        ChainPolicy(tenant_quota_caps={"nvidia.com/gpu": -1})
 
 
 def test_the_kueue_version_is_the_pinned_one_or_the_newest_served() -> None:

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from gpustack_operator.cli import main
-from gpustack_operator.commands.tenant_flags import quota_caps
+from gpustack_operator.commands.policy_flags import quota_caps, tenancy
 from gpustack_operator.domain.labels import MANAGED_LABEL
 from gpustack_operator.domain.manufacturers import default_manufacturers
 from gpustack_operator.domain.nodeview import labels_of, name_of
@@ -26,7 +26,6 @@ from gpustack_operator.domain.tenancy import (
     Tenancy,
     detect_tenancy,
     host_owned_keys,
-    resolve_tenancy,
     selects,
 )
 
@@ -56,10 +55,14 @@ def test_tenancy_is_told_from_the_nodes_and_a_setting_overrides_it() -> None:
     assert detect_tenancy(load(TENANT)) is Tenancy.SHARED_NODES
     assert detect_tenancy([pseudo_node("a"), pseudo_node("b")]) is Tenancy.PSEUDO_NODES
     assert detect_tenancy(load(ORDINARY)) is Tenancy.ORDINARY
-    assert resolve_tenancy("ordinary", load(TENANT)) is Tenancy.ORDINARY
-    assert resolve_tenancy("auto", load(TENANT)) is Tenancy.SHARED_NODES
-    with pytest.raises(ValueError, match="choose one of auto, ordinary"):
-        resolve_tenancy("private", [])
+    set_ordinary = ChainPolicy(MFRS, tenancy=tenancy("ordinary"))
+    assert set_ordinary.tenant_settings(load(TENANT)).tenancy is Tenancy.ORDINARY
+    auto = ChainPolicy(MFRS, tenancy=tenancy("auto"))
+    assert auto.tenant_settings(load(TENANT)).tenancy is Tenancy.SHARED_NODES
+    assert auto.with_tenancy_of(load(TENANT)).tenancy is Tenancy.SHARED_NODES
+    assert auto.tenant_settings([]).tenancy is Tenancy.ORDINARY  # no Node: ordinary
+    with pytest.raises(argparse.ArgumentTypeError, match="choose from auto, ordinary"):
+        tenancy("private")
 
 
 def test_pseudo_nodes_get_no_pools_and_the_vcluster_reason(
@@ -124,7 +127,7 @@ def test_a_tenant_without_vcluster_labels_gets_the_ordinary_chain() -> None:
     """A tenant on private nodes sees ordinary Nodes: same chain as any cluster."""
     nodes = load(ORDINARY)
     auto = plan_state(nodes, ["default"], ChainPolicy(MFRS))
-    ordinary = plan_state(nodes, ["default"], ChainPolicy(MFRS), tenancy="ordinary")
+    ordinary = plan_state(nodes, ["default"], ChainPolicy(MFRS, tenancy=Tenancy.ORDINARY))
     assert auto.tenancy is Tenancy.ORDINARY
     assert auto.as_list() == ordinary.as_list()
     assert auto.node_features  # the worker's NodeFeatures, as in any cluster
@@ -151,7 +154,9 @@ def test_a_declared_cap_bounds_device_quota_else_an_annotation_says_it_is_shared
     for queue in shared.cluster_queues:
         note = queue["metadata"].get("annotations", {}).get(SHARED_CAPACITY_ANNOTATION)
         assert ("nvidia.com/gpu" in (note or "")) == ("nvidia" in queue["metadata"]["name"])
-    capped = plan_state(nodes, ["default"], ChainPolicy(MFRS), quota_caps={"nvidia.com/gpu": 3})
+    capped = plan_state(
+        nodes, ["default"], ChainPolicy(MFRS, tenant_quota_caps={"nvidia.com/gpu": 3})
+    )
     assert set(device_quota(capped).values()) == {2, 3}
     for queue in capped.cluster_queues:
         assert SHARED_CAPACITY_ANNOTATION not in queue["metadata"].get("annotations", {})
@@ -170,8 +175,7 @@ def test_dra_slices_give_a_tenant_no_pools_and_are_explained() -> None:
     ordinary = plan_state(
         copy.deepcopy(nodes),
         ["default"],
-        ChainPolicy(MFRS),
-        tenancy="ordinary",
+        ChainPolicy(MFRS, tenancy=Tenancy.ORDINARY),
         resource_slices=slices,
     )
     assert any("nvidia" in f["metadata"]["name"] for f in ordinary.resource_flavors)
@@ -188,7 +192,7 @@ def test_the_virtual_scheduler_setting_lets_flavors_use_tenant_labels() -> None:
         if name_of(node) in sizes:
             node["metadata"]["labels"]["node.kubernetes.io/instance-type"] = sizes[name_of(node)]
     host = plan_state(copy.deepcopy(nodes), ["default"], ChainPolicy(MFRS))
-    virtual = plan_state(nodes, ["default"], ChainPolicy(MFRS), virtual_scheduler=True)
+    virtual = plan_state(nodes, ["default"], ChainPolicy(MFRS, virtual_scheduler=True))
     count = lambda s: sum("tesla-t4" in f["metadata"]["name"] for f in s.resource_flavors)  # noqa: E731
     assert (count(host), count(virtual)) == (1, 2)
     assert all(MANAGED_LABEL not in f["spec"]["nodeLabels"] for f in virtual.resource_flavors)
