@@ -73,6 +73,8 @@ _JSON_PATCH = "application/json-patch+json"
 _STRATEGIC = "application/strategic-merge-patch+json"
 _PROTOBUF = "application/vnd.kubernetes.protobuf"
 _TRUE = ("true", "1")
+ADMIN_CERT_USER = "kubernetes-admin"
+"""The user of the administrator's client certificate in a TLS server's kubeconfig."""
 _WARNINGS = web.RequestKey("sim_warnings", list[str])
 
 
@@ -297,9 +299,13 @@ class SimServer:
         """Write a kubeconfig (cluster, user, context) selecting this server; with *token* its
         requests carry it as a bearer token; with ``client_cert=(user, groups)`` (a TLS
         server) they present a client certificate for that user, signed by the cluster's CA.
+        A TLS server's kubeconfig without either is the administrator's (a client certificate
+        in ``system:masters``, as kind and kubeadm write it).
         """
         cluster: dict[str, Any] = {"server": self.url}
         user: dict[str, Any] = {"token": token} if token else {}
+        if self.ca is not None and not token and client_cert is None:
+            client_cert = (ADMIN_CERT_USER, ("system:masters",))
         if self.ca is not None:
             cluster["certificate-authority-data"] = base64.b64encode(self.ca.pem).decode()
             if client_cert is not None:

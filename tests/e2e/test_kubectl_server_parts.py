@@ -118,9 +118,13 @@ async def test_client_certificate_user_gets_rbac_by_its_groups(
     assert refused.returncode != 0
     assert 'User "jane" cannot list resource "secrets"' in refused.stderr.decode()
 
-    stranger = auth_sim.write_kubeconfig(tmp_path / "x.yaml")  # trusts the CA, no credentials
-    anonymous = Kubectl(kubectl_bin, stranger, tmp_path / "cache-x")
-    assert (await anonymous("auth", "can-i", "list", "pods", "-n", NS, check=False)).returncode != 0
+    stranger = _as(kubectl_bin, auth_sim, tmp_path, "not-a-known-token")
+    refused = await stranger("auth", "can-i", "list", "pods", "-n", NS, check=False)
+    assert refused.returncode != 0 and "Unauthorized" in refused.stderr.decode()
+
+    admin = Kubectl(kubectl_bin, auth_sim.write_kubeconfig(tmp_path / "a.yaml"), tmp_path / "c")
+    who = json.loads(await admin.out("auth", "whoami", "-o", "json"))["status"]["userInfo"]
+    assert who["username"] == "kubernetes-admin" and "system:masters" in who["groups"]
 
 
 async def test_auth_whoami(kubectl_bin: Path, auth_sim: SimServer, tmp_path: Path) -> None:
