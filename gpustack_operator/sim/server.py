@@ -65,7 +65,7 @@ DEFAULT_WATCH_QUEUE_LIMIT = 10_000
 """Events one watch may fall behind before the server ends it (kube-apiserver bounds it too)."""
 _BUILTIN_RESOURCES = {(k.group, k.plural) for k in BUILTIN_KINDS}
 # Built-in kinds whose DELETE returns the deleted object (like custom resources do).
-_DELETE_RETURNS_OBJECT = {("", "pods"), ("", "namespaces")}
+_DELETE_RETURNS_OBJECT = {("", "pods"), ("", "namespaces"), ("", "services")}
 _JSON = "application/json"
 _APPLY = "application/apply-patch+yaml"
 _MERGE = "application/merge-patch+json"
@@ -627,6 +627,7 @@ class SimServer:
 
     async def _list(self, request: web.Request, target: Target) -> web.StreamResponse:
         info, query = target.info, request.query
+        _check_list_options(query)
         matcher = self._matcher(request, info)
         limit_text = query.get("limit")
         try:
@@ -1018,6 +1019,34 @@ class SimServer:
             queue.put_nowait(event)
 
         return deliver
+
+
+def _check_list_options(query: Mapping[str, str]) -> None:
+    """422 for a LIST whose ``resourceVersionMatch`` the API server refuses
+    (docs/simulator.md, "Built-in kinds")."""
+    match = query.get("resourceVersionMatch", "")
+    if not match:
+        return
+    version = query.get("resourceVersion", "")
+    problems = []
+    if not version:
+        problems.append("resourceVersionMatch is forbidden unless resourceVersion is provided")
+    if query.get("continue"):
+        problems.append("resourceVersionMatch is forbidden when continue is provided")
+    if match not in ("Exact", "NotOlderThan"):
+        problems.append(
+            f'Unsupported value: "{match}": supported values: "Exact", "NotOlderThan", ""'
+        )
+    if match == "Exact" and version == "0":
+        problems.append('resourceVersionMatch "exact" is forbidden for resourceVersion "0"')
+    if problems:
+        text = ", ".join(
+            f"resourceVersionMatch: {p}"
+            if p.startswith("Unsupported")
+            else f"resourceVersionMatch: Forbidden: {p}"
+            for p in problems
+        )
+        raise ApiError(422, f'ListOptions.meta.k8s.io "" is invalid: {text}', "Invalid")
 
 
 def _certificate_user(request: web.Request) -> UserInfo | None:
