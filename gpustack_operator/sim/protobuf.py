@@ -140,20 +140,12 @@ _REVIEW_SPEC: dict[int, Field] = {
     4: ("groups", _STR, None),
     6: ("uid", _STR, None),
 }
+_REVIEW: dict[int, Field] = {1: ("metadata", _MSG, _OBJECT_META), 2: ("spec", _MSG, _REVIEW_SPEC)}
 _SCHEMAS.update(
     {
-        ("authorization.k8s.io/v1", "SelfSubjectAccessReview"): {
-            1: ("metadata", _MSG, _OBJECT_META),
-            2: ("spec", _MSG, _REVIEW_SPEC),
-        },
-        ("authorization.k8s.io/v1", "SubjectAccessReview"): {
-            1: ("metadata", _MSG, _OBJECT_META),
-            2: ("spec", _MSG, _REVIEW_SPEC),
-        },
-        ("authorization.k8s.io/v1", "LocalSubjectAccessReview"): {
-            1: ("metadata", _MSG, _OBJECT_META),
-            2: ("spec", _MSG, _REVIEW_SPEC),
-        },
+        ("authorization.k8s.io/v1", "SelfSubjectAccessReview"): _REVIEW,
+        ("authorization.k8s.io/v1", "SubjectAccessReview"): _REVIEW,
+        ("authorization.k8s.io/v1", "LocalSubjectAccessReview"): _REVIEW,
         ("authentication.k8s.io/v1", "TokenRequest"): {
             1: ("metadata", _MSG, _OBJECT_META),
             2: (

@@ -1,7 +1,8 @@
 """The simulated Kubernetes API server: HTTP routing and request handling over :mod:`.store`.
 
 A test double and demo backend, never a product target: it speaks the kube-apiserver REST
-protocol (plain HTTP on 127.0.0.1, no auth) closely enough for kr8s, our runtime and kubectl.
+protocol closely enough for kr8s, our runtime and kubectl: on 127.0.0.1, plain HTTP or HTTPS
+with its own CA (``tls=True``), with no auth or tokens, client certificates and RBAC.
 
 Usage::
 
