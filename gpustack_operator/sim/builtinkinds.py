@@ -110,7 +110,8 @@ def causes(
         return list(_config_causes(obj, old, ("data", "binaryData")))
     if key == ("", "Secret"):
         found = list(_config_causes(obj, old, ("data", "stringData")))
-        if old is not None and (obj.get("type") or "Opaque") != (old.get("type") or "Opaque"):
-            found.append(("type", "Invalid value: field is immutable"))
+        kind = obj.get("type") or "Opaque"
+        if old is not None and kind != (old.get("type") or "Opaque"):
+            found.append(("type", f'Invalid value: "{kind}": field is immutable'))
         return found
     return []

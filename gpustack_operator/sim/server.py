@@ -74,6 +74,26 @@ _JSON_PATCH = "application/json-patch+json"
 _STRATEGIC = "application/strategic-merge-patch+json"
 _PROTOBUF = "application/vnd.kubernetes.protobuf"
 _TRUE = ("true", "1")
+KUBERNETES_SERVICE: dict[str, Any] = {
+    "apiVersion": "v1",
+    "kind": "Service",
+    "metadata": {
+        "name": "kubernetes",
+        "namespace": "default",
+        "labels": {"component": "apiserver", "provider": "kubernetes"},
+    },
+    "spec": {
+        "type": "ClusterIP",
+        "clusterIP": "10.96.0.1",
+        "clusterIPs": ["10.96.0.1"],
+        "ipFamilies": ["IPv4"],
+        "ipFamilyPolicy": "SingleStack",
+        "internalTrafficPolicy": "Cluster",
+        "sessionAffinity": "None",
+        "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443}],
+    },
+}
+"""The Service every cluster has for its API server (docs/simulator.md, "Server parts")."""
 ADMIN_CERT_USER = "kubernetes-admin"
 """The user of the administrator's client certificate in a TLS server's kubeconfig."""
 _WARNINGS = web.RequestKey("sim_warnings", list[str])
@@ -210,6 +230,8 @@ class SimServer:
         self._closing = False
         for ns in namespaces:
             self.store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        if "default" in namespaces:
+            self.store.create(KUBERNETES_SERVICE)
         for path in crd_paths:
             self.load_crds(_load_documents(Path(path)))
         self.app = self._build_app()

@@ -119,3 +119,12 @@ async def test_list_resource_version_match_rules(kube, params, fragment):
     ok = await call(kube, "GET", CMS, params={"resourceVersionMatch": "NotOlderThan",
                                               "resourceVersion": "1"})  # fmt: skip
     assert ok.status_code == 200
+
+
+async def test_the_kubernetes_service_is_there(kube):
+    resp = await call(kube, "GET", "/api/v1/namespaces/default/services/kubernetes")
+    assert resp.status_code == 200
+    service = resp.json()
+    assert service["metadata"]["labels"] == {"component": "apiserver", "provider": "kubernetes"}
+    assert service["spec"]["ports"][0]["name"] == "https"
+    assert service["status"] == {"loadBalancer": {}}
