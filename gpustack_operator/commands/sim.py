@@ -136,6 +136,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--port", type=int, default=0, help="port to listen on (default: 0, a free port)"
     )
     parser.add_argument(
+        "--plain-http",
+        action="store_true",
+        help="without --cluster, serve plain HTTP instead of HTTPS with the simulator's own CA "
+        "(kubectl then sends no credentials)",
+    )
+    parser.add_argument(
         "--demo-jobs",
         action="store_true",
         help="after convergence submit three Jobs derived from the chain (one that fits, one "
@@ -214,7 +220,11 @@ def run(args: argparse.Namespace) -> int:
     kubeconfig = args.kubeconfig_out or default_kubeconfig_path()
     if args.cluster is None:
         served = with_stand_ins(crds)
-        return _run_loop(lambda: serve_empty(served, kubeconfig, args.bind_address, args.port))
+        return _run_loop(
+            lambda: serve_empty(
+                served, kubeconfig, args.bind_address, args.port, tls=not args.plain_http
+            )
+        )
     try:
         cluster = build_cluster(args, crds)
     except (PlanInputError, ValueError) as exc:
@@ -380,12 +390,14 @@ def serving_summary(url: str, kubeconfig: Path, crds: list[dict[str, Any]]) -> s
     )
 
 
-async def serve_empty(crds: list[dict[str, Any]], kubeconfig: Path, host: str, port: int) -> int:
+async def serve_empty(
+    crds: list[dict[str, Any]], kubeconfig: Path, host: str, port: int, *, tls: bool = True
+) -> int:
     """``--serve`` alone: an empty cluster (CRDs, NFD and Kueue stand-ins) until
-    SIGINT/SIGTERM; exit code."""
+    SIGINT/SIGTERM, over HTTPS with its own CA unless *tls* is off; exit code."""
     from gpustack_operator.sim.server import SimServer
 
-    sim = SimServer(namespaces=DEFAULT_NAMESPACES, host=host, port=port)
+    sim = SimServer(namespaces=DEFAULT_NAMESPACES, host=host, port=port, tls=tls)
     with _stop_on_signals() as stop:
         try:
             try:

@@ -2,10 +2,10 @@
 
 A simplified model of structured-merge-diff that keeps the behaviour operators depend on:
 
-* A *field* is a path to a leaf. Maps are followed key by key (so every label, annotation and
-  nested spec key is owned separately); lists are atomic leaves, except
-  ``metadata.finalizers`` (owned item by item, ``v:<value>``) and
-  ``metadata.ownerReferences`` (owned per owner, ``k:{"uid":...}``).
+* A *field* is a path to a leaf, a set member or a list-map entry; the schema's markers
+  (``sim/shapes.py``) say which: granular maps are followed key by key, ``set`` lists are
+  owned value by value (``v:<value>``), ``map`` lists entry by entry (``k:{"name":...}``)
+  and field by field inside an entry; atomic lists and maps are one field.
 * Every non-apply write records an ``Update`` entry for its manager with the fields it
   changed, and takes those fields from other managers (no conflicts for updates).
 * An apply by manager M owns exactly the fields of the applied configuration. Fields M applied
@@ -13,6 +13,9 @@ A simplified model of structured-merge-diff that keeps the behaviour operators d
   A field owned by another manager whose value the apply would change is a conflict (409)
   unless ``force=true``, which moves ownership to M.
 * Status is owned through the ``status`` subresource for kinds that have one.
+* ``kubectl apply --server-side`` after client-side ``kubectl apply`` takes over, without a
+  conflict, the fields whose live values still equal the last-applied annotation, and keeps
+  that annotation in step with what it applies.
 
 Paths are tuples of fieldsV1 keys (``f:spec``, ``f:labels``, ``v:"x"``, ``k:{"uid":"..."}``)
 so they convert one-to-one to the ``fieldsV1`` JSON kube-apiserver stores.
@@ -27,11 +30,14 @@ from typing import TYPE_CHECKING, Any
 
 from gpustack_operator.sim.errors import ApiError
 from gpustack_operator.sim.patches import clone, clone_obj
+from gpustack_operator.sim.shapes import Shape, shape_of
 
 if TYPE_CHECKING:
     from gpustack_operator.sim.kinds import KindInfo
 
 Path = tuple[str, ...]
+KUBECTL_MANAGER = "kubectl"  # the only manager that takes over from client-side apply
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 EntryKey = tuple[str, str, str]  # (manager, operation, subresource)
 _MISSING = object()
 
@@ -40,16 +46,40 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _walk(value: Any, prefix: Path, out: set[Path]) -> None:
-    if isinstance(value, dict) and value:
+def _item_key(item: Any, keys: tuple[str, ...]) -> str | None:
+    """The ``k:`` element naming a list-map entry (None when a key field is missing)."""
+    if not isinstance(item, Mapping) or not all(k in item for k in keys):
+        return None
+    return "k:" + json.dumps({k: item[k] for k in keys}, sort_keys=True, separators=(",", ":"))
+
+
+def _value_key(item: Any) -> str:
+    return "v:" + json.dumps(item, sort_keys=True, separators=(",", ":"))
+
+
+def _walk(value: Any, shape: Shape, prefix: Path, out: set[Path]) -> None:
+    """Add the fields ``value`` sets below ``prefix`` (docs/simulator.md, "Server-side apply")."""
+    if isinstance(value, dict) and value and not shape.atomic_map:
         for key, child in value.items():
-            _walk(child, (*prefix, f"f:{key}"), out)
+            _walk(child, shape.child(key), (*prefix, f"f:{key}"), out)
+    elif isinstance(value, list) and value and shape.list_type == "set":
+        out.update((*prefix, _value_key(item)) for item in value)
+    elif isinstance(value, list) and value and shape.list_type == "map" and shape.keys:
+        item_shape = shape.item()
+        for item in value:
+            key = _item_key(item, shape.keys)
+            if key is None:  # an entry without its keys cannot be owned alone
+                out.add(prefix)
+                continue
+            out.add((*prefix, key))
+            _walk(item, item_shape, (*prefix, key), out)
     else:
         out.add(prefix)
 
 
 def fieldset(obj: Mapping[str, Any], info: KindInfo, subresource: str | None) -> set[Path]:
-    """The leaf paths ``obj`` sets, within what the endpoint (main or status) may write."""
+    """The field paths ``obj`` sets, within what the endpoint (main or status) may write."""
+    shape = shape_of(info)
     out: set[Path] = set()
     for key, value in obj.items():
         if key in ("apiVersion", "kind"):
@@ -60,75 +90,73 @@ def fieldset(obj: Mapping[str, Any], info: KindInfo, subresource: str | None) ->
             continue
         if key == "metadata":
             meta = value if isinstance(value, Mapping) else {}
-            for sub in ("labels", "annotations"):
+            meta_shape = shape.child("metadata")
+            for sub in ("labels", "annotations", "finalizers", "ownerReferences"):
                 if sub in meta and meta[sub] is not None:
-                    _walk(meta[sub], ("f:metadata", f"f:{sub}"), out)
-            for item in meta.get("finalizers") or []:
-                out.add(("f:metadata", "f:finalizers", "v:" + json.dumps(item)))
-            for ref in meta.get("ownerReferences") or []:
-                if isinstance(ref, Mapping) and ref.get("uid"):
-                    out.add(("f:metadata", "f:ownerReferences", _ref_key(ref)))
+                    _walk(meta[sub], meta_shape.child(sub), ("f:metadata", f"f:{sub}"), out)
             continue
-        _walk(value, (f"f:{key}",), out)
+        _walk(value, shape.child(key), (f"f:{key}",), out)
     return out
 
 
-def _ref_key(ref: Mapping[str, Any]) -> str:
-    return "k:" + json.dumps({"uid": ref["uid"]}, separators=(",", ":"))
+def _child(cur: Any, elem: str) -> Any:
+    """The value one path element below ``cur``, or ``_MISSING``."""
+    tag, name = elem[:2], elem[2:]
+    if tag == "f:":
+        return cur[name] if isinstance(cur, Mapping) and name in cur else _MISSING
+    if not isinstance(cur, list):
+        return _MISSING
+    wanted = json.loads(name)
+    for item in cur:
+        if tag == "v:" and item == wanted:
+            return item
+        if (
+            tag == "k:"
+            and isinstance(item, Mapping)
+            and all(item.get(k, _MISSING) == v for k, v in wanted.items())
+        ):
+            return item
+    return _MISSING
 
 
 def get_path(obj: Any, path: Path) -> Any:
     """The value at ``path`` or ``_MISSING``."""
     cur = obj
     for elem in path:
-        tag, name = elem[:2], elem[2:]
-        if tag == "f:":
-            if not isinstance(cur, Mapping) or name not in cur:
-                return _MISSING
-            cur = cur[name]
-        elif tag == "v:":
-            value = json.loads(name)
-            return value if isinstance(cur, list) and value in cur else _MISSING
-        elif tag == "k:":
-            uid = json.loads(name).get("uid")
-            for item in cur if isinstance(cur, list) else []:
-                if isinstance(item, Mapping) and item.get("uid") == uid:
-                    return item
-            return _MISSING
-        else:
+        cur = _child(cur, elem)
+        if cur is _MISSING:
             return _MISSING
     return cur
 
 
 def _set_path(obj: dict[str, Any], path: Path, value: Any) -> None:
+    """Set ``path`` to ``value``, creating the maps, lists and list entries on the way.
+
+    A list entry (``k:``) is created with its key fields only; its other fields are paths of
+    their own. Applying an empty map keeps the keys others own.
+    """
     cur: Any = obj
     for i, elem in enumerate(path):
-        tag, name = elem[:2], elem[2:]
         last = i == len(path) - 1
+        tag, name = elem[:2], elem[2:]
         if tag == "f:":
             if last:
-                if value == {} and isinstance(cur.get(name), dict):
-                    return  # applying an empty map keeps the keys others own
-                cur[name] = value
+                if not (value == {} and isinstance(cur.get(name), dict)):
+                    cur[name] = value
                 return
             nxt = cur.get(name)
             if not isinstance(nxt, (dict, list)):
                 nxt = [] if path[i + 1][:2] in ("v:", "k:") else {}
                 cur[name] = nxt
             cur = nxt
-        elif tag == "v:":
-            item = json.loads(name)
-            if item not in cur:
-                cur.append(item)
+            continue
+        found = _child(cur, elem)
+        if found is _MISSING:
+            found = json.loads(name) if tag == "k:" else value
+            cur.append(found)
+        if last:
             return
-        elif tag == "k:":
-            uid = json.loads(name).get("uid")
-            for idx, item in enumerate(cur):
-                if isinstance(item, Mapping) and item.get("uid") == uid:
-                    cur[idx] = value
-                    return
-            cur.append(value)
-            return
+        cur = found
 
 
 def _del_path(obj: dict[str, Any], path: Path, owned: set[Path]) -> None:
@@ -136,25 +164,21 @@ def _del_path(obj: dict[str, Any], path: Path, owned: set[Path]) -> None:
     chain: list[Any] = [obj]
     cur: Any = obj
     for elem in path[:-1]:
-        name = elem[2:]
-        if not isinstance(cur, Mapping) or name not in cur:
+        cur = _child(cur, elem)
+        if cur is _MISSING:
             return
-        cur = cur[name]
         chain.append(cur)
-    tag, name = path[-1][:2], path[-1][2:]
-    if tag == "f:" and isinstance(cur, dict):
-        cur.pop(name, None)
-    elif tag == "v:" and isinstance(cur, list):
-        value = json.loads(name)
-        if value in cur:
-            cur.remove(value)
-    elif tag == "k:" and isinstance(cur, list):
-        uid = json.loads(name).get("uid")
-        cur[:] = [i for i in cur if not (isinstance(i, Mapping) and i.get("uid") == uid)]
-    # prune containers emptied by the removal (never metadata itself)
+    last = path[-1]
+    if last.startswith("f:") and isinstance(cur, dict):
+        cur.pop(last[2:], None)
+    elif isinstance(cur, list):
+        target = _child(cur, last)
+        cur[:] = [item for item in cur if item is not target]
+    # prune containers emptied by the removal (never metadata itself, never list entries)
     for depth in range(len(path) - 1, 0, -1):
         container = chain[depth]
-        if container in ({}, []) and path[:depth] != ("f:metadata",) and path[:depth] not in owned:
+        removable = path[depth - 1].startswith("f:") and path[:depth] != ("f:metadata",)
+        if container in ({}, []) and removable and path[:depth] not in owned:
             parent = chain[depth - 1]
             if isinstance(parent, dict):
                 parent.pop(path[depth - 1][2:], None)
@@ -289,10 +313,14 @@ def _conflict(conflicts: list[tuple[str, str, Path]]) -> ApiError:
     def dotted(path: Path) -> str:
         parts = []
         for elem in path:
-            if elem.startswith("f:"):
-                parts.append("." + elem[2:])
+            tag, name = elem[:2], elem[2:]
+            if tag == "f:":
+                parts.append("." + name)
+            elif tag == "k:":
+                keys = ",".join(f"{k}={json.dumps(v)}" for k, v in json.loads(name).items())
+                parts.append(f"[{keys}]")
             else:
-                parts.append(f"[{elem[2:]}]")
+                parts.append(f"[={name}]")
         return "".join(parts)
 
     lines = [f'conflict with "{m}" using {av}: {dotted(p)}' for m, av, p in conflicts]
@@ -308,6 +336,36 @@ def _conflict(conflicts: list[tuple[str, str, Path]]) -> ApiError:
         for m, av, p in conflicts
     ]
     return ApiError(409, message, "Conflict", {"causes": causes})
+
+
+def _last_applied(obj: Mapping[str, Any] | None) -> str | None:
+    annotations = ((obj or {}).get("metadata") or {}).get("annotations") or {}
+    value = annotations.get(LAST_APPLIED)
+    return value if isinstance(value, str) and value else None
+
+
+def _handed_over(
+    live: Mapping[str, Any],
+    conflicts: list[tuple[str, str, Path]],
+    manager: str,
+    info: KindInfo,
+) -> bool:
+    """Whether client-side apply's fields pass to ``kubectl`` without a conflict.
+
+    They do when every conflicting field is set in the live object's last-applied annotation
+    with the value it still has (docs/simulator.md, "Server-side apply").
+    """
+    raw = _last_applied(live)
+    if manager != KUBECTL_MANAGER or raw is None:
+        return False
+    try:
+        last = json.loads(raw)
+    except ValueError:
+        return False
+    if not isinstance(last, dict) or last.get("apiVersion") != info.api_version:
+        return False
+    allowed = {p for p in fieldset(last, info, None) if get_path(last, p) == get_path(live, p)}
+    return all(path in allowed for _, _, path in conflicts)
 
 
 def apply(
@@ -356,11 +414,19 @@ def apply(
                     differs = before != after
                 if differs:
                     conflicts.append((entry.manager, entry.api_version, owned))
-        if conflicts and not force:
+        if conflicts and not force and not _handed_over(live, conflicts, manager, info):
             raise _conflict(conflicts)
         taken = {(m, p) for m, _, p in conflicts}
         for entry in others:  # force: the conflicting fields move to this manager
             entry.paths = {q for q in entry.paths if (entry.manager, q) not in taken}
+    if manager == KUBECTL_MANAGER and _last_applied(live) is not None:
+        annotation = clone_obj(applied)
+        annotations = (annotation.get("metadata") or {}).get("annotations")
+        if isinstance(annotations, dict):
+            annotations.pop(LAST_APPLIED, None)
+        new["metadata"].setdefault("annotations", {})[LAST_APPLIED] = json.dumps(
+            annotation, separators=(",", ":")
+        )
     mine = Entry({"manager": manager, "operation": "Apply", "subresource": sub})
     mine.paths = applied_fields
     mine.api_version = info.api_version

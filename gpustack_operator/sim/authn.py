@@ -28,6 +28,7 @@ __all__ = [
     "TokenFileError",
     "UserInfo",
     "service_account_user",
+    "with_implied_groups",
 ]
 
 AUTHENTICATED: Final = "system:authenticated"
@@ -64,7 +65,8 @@ ADMIN: Final = UserInfo("system:admin", groups=("system:masters", AUTHENTICATED)
 """Who writes while authentication is off, and through ``sim.store`` in Python."""
 
 
-def _with_implied_groups(name: str, groups: Iterable[str]) -> tuple[str, ...]:
+def with_implied_groups(name: str, groups: Iterable[str]) -> tuple[str, ...]:
+    """*groups* plus those every authenticated (ServiceAccount) user is in."""
     out = list(dict.fromkeys(g for g in groups if g))
     implied = [AUTHENTICATED]
     if name.startswith(SERVICE_ACCOUNT_PREFIX):
@@ -80,7 +82,7 @@ def service_account_user(
     """The user a ServiceAccount token authenticates as (bound to *node* if given)."""
     user = f"{SERVICE_ACCOUNT_PREFIX}{namespace}:{name}"
     extra = {NODE_NAME_EXTRA: (node,)} if node else {}
-    return UserInfo(user, uid, _with_implied_groups(user, ()), extra)
+    return UserInfo(user, uid, with_implied_groups(user, ()), extra)
 
 
 class TokenAuthenticator:
@@ -104,7 +106,7 @@ class TokenAuthenticator:
         user = UserInfo(
             name,
             uid,
-            _with_implied_groups(name, groups),
+            with_implied_groups(name, groups),
             {k: tuple(v) for k, v in (extra or {}).items()},
         )
         self._users[token] = user

@@ -27,6 +27,7 @@ from aiohttp import web
 
 from gpustack_operator.sim.kinds import KindInfo, KindRegistry
 from gpustack_operator.sim.openapiv2 import PROTOBUF_TYPE, OpenApiV2Cache
+from gpustack_operator.sim.scale import scale_paths
 from gpustack_operator.sim.tables import maybe_table
 
 if TYPE_CHECKING:
@@ -60,6 +61,9 @@ _VERSION_RE = re.compile(r"^v(\d+)(?:(alpha|beta)(\d+))?$")
 
 
 # --- documents ------------------------------------------------------------------------------
+
+
+_SCALE_KIND = {"group": "autoscaling", "version": "v1", "kind": "Scale"}
 
 
 def version_info() -> dict[str, Any]:
@@ -152,6 +156,16 @@ def api_resource_list(registry: KindRegistry, group: str, version: str) -> dict[
                     "verbs": SUBRESOURCE_VERBS,
                 }
             )
+        if scale_paths(info) is not None:
+            resources.append(
+                {
+                    "name": f"{info.plural}/scale",
+                    "singularName": "",
+                    "namespaced": info.namespaced,
+                    **_SCALE_KIND,
+                    "verbs": SUBRESOURCE_VERBS,
+                }
+            )
     return {
         "kind": "APIResourceList",
         "apiVersion": "v1",
@@ -201,10 +215,21 @@ def aggregated_discovery(registry: KindRegistry, *, core: bool, version: str) ->
                     resource["shortNames"] = list(info.short_names)
                 if info.categories:
                     resource["categories"] = list(info.categories)
+                subresources = []
                 if info.has_status:
-                    resource["subresources"] = [
+                    subresources.append(
                         {"subresource": "status", "responseKind": gvk, "verbs": SUBRESOURCE_VERBS}
-                    ]
+                    )
+                if scale_paths(info) is not None:
+                    subresources.append(
+                        {
+                            "subresource": "scale",
+                            "responseKind": _SCALE_KIND,
+                            "verbs": SUBRESOURCE_VERBS,
+                        }
+                    )
+                if subresources:
+                    resource["subresources"] = subresources
                 resources.append(resource)
             version_entries.append({"version": ver, "resources": resources, "freshness": "Current"})
         items.append(

@@ -31,6 +31,8 @@ class KindInfo:
     printer_columns: tuple[Mapping[str, Any], ...] = ()
     # True for the version a CRD stores; objects are kept once, whatever version wrote them.
     storage: bool = True
+    # A CRD version's subresources.scale (specReplicasPath, statusReplicasPath, ...).
+    scale: Mapping[str, Any] | None = None
 
     @property
     def api_version(self) -> str:
@@ -146,6 +148,7 @@ def kinds_from_crd(crd: Mapping[str, Any]) -> list[KindInfo]:
                 schema=(ver.get("schema") or {}).get("openAPIV3Schema"),
                 printer_columns=tuple(ver.get("additionalPrinterColumns") or ()),
                 storage=bool(ver.get("storage", False)),
+                scale=(ver.get("subresources") or {}).get("scale"),
             )
         )
     return out

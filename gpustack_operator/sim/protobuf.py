@@ -1,10 +1,10 @@
 """Decoding of Kubernetes protobuf request bodies for the few kinds kubectl sends that way.
 
 kubectl's typed commands (``kubectl create namespace``, ``create configmap``, ``create secret``,
-``create serviceaccount``) send ``application/vnd.kubernetes.protobuf`` bodies and do not fall
-back to JSON. The simulated server answers in JSON (clients accept it) and decodes those
-bodies here, field numbers as in Kubernetes' ``generated.proto``. Other kinds get a 415 that
-names the kinds supported.
+``create serviceaccount``, ``create token``, ``auth can-i``) send
+``application/vnd.kubernetes.protobuf`` bodies and do not fall back to JSON. The simulated
+server answers in JSON (clients accept it) and decodes those bodies here, field numbers as in
+Kubernetes' ``generated.proto``. Other kinds get a 415 that names the kinds supported.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ _OBJECT_META: dict[int, Field] = {
     13: ("ownerReferences", _MSG, _OWNER_REF),
     14: ("finalizers", _STR, None),
 }
-_REPEATED = {"ownerReferences", "finalizers", "secrets", "imagePullSecrets"}
+_REPEATED = {"ownerReferences", "finalizers", "secrets", "imagePullSecrets", "audiences", "groups"}
 _OBJECT_REF: dict[int, Field] = {
     1: ("kind", _STR, None),
     2: ("namespace", _STR, None),
@@ -123,6 +123,41 @@ _SCHEMAS: dict[tuple[str, str], dict[int, Field]] = {
         4: ("automountServiceAccountToken", _BOOL, None),
     },
 }
+_RESOURCE_ATTRIBUTES: dict[int, Field] = {
+    1: ("namespace", _STR, None),
+    2: ("verb", _STR, None),
+    3: ("group", _STR, None),
+    4: ("version", _STR, None),
+    5: ("resource", _STR, None),
+    6: ("subresource", _STR, None),
+    7: ("name", _STR, None),
+}
+_NON_RESOURCE_ATTRIBUTES: dict[int, Field] = {1: ("path", _STR, None), 2: ("verb", _STR, None)}
+_REVIEW_SPEC: dict[int, Field] = {
+    1: ("resourceAttributes", _MSG, _RESOURCE_ATTRIBUTES),
+    2: ("nonResourceAttributes", _MSG, _NON_RESOURCE_ATTRIBUTES),
+    3: ("user", _STR, None),
+    4: ("groups", _STR, None),
+    6: ("uid", _STR, None),
+}
+_REVIEW: dict[int, Field] = {1: ("metadata", _MSG, _OBJECT_META), 2: ("spec", _MSG, _REVIEW_SPEC)}
+_SCHEMAS.update(
+    {
+        ("authorization.k8s.io/v1", "SelfSubjectAccessReview"): _REVIEW,
+        ("authorization.k8s.io/v1", "SubjectAccessReview"): _REVIEW,
+        ("authorization.k8s.io/v1", "LocalSubjectAccessReview"): _REVIEW,
+        ("authentication.k8s.io/v1", "TokenRequest"): {
+            1: ("metadata", _MSG, _OBJECT_META),
+            2: (
+                "spec",
+                _MSG,
+                {1: ("audiences", _STR, None), 4: ("expirationSeconds", _INT, None)},
+            ),
+        },
+        ("authentication.k8s.io/v1", "SelfSubjectReview"): {1: ("metadata", _MSG, _OBJECT_META)},
+    }
+)
+
 SUPPORTED = tuple(kind for _, kind in _SCHEMAS)
 
 

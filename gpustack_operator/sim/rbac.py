@@ -14,8 +14,9 @@
   every RoleBinding of the request's namespace whose subjects name the user, one of its
   groups or its ServiceAccount. ClusterRoles with an ``aggregationRule`` hold the rules of
   the ClusterRoles its selectors match. ``system:masters`` is allowed everything; every user
-  may read the health and version paths, authenticated users the discovery paths (the
-  defaults a real cluster binds).
+  may read the health and version paths, authenticated users the discovery paths and may
+  create the self reviews (the defaults a real cluster binds: system:public-info-viewer,
+  system:discovery, system:basic-user).
 - :meth:`RbacAuthorizer.admit` prevents escalation through RBAC objects: a Role or
   ClusterRole may be created or updated only by a user who holds every permission in it (at
   the object's scope) or may ``escalate`` it; a binding only by a user who holds every
@@ -69,6 +70,20 @@ _DISCOVERY: Final[JSON] = {
     "verbs": ["get"],
     "nonResourceURLs": ["/api", "/api/*", "/apis", "/apis/*", "/openapi", "/openapi/*"],
 }
+
+# system:basic-user, bound to system:authenticated: a user may ask what it is and may do.
+_BASIC_USER: Final[tuple[JSON, ...]] = (
+    {
+        "verbs": ["create"],
+        "apiGroups": ["authorization.k8s.io"],
+        "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"],
+    },
+    {
+        "verbs": ["create"],
+        "apiGroups": ["authentication.k8s.io"],
+        "resources": ["selfsubjectreviews"],
+    },
+)
 
 
 @dataclass(frozen=True)
@@ -340,7 +355,7 @@ class RbacAuthorizer:
         """Every rule that applies to *user* in *namespace* ("": cluster-wide only)."""
         rules: list[JSON] = [_PUBLIC_INFO]
         if AUTHENTICATED in user.groups:
-            rules.append(_DISCOVERY)
+            rules += [_DISCOVERY, *_BASIC_USER]
         for binding in self._objects("clusterrolebindings"):
             if any(_applies_to(s, user, "") for s in binding.get("subjects") or []):
                 rules += self.role_ref_rules(binding.get("roleRef") or {}, "") or []

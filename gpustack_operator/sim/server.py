@@ -1,7 +1,8 @@
 """The simulated Kubernetes API server: HTTP routing and request handling over :mod:`.store`.
 
 A test double and demo backend, never a product target: it speaks the kube-apiserver REST
-protocol (plain HTTP on 127.0.0.1, no auth) closely enough for kr8s, our runtime and kubectl.
+protocol closely enough for kr8s, our runtime and kubectl: on 127.0.0.1, plain HTTP or HTTPS
+with its own CA (``tls=True``), with no auth or tokens, client certificates and RBAC.
 
 Usage::
 
@@ -21,6 +22,7 @@ The NFD-master stand-in follows changes with ``sim.store.subscribe`` / ``sim.sto
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -34,9 +36,9 @@ import yaml
 from aiohttp import web
 
 from gpustack_operator.sim import apply as ssa
-from gpustack_operator.sim import discovery, protobuf
+from gpustack_operator.sim import discovery, protobuf, scale
 from gpustack_operator.sim.admissionpolicy import PolicyAdmission
-from gpustack_operator.sim.authn import ADMIN, ANONYMOUS, TokenAuthenticator
+from gpustack_operator.sim.authn import ADMIN, ANONYMOUS, TokenAuthenticator, UserInfo
 from gpustack_operator.sim.counters import RequestCounters
 from gpustack_operator.sim.errors import (
     ApiError,
@@ -47,11 +49,14 @@ from gpustack_operator.sim.errors import (
 )
 from gpustack_operator.sim.faults import Fault, Faults
 from gpustack_operator.sim.gc import BackgroundControllers
+from gpustack_operator.sim.health import add_health_routes
 from gpustack_operator.sim.kinds import BUILTIN_KINDS, KindInfo, KindRegistry
 from gpustack_operator.sim.patches import json_patch, merge_patch
 from gpustack_operator.sim.rbac import CURRENT_REQUEST, RbacAuthorizer, request_attributes
+from gpustack_operator.sim.reviews import add_review_routes
 from gpustack_operator.sim.selectors import make_matcher, parse_field_selector, parse_label_selector
 from gpustack_operator.sim.store import Event, Store, key_of
+from gpustack_operator.sim.tls import ClusterCA, user_from_peer
 from gpustack_operator.sim.watch import WatchQueue, WatchStream, error_line
 
 log = structlog.get_logger(__name__)
@@ -61,7 +66,7 @@ DEFAULT_WATCH_QUEUE_LIMIT = 10_000
 """Events one watch may fall behind before the server ends it (kube-apiserver bounds it too)."""
 _BUILTIN_RESOURCES = {(k.group, k.plural) for k in BUILTIN_KINDS}
 # Built-in kinds whose DELETE returns the deleted object (like custom resources do).
-_DELETE_RETURNS_OBJECT = {("", "pods"), ("", "namespaces")}
+_DELETE_RETURNS_OBJECT = {("", "pods"), ("", "namespaces"), ("", "services")}
 _JSON = "application/json"
 _APPLY = "application/apply-patch+yaml"
 _MERGE = "application/merge-patch+json"
@@ -69,6 +74,28 @@ _JSON_PATCH = "application/json-patch+json"
 _STRATEGIC = "application/strategic-merge-patch+json"
 _PROTOBUF = "application/vnd.kubernetes.protobuf"
 _TRUE = ("true", "1")
+KUBERNETES_SERVICE: dict[str, Any] = {
+    "apiVersion": "v1",
+    "kind": "Service",
+    "metadata": {
+        "name": "kubernetes",
+        "namespace": "default",
+        "labels": {"component": "apiserver", "provider": "kubernetes"},
+    },
+    "spec": {
+        "type": "ClusterIP",
+        "clusterIP": "10.96.0.1",
+        "clusterIPs": ["10.96.0.1"],
+        "ipFamilies": ["IPv4"],
+        "ipFamilyPolicy": "SingleStack",
+        "internalTrafficPolicy": "Cluster",
+        "sessionAffinity": "None",
+        "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443}],
+    },
+}
+"""The Service every cluster has for its API server (docs/simulator.md, "Server parts")."""
+ADMIN_CERT_USER = "kubernetes-admin"
+"""The user of the administrator's client certificate in a TLS server's kubeconfig."""
 _WARNINGS = web.RequestKey("sim_warnings", list[str])
 
 
@@ -175,6 +202,7 @@ class SimServer:
         port: int = 0,
         cel_rules: bool = True,
         authenticator: TokenAuthenticator | None = None,
+        tls: bool = False,
     ) -> None:
         self.registry = KindRegistry.with_builtins()
         self.store = Store(self.registry, watch_history)
@@ -195,11 +223,15 @@ class SimServer:
             raise ValueError(f"watch_queue_limit must be at least 1, got {watch_queue_limit}")
         self.watch_queue_limit = watch_queue_limit
         self._host, self._port = host, port
+        self.ca: ClusterCA | None = ClusterCA() if tls else None
+        """With ``tls``: the cluster's CA (serves HTTPS, signs client certificates)."""
         self._runner: web.AppRunner | None = None
         self._watches: set[WatchQueue] = set()
         self._closing = False
         for ns in namespaces:
             self.store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        if "default" in namespaces:
+            self.store.create(KUBERNETES_SERVICE)
         for path in crd_paths:
             self.load_crds(_load_documents(Path(path)))
         self.app = self._build_app()
@@ -208,10 +240,11 @@ class SimServer:
 
     @property
     def url(self) -> str:
-        """``http://host:port`` of the started server."""
+        """``http(s)://host:port`` of the started server."""
         if self._runner is None:
             raise RuntimeError("the simulated API server is not started; call start() first")
-        return f"http://{self._host}:{self._port}"
+        scheme = "https" if self.ca is not None else "http"
+        return f"{scheme}://{self._host}:{self._port}"
 
     async def start(self) -> SimServer:
         """Listen (port 0 picks a free one) and start the background controllers; idempotent."""
@@ -222,7 +255,8 @@ class SimServer:
             self.app, handle_signals=False, access_log=None, shutdown_timeout=2.0
         )
         await runner.setup()
-        site = web.TCPSite(runner, self._host, self._port)
+        context = self.ca.server_context(self._host) if self.ca is not None else None
+        site = web.TCPSite(runner, self._host, self._port, ssl_context=context)
         await site.start()
         server = site._server
         assert server is not None
@@ -277,14 +311,37 @@ class SimServer:
     ) -> None:
         await self.stop()
 
-    def write_kubeconfig(self, path: Path, context: str = "sim", token: str | None = None) -> Path:
+    def write_kubeconfig(
+        self,
+        path: Path,
+        context: str = "sim",
+        token: str | None = None,
+        *,
+        client_cert: tuple[str, Sequence[str]] | None = None,
+    ) -> Path:
         """Write a kubeconfig (cluster, user, context) selecting this server; with *token* its
-        requests carry it as a bearer token."""
+        requests carry it as a bearer token; with ``client_cert=(user, groups)`` (a TLS
+        server) they present a client certificate for that user, signed by the cluster's CA.
+        A TLS server's kubeconfig without either is the administrator's (a client certificate
+        in ``system:masters``, as kind and kubeadm write it).
+        """
+        cluster: dict[str, Any] = {"server": self.url}
+        user: dict[str, Any] = {"token": token} if token else {}
+        if self.ca is not None and not token and client_cert is None:
+            client_cert = (ADMIN_CERT_USER, ("system:masters",))
+        if self.ca is not None:
+            cluster["certificate-authority-data"] = base64.b64encode(self.ca.pem).decode()
+            if client_cert is not None:
+                cert, key = self.ca.issue_client(client_cert[0], client_cert[1])
+                user["client-certificate-data"] = base64.b64encode(cert).decode()
+                user["client-key-data"] = base64.b64encode(key).decode()
+        elif client_cert is not None:
+            raise ValueError("client certificates need a TLS server (SimServer(tls=True))")
         config = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": context, "cluster": {"server": self.url}}],
-            "users": [{"name": context, "user": {"token": token} if token else {}}],
+            "clusters": [{"name": context, "cluster": cluster}],
+            "users": [{"name": context, "user": user}],
             "contexts": [
                 {
                     "name": context,
@@ -314,6 +371,8 @@ class SimServer:
             middlewares=[self._errors, self._authorize], client_max_size=64 * 1024 * 1024
         )
         discovery.add_discovery_routes(app, self)
+        add_health_routes(app)
+        add_review_routes(app, self)
         _accept_trailing_slashes(app)
         app.router.add_route("*", "/api/v1/{tail:.+}", self._core)
         app.router.add_route("*", "/apis/{group}/{version}/{tail:.+}", self._grouped)
@@ -358,7 +417,7 @@ class SimServer:
             finally:
                 CURRENT_REQUEST.reset(reset)
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-        user = ANONYMOUS
+        user = _certificate_user(request) or ANONYMOUS
         if token.strip():
             found = self.authenticator.authenticate(token.strip())
             if scheme.lower() != "bearer" or found is None:
@@ -412,6 +471,8 @@ class SimServer:
         self, request: web.Request, group: str, version: str, tail: str
     ) -> web.StreamResponse:
         target = self._resolve(group, version, tail)
+        if target.subresource == "scale" and scale.scale_paths(target.info) is not None:
+            return await self._scale(request, target)
         if target.subresource is not None and not (
             target.subresource == "status" and target.info.has_status
         ):
@@ -589,6 +650,7 @@ class SimServer:
 
     async def _list(self, request: web.Request, target: Target) -> web.StreamResponse:
         info, query = target.info, request.query
+        _check_list_options(query)
         matcher = self._matcher(request, info)
         limit_text = query.get("limit")
         try:
@@ -704,6 +766,43 @@ class SimServer:
             code = int(getattr(exc, "status_code", 400))
             raise ApiError(code, str(exc), getattr(exc, "reason", None)) from None
         return result
+
+    async def _scale(self, request: web.Request, target: Target) -> web.StreamResponse:
+        """GET, PUT or PATCH (merge or JSON patch) of the ``/scale`` subresource."""
+        info, name = target.info, target.name
+        if name is None or request.method not in ("GET", "PUT", "PATCH"):
+            raise ApiError(
+                405,
+                "the server does not allow this method on the requested resource: "
+                f"{request.method}",
+                "MethodNotAllowed",
+            )
+        self.counters.record("get" if request.method == "GET" else "update", info.kind)
+        live = self.store.get_stored(info, target.namespace, name)
+        current = scale.read_scale(info, _render(info, live))
+        if request.method == "GET":
+            return _json_response(current)
+        body = await self._body(request)
+        if request.method == "PUT":
+            wanted = body
+        elif request.content_type == _JSON_PATCH:
+            wanted = json_patch(current, body)
+        elif isinstance(body, dict):
+            wanted = merge_patch(current, body)
+        else:
+            raise bad_request("a patch of a Scale must be a JSON object")
+        rv = ((wanted or {}).get("metadata") or {}).get("resourceVersion")
+        if rv and rv != live["metadata"]["resourceVersion"]:
+            raise stale_conflict(info, name)
+        obj = self.store.update_as(
+            info,
+            scale.with_replicas(info, _render(info, live), wanted),
+            namespace=target.namespace,
+            name=name,
+            manager=_manager(request),
+            dry_run=self._dry_run(request),
+        )
+        return _json_response(scale.read_scale(info, _render(info, obj)))
 
     async def _apply(self, request: web.Request, target: Target) -> web.StreamResponse:
         info, name = target.info, target.name
@@ -943,6 +1042,40 @@ class SimServer:
             queue.put_nowait(event)
 
         return deliver
+
+
+def _check_list_options(query: Mapping[str, str]) -> None:
+    """422 for a LIST whose ``resourceVersionMatch`` the API server refuses
+    (docs/simulator.md, "Built-in kinds")."""
+    match = query.get("resourceVersionMatch", "")
+    if not match:
+        return
+    version = query.get("resourceVersion", "")
+    problems = []
+    if not version:
+        problems.append("resourceVersionMatch is forbidden unless resourceVersion is provided")
+    if query.get("continue"):
+        problems.append("resourceVersionMatch is forbidden when continue is provided")
+    if match not in ("Exact", "NotOlderThan"):
+        problems.append(
+            f'Unsupported value: "{match}": supported values: "Exact", "NotOlderThan", ""'
+        )
+    if match == "Exact" and version == "0":
+        problems.append('resourceVersionMatch "exact" is forbidden for resourceVersion "0"')
+    if problems:
+        text = ", ".join(
+            f"resourceVersionMatch: {p}"
+            if p.startswith("Unsupported")
+            else f"resourceVersionMatch: Forbidden: {p}"
+            for p in problems
+        )
+        raise ApiError(422, f'ListOptions.meta.k8s.io "" is invalid: {text}', "Invalid")
+
+
+def _certificate_user(request: web.Request) -> UserInfo | None:
+    """The user of the request's verified client certificate, if it presented one."""
+    ssl_object = request.transport.get_extra_info("ssl_object") if request.transport else None
+    return user_from_peer(ssl_object.getpeercert()) if ssl_object is not None else None
 
 
 def _accept_trailing_slashes(app: web.Application) -> None:

@@ -44,6 +44,7 @@ from typing import Any
 import structlog
 
 from gpustack_operator.sim import apply as ssa
+from gpustack_operator.sim import builtinkinds
 from gpustack_operator.sim.celrules import rule_causes
 from gpustack_operator.sim.errors import (
     ApiError,
@@ -683,7 +684,11 @@ class Store:
         self, info: KindInfo, obj: dict[str, Any], old: dict[str, Any] | None = None
     ) -> None:
         meta = obj["metadata"]
-        causes = metadata_errors(info, meta) or self.schema.causes(info, obj)
+        causes = (
+            metadata_errors(info, meta)
+            or builtinkinds.causes(info, obj, old)
+            or self.schema.causes(info, obj)
+        )
         if not causes and self.cel_rules and info.schema is not None:
             causes = rule_causes(info, obj, old)
         if causes:
@@ -754,6 +759,7 @@ class Store:
                 raise invalid(info, name, [("spec", str(exc))]) from None
             self._crd_status(obj)
         obj = self.schema.normalize(info, obj)
+        builtinkinds.defaults_on_create(info, obj)
         meta = obj["metadata"]
         self._validate(info, obj)
         for admit in self.admission:

@@ -21,8 +21,10 @@ from gpustack_operator.sim.kinds import KindInfo
 
 __all__ = [
     "BUILTIN_GROUPS",
+    "PatchField",
     "StrategicMergePatchError",
     "StrategicMergeUnsupportedError",
+    "patch_metadata",
     "strategic_merge_patch",
     "supports_strategic_merge",
 ]
@@ -155,6 +157,16 @@ _BY_KIND: Mapping[tuple[str, str], _Field] = {
     ("apps", "ReplicaSet"): _WORKLOAD,
     ("batch", "Job"): _WORKLOAD,
 }
+
+
+PatchField = _Field  # the public name of one field's patch metadata
+
+
+def patch_metadata(kind: KindInfo) -> PatchField | None:
+    """The patch metadata of a built-in *kind* (None for custom resources)."""
+    if not supports_strategic_merge(kind):
+        return None
+    return _BY_KIND.get((kind.group, kind.kind), _map(metadata=_METADATA))
 
 
 def supports_strategic_merge(kind: KindInfo) -> bool:

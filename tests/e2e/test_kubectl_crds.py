@@ -86,3 +86,20 @@ async def test_unknown_fields_are_refused_under_strict_validation(crd_kubectl: K
     result = await crd_kubectl("apply", "-f", "-", stdin=bad, check=False)
     assert result.returncode != 0
     assert 'unknown field "spec.bogusField"' in result.stderr.decode()
+
+
+async def test_client_side_then_server_side_apply_hands_the_fields_over(
+    crd_kubectl: Kubectl, crd_sim: SimServer
+) -> None:
+    await crd_kubectl.out("apply", "-f", "-", stdin=FLAVOR)
+    await crd_kubectl.out("apply", "-f", "-", stdin=CLUSTER_QUEUE)
+    changed = CLUSTER_QUEUE.replace("nominalQuota: 16", "nominalQuota: 32")
+    out = await crd_kubectl.out("apply", "--server-side", "-f", "-", stdin=changed)
+    assert "clusterqueue.kueue.x-k8s.io/gpu-t4 serverside-applied" in out
+
+    stored = crd_sim.store.get("kueue.x-k8s.io/v1beta2", "ClusterQueue", "gpu-t4")
+    assert stored is not None
+    quotas = stored["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
+    assert quotas[0] == {"name": "cpu", "nominalQuota": 32}
+    managers = {e["manager"]: e for e in stored["metadata"]["managedFields"]}
+    assert "f:resourceGroups" in managers["kubectl"]["fieldsV1"]["f:spec"]

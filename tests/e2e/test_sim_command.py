@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import signal
 import sys
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+import yaml
 
 from tests.e2e.conftest import Kubectl
 
@@ -58,6 +60,10 @@ async def test_sim_serve_works_with_kubectl_and_stops_on_sigterm(
                     break
         assert f"export KUBECONFIG={kubeconfig}" in banner
         assert "not a production cluster" in banner
+        assert "API server: https://127.0.0.1:" in banner
+        cluster = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]
+        assert cluster["server"].startswith("https://")
+        assert base64.b64decode(cluster["certificate-authority-data"]).startswith(b"-----BEGIN")
 
         kubectl = Kubectl(kubectl_bin, kubeconfig, tmp_path / "kube-cache")
         nodes = await kubectl("get", "nodes")
@@ -97,7 +103,7 @@ async def test_sim_serve_alone_says_what_it_serves_and_takes_the_example(
     kubeconfig; kubectl apply validates the example and explain reads a stand-in
     (docs/simulator.md, "Using it with kubectl")."""
     kubeconfig = tmp_path / "sim-kubeconfig.yaml"
-    argv = [sys.executable, "-m", "gpustack_operator", "sim", "--serve"]
+    argv = [sys.executable, "-m", "gpustack_operator", "sim", "--serve", "--plain-http"]
     process = await anyio.open_process([*argv, "--kubeconfig-out", str(kubeconfig)])
     try:
         assert process.stdout is not None
@@ -108,6 +114,7 @@ async def test_sim_serve_alone_says_what_it_serves_and_takes_the_example(
                 if "Stop with Ctrl-C" in banner:
                     break
         assert f"kubeconfig: {kubeconfig}" in banner
+        assert "API server: http://127.0.0.1:" in banner  # --plain-http
         assert "no Nodes yet" in banner
         assert "stand-in CRDs" in banner and "ClusterQueue" in banner
         assert "kubectl apply -f examples/cluster.yaml" in banner
