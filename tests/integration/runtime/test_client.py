@@ -350,7 +350,8 @@ async def test_client_side_rate_limit_paces_requests(sim: SimServer, client: Cli
         slept.append(delay)
 
     limited = Client(
-        client.credentials, rate_limiter=TokenBucket(qps=0.5, burst=2, clock=lambda: 0.0, sleep=record)
+        client.credentials,
+        rate_limiter=TokenBucket(qps=0.5, burst=2, clock=lambda: 0.0, sleep=record),
     )
     for _ in range(4):
         await limited.list(NODES)
