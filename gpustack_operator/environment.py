@@ -8,7 +8,7 @@ empty value counts as unset. Invalid values raise ``ValueError`` naming the vari
 
 Plain parsing rather than a settings library: a handful of strings and one boolean do not
 need one, and importing pydantic-settings cost every command 0.06 s of start-up
-(docs/performance.md, "Worker start-up").
+(docs/performance.md, "Worker start-up: CPU before the first API request").
 """
 
 from __future__ import annotations
