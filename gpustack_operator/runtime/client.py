@@ -28,7 +28,7 @@ import functools
 import json
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -41,7 +41,7 @@ from prometheus_client import Counter, Histogram
 
 from .. import __version__
 from .backoff import TokenBucket
-from .credentials import Credentials, load_credentials
+from .credentials import CredentialError, Credentials, load_credentials
 from .errors import (
     AlreadyExists,
     ApiError,
@@ -209,6 +209,17 @@ class WatchStream:
                 log.debug("watch_stream_close_failed", error=repr(exc))
 
 
+@contextlib.contextmanager
+def _credentials_failure(method: str, path: str) -> Iterator[None]:
+    """A credential that cannot be refreshed (a token file gone, an exec plugin failing)
+    fails the request as :class:`ApiUnavailable` (reason ``CredentialsUnavailable``), which
+    every long-running loop retries with backoff (docs/runtime.md, "Failure types")."""
+    try:
+        yield
+    except CredentialError as exc:
+        raise ApiUnavailable(f"{method} {path}: {exc}", reason="CredentialsUnavailable") from exc
+
+
 # --- the client -----------------------------------------------------------------------------
 
 
@@ -353,10 +364,11 @@ class Client:
         async with contextlib.AsyncExitStack() as stack:
             try:
                 for attempt in (1, 2):
-                    transport = await self._current_transport(method, path)
+                    with _credentials_failure(method, path):
+                        transport = await self._current_transport(method, path)
+                        authorization = await self._credentials.authorization()
                     headers = self._headers(
-                        await self._credentials.authorization(),
-                        content_type if payload is not None else None,
+                        authorization, content_type if payload is not None else None
                     )
                     exchange = contextlib.AsyncExitStack()
                     answer: Answer | StreamedAnswer
@@ -377,7 +389,8 @@ class Client:
                     if answer.status_code == 401 and attempt == 1:
                         await exchange.aclose()
                         self._record(method, code, started)
-                        await self._reauthenticate()
+                        with _credentials_failure(method, path):
+                            await self._reauthenticate()
                         started = self._clock()
                         continue
                     stack.push_async_exit(exchange)

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from gpustack_operator.runtime.client import Client
+from gpustack_operator.runtime.client import ApiUnavailable, Client
+from gpustack_operator.runtime.credentials import TOKEN_REREAD_SECONDS, Credentials
 from gpustack_operator.runtime.resources import CONFIGMAPS
 
-from ...unit.runtime.test_credentials import exec_kubeconfig, one_context
+from ...unit.runtime.test_credentials import Clock, exec_kubeconfig, one_context
 from .hostile import HostileServer, answer, hostile_server
 
 pytestmark = pytest.mark.anyio
@@ -63,3 +64,21 @@ async def test_a_token_file_is_sent_and_read_again_after_a_401(
         "Bearer first",
         "Bearer second",
     ]
+
+
+async def test_a_credential_that_cannot_be_read_again_fails_the_request_as_unavailable(
+    server: HostileServer, tmp_path: Path
+) -> None:
+    """Typed, so that every long-running loop retries it with backoff; nothing is sent."""
+    token = tmp_path / "token"
+    token.write_text("first")
+    clock = Clock()
+    credentials = Credentials(server=server.url, where="test", token_file=token, clock=clock)
+    await credentials.load()
+    async with Client(credentials, timeout=5.0) as client:
+        token.unlink()
+        clock.now = TOKEN_REREAD_SECONDS
+        with pytest.raises(ApiUnavailable, match="cannot read the token file") as caught:
+            await client.get(CONFIGMAPS, "x", "default")
+        assert caught.value.reason == "CredentialsUnavailable"
+    assert server.received == []
