@@ -134,6 +134,8 @@ async def connect(
     located = locate(kubeconfig, context)
     try:
         return await runtime_client.Client.connect(located.kubeconfig, located.context, **options)
+    except KubeconfigError:
+        raise  # already one line naming the file and the fix (runtime.credentials)
     except Exception as exc:
         server = _server_of(located) or "(in-cluster)"
         raise KubeconfigError(describe_connect_error(exc, located, server)) from exc
