@@ -210,7 +210,7 @@ class Credentials:
             self.token = _read_token_file(self._token_file, self.where)
             self._due = self._clock() + TOKEN_REREAD_SECONDS
         elif self._exec is not None:
-            issued = await _run_exec_plugin(self._exec, self._wall_clock)
+            issued = await _run_exec_plugin(self._exec)
             if issued.cert_pem is not None and (issued.cert_pem, issued.key_pem) != self._cert:
                 self._cert = (issued.cert_pem, issued.key_pem)
                 self.tls_generation += 1
@@ -231,7 +231,7 @@ def _read_token_file(path: Path, where: str) -> str:
         ) from None
 
 
-async def _run_exec_plugin(plugin: ExecPlugin, wall_clock: Callable[[], float]) -> _Issued:
+async def _run_exec_plugin(plugin: ExecPlugin) -> _Issued:
     """Run *plugin* once, non-interactively, and read the ``ExecCredential`` it prints."""
     spec: dict[str, Any] = {"interactive": False}
     if plugin.cluster is not None:
