@@ -7,7 +7,7 @@ simulator can pass their own. Variable names are matched without regard to case 
 empty value counts as unset. Invalid values raise ``ValueError`` naming the variable.
 
 Plain parsing rather than a settings library: a handful of strings and one boolean do not
-need one, and importing pydantic-settings cost every command 0.06 s of start-up
+need one, and importing pydantic-settings cost every command 0.01-0.06 s of start-up
 (docs/performance.md, "Worker start-up: CPU before the first API request").
 """
 
