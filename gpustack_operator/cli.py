@@ -3,7 +3,7 @@
 Each subcommand lives in ``gpustack_operator.commands.<module>`` and exposes
 ``register(subparsers)``, which adds its parser and sets ``handler`` — a function taking the
 parsed namespace and returning an exit code. Only the module of the subcommand being run is
-imported (the others pull in kr8s, aiohttp and the controllers, seconds of start-up); the
+imported (the others pull in aiohttp and the controllers, most of start-up); the
 top-level ``--help`` lists every subcommand from :data:`COMMANDS`.
 
 Any flag can also come from the environment as ``GPUSTACK_<SUBCOMMAND>_<FLAG>``, e.g.

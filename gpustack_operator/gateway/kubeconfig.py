@@ -1,4 +1,4 @@
-"""Checks on kubeconfig documents, before kr8s reads them (its errors are bare KeyErrors).
+"""Checks on kubeconfig documents, before the client reads credentials from them.
 
 Used for files named on the command line (read at each connection attempt, so a fixed file
 is picked up) and for kubeconfigs posted to the registration endpoint, which must also carry

@@ -1,12 +1,9 @@
 """Kubernetes API access: one client per process, plain-dict objects, typed errors.
 
-kr8s reads the configuration and credentials (kubeconfig / ``--context`` / ``KUBECONFIG`` /
-``~/.kube/config`` / in-cluster service account, exec plugins, credential re-reads); every
-request and watch then goes over ``runtime.transport`` (aiohttp) with the kubeconfig's TLS
-settings, proxy and token. Everything above is ours, because kr8s's object layer does not
-fit a controller runtime: ``api.get()`` drops the list's ``resourceVersion``, ``api.watch()``
-loops on a stale resourceVersion after 410 and ends silently, and Box objects cost memory at
-thousands of Nodes.
+``runtime.credentials`` reads the configuration and credentials (kubeconfig / ``--context`` /
+``KUBECONFIG`` / ``~/.kube/config`` / in-cluster service account, exec plugins, token
+re-reads); every request and watch then goes over ``runtime.transport`` (aiohttp) with the
+kubeconfig's TLS settings, proxy and token.
 
 What this module adds over raw HTTP (the errors live in ``runtime.errors`` and are
 re-exported here):
@@ -30,9 +27,8 @@ import contextlib
 import functools
 import json
 import random
-import ssl
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -40,13 +36,12 @@ from typing import Any, Literal
 from urllib.parse import quote, urlencode, urlsplit
 
 import anyio
-import kr8s
-import kr8s.asyncio
 import structlog
 from prometheus_client import Counter, Histogram
 
 from .. import __version__
 from .backoff import TokenBucket
+from .credentials import CredentialError, Credentials, load_credentials
 from .errors import (
     AlreadyExists,
     ApiError,
@@ -214,20 +209,31 @@ class WatchStream:
                 log.debug("watch_stream_close_failed", error=repr(exc))
 
 
+@contextlib.contextmanager
+def _credentials_failure(method: str, path: str) -> Iterator[None]:
+    """A credential that cannot be refreshed (a token file gone, an exec plugin failing)
+    fails the request as :class:`ApiUnavailable` (reason ``CredentialsUnavailable``), which
+    every long-running loop retries with backoff (docs/runtime.md, "Failure types")."""
+    try:
+        yield
+    except CredentialError as exc:
+        raise ApiUnavailable(f"{method} {path}: {exc}", reason="CredentialsUnavailable") from exc
+
+
 # --- the client -----------------------------------------------------------------------------
 
 
 class Client:
-    """The process's one API client: REST verbs on plain dicts, credentials from a kr8s ``Api``.
+    """The process's one API client: REST verbs on plain dicts, with one set of credentials.
 
     Build it with :meth:`connect`. Every method raises :class:`ApiError` subclasses and
     retries nothing (but one re-read of credentials on 401). Objects returned are the decoded
-    JSON (``dict``), never kr8s objects.
+    JSON (``dict``).
     """
 
     def __init__(
         self,
-        api: kr8s.asyncio.Api,
+        credentials: Credentials,
         *,
         qps: float | None = None,
         burst: int | None = None,
@@ -237,7 +243,7 @@ class Client:
         rate_limiter: TokenBucket | None = None,
         limits: Limits | None = None,
     ) -> None:
-        self._api = api
+        self._credentials = credentials
         self._timeout = timeout
         self.watch_inactivity_timeout = watch_inactivity_timeout
         self._clock = clock
@@ -246,12 +252,13 @@ class Client:
             # client-go's defaults pair burst with qps (5/10, 50/100): burst = 2 x qps.
             self._limiter = TokenBucket(qps, burst if burst is not None else max(1, int(qps * 2)))
         self.limits = limits or Limits()
-        server = str(getattr(api.auth, "server", "") or "")
+        server = credentials.server
         self.host = urlsplit(server).netloc or server
         self._log = log.bind(host=self.host)
         self._auth_lock = anyio.Lock()
         self._auth_generation = 0
         self._transport: Transport | None = None
+        self._transport_tls_generation = 0
         self._closed = False
         self._series: dict[tuple[str, str], tuple[Counter, Histogram]] = {}
 
@@ -271,25 +278,11 @@ class Client:
 
         Credentials come from *kubeconfig* (a path, or ``a:b`` paths), else ``KUBECONFIG``,
         else ``~/.kube/config``, else the in-cluster service account; *context* picks a
-        kubeconfig context. The kr8s ``Api`` is built directly rather than through
-        ``kr8s.asyncio.api()``, whose per-thread cache hands any existing instance to a
-        caller that passes no arguments (one test's cluster leaking into the next); only its
-        credentials are used (``api.auth``), never its HTTP session.
+        kubeconfig context (``runtime.credentials``).
         """
-        api = kr8s.asyncio.Api(
-            bypass_factory=True,
-            kubeconfig=str(kubeconfig) if kubeconfig is not None else None,
-            context=context,
-        )
-        try:
-            await api.auth
-        except ValueError as exc:  # kr8s: no credentials found, unknown context, bad config
-            raise ValueError(
-                f"cannot load Kubernetes credentials: {exc}. Pass --kubeconfig/--context, set "
-                "KUBECONFIG, or run in a Pod with a service account."
-            ) from exc
+        credentials = await load_credentials(kubeconfig, context)
         client = cls(
-            api,
+            credentials,
             qps=qps,
             burst=burst,
             timeout=timeout,
@@ -306,9 +299,9 @@ class Client:
         return client
 
     @property
-    def kr8s_api(self) -> kr8s.asyncio.Api:
-        """The kr8s ``Api`` holding the credentials (for kr8s helpers; not for requests)."""
-        return self._api
+    def credentials(self) -> Credentials:
+        """The server and credentials every request uses."""
+        return self._credentials
 
     async def close(self) -> None:
         """Close the HTTP connections for new requests. Open watches keep their connection
@@ -371,8 +364,12 @@ class Client:
         async with contextlib.AsyncExitStack() as stack:
             try:
                 for attempt in (1, 2):
-                    transport = await self._current_transport(method, path)
-                    headers = self._headers(content_type if payload is not None else None)
+                    with _credentials_failure(method, path):
+                        transport = await self._current_transport(method, path)
+                        authorization = await self._credentials.authorization()
+                    headers = self._headers(
+                        authorization, content_type if payload is not None else None
+                    )
                     exchange = contextlib.AsyncExitStack()
                     answer: Answer | StreamedAnswer
                     try:
@@ -392,7 +389,8 @@ class Client:
                     if answer.status_code == 401 and attempt == 1:
                         await exchange.aclose()
                         self._record(method, code, started)
-                        await self._reauthenticate()
+                        with _credentials_failure(method, path):
+                            await self._reauthenticate()
                         started = self._clock()
                         continue
                     stack.push_async_exit(exchange)
@@ -417,32 +415,32 @@ class Client:
             yield answer
 
     async def _current_transport(self, method: str, path: str) -> Transport:
-        """The transport, built on first use from the credentials kr8s read."""
+        """The transport, built on first use and again when the client certificate changed."""
         if self._closed:
             raise ApiUnavailable(f"{method} {path}: the client is closed", reason="ClientClosed")
+        credentials = self._credentials
+        if self._transport is not None and (
+            self._transport_tls_generation != credentials.tls_generation
+        ):
+            await self._transport.aclose()  # open watches keep it until they end
+            self._transport = None
         if self._transport is None:
-            auth = self._api.auth
-            server = str(getattr(auth, "server", "") or "")
-            context: ssl.SSLContext | bool = True
-            if server.startswith("https:"):
-                # kr8s answers True where the kubeconfig names no CA, certificate or
-                # insecure-skip-tls-verify: the default verification then.
-                verify: object = await auth.ssl_context()  # type: ignore[no-untyped-call]
-                context = verify if isinstance(verify, ssl.SSLContext) else True
+            server = credentials.server
+            self._transport_tls_generation = credentials.tls_generation
             self._transport = Transport(
                 server,
-                ssl_context=context,
-                server_hostname=auth.tls_server_name or None,
-                proxy=auth.proxy,
+                ssl_context=credentials.ssl_context() if server.startswith("https:") else True,
+                server_hostname=credentials.tls_server_name,
+                proxy=credentials.proxy,
                 limits=self.limits,
             )
         return self._transport
 
-    def _headers(self, content_type: str | None) -> dict[str, str]:
+    @staticmethod
+    def _headers(authorization: str | None, content_type: str | None) -> dict[str, str]:
         headers = {"User-Agent": _USER_AGENT, "Accept": _JSON_CONTENT_TYPE}
-        token = getattr(self._api.auth, "token", None)
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
+        if authorization:
+            headers["Authorization"] = authorization
         if content_type is not None:
             headers["Content-Type"] = content_type
         return headers
@@ -456,7 +454,7 @@ class Client:
             if generation != self._auth_generation:
                 return
             self._log.info("api_unauthorized_reauthenticating")
-            await self._api.auth.reauthenticate()
+            await self._credentials.reauthenticate()
             if self._transport is not None:
                 await self._transport.aclose()
                 self._transport = None

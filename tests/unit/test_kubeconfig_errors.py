@@ -116,6 +116,15 @@ def _with_server(name: str) -> Callable[[Path, str], Path]:
     return make
 
 
+def _with_user(name: str, user: dict[str, object]) -> Callable[[Path, str], Path]:
+    def make(folder: Path, server: str) -> Path:
+        document = yaml.safe_load(_config(server))
+        document["users"] = [{"name": "u", "user": user}]
+        return _write(name, yaml.safe_dump(document))(folder, server)
+
+    return make
+
+
 CASES = {
     "missing file": Case(
         lambda folder, _server: folder / "absent.yaml", "no such file", "pass an existing"
@@ -139,6 +148,27 @@ CASES = {
         _with_server("badcert.yaml"),
         "certificate that does not verify",
         "certificate-authority-data",
+        found_at_start=False,
+    ),
+    "auth-provider user": Case(
+        _with_user("provider.yaml", {"auth-provider": {"name": "oidc"}}),
+        "uses auth-provider 'oidc', which is not supported",
+        "switch it to an exec credential plugin",
+        found_at_start=False,
+    ),
+    "failing exec plugin": Case(
+        _with_user(
+            "exec.yaml",
+            {
+                "exec": {
+                    "apiVersion": "client.authentication.k8s.io/v1",
+                    "command": "false",
+                    "interactiveMode": "Never",
+                }
+            },
+        ),
+        "the exec credential plugin 'false' exited with status 1",
+        "run it by hand",
         found_at_start=False,
     ),
 }

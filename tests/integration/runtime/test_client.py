@@ -82,7 +82,7 @@ async def test_connect_reads_kubeconfig_env(
 
 async def test_connect_to_unknown_context_says_so(sim: SimServer, tmp_path: Path) -> None:
     kubeconfig = sim.write_kubeconfig(tmp_path / "kc")
-    with pytest.raises(ValueError, match="No such context nope"):
+    with pytest.raises(ValueError, match="no context 'nope'"):
         await Client.connect(kubeconfig, context="nope")
 
 
@@ -350,7 +350,8 @@ async def test_client_side_rate_limit_paces_requests(sim: SimServer, client: Cli
         slept.append(delay)
 
     limited = Client(
-        client.kr8s_api, rate_limiter=TokenBucket(qps=0.5, burst=2, clock=lambda: 0.0, sleep=record)
+        client.credentials,
+        rate_limiter=TokenBucket(qps=0.5, burst=2, clock=lambda: 0.0, sleep=record),
     )
     for _ in range(4):
         await limited.list(NODES)
@@ -388,7 +389,7 @@ async def test_missing_credentials_say_what_to_do(
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    with pytest.raises(ValueError, match="set KUBECONFIG"):
+    with pytest.raises(ValueError, match="fix KUBECONFIG or pass an existing kubeconfig"):
         await Client.connect()
 
 

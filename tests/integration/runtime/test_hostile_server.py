@@ -157,7 +157,7 @@ async def test_a_token_with_a_line_break_is_refused_before_anything_is_sent(
     """The former transport sent ``X-Injected: 1`` to the server as a header of its own."""
     async with await connect(server, tmp_path) as client:
         sent = len(server.received)
-        client.kr8s_api.auth.token = "tok\r\nX-Injected: 1"  # as a credential re-read may
+        client.credentials.token = "tok\r\nX-Injected: 1"  # as a credential re-read may
         with pytest.raises(UnsendableRequest, match="Authorization"):
             await client.get(CONFIGMAPS, "x", "default")
         assert len(server.received) == sent

@@ -92,3 +92,15 @@ def test_group_id_with_memory_setting() -> None:
     assert load_group_id_with_memory({"GPUSTACK_DEVICES_DETECT_GROUP_ID_WITH_MEMORY": "1"})
     with pytest.raises(ValueError, match="GPUSTACK_DEVICES_GROUP_ID_WITH_MEMORY"):
         load_group_id_with_memory({"GPUSTACK_DEVICES_GROUP_ID_WITH_MEMORY": "maybe"})
+
+
+def test_group_id_with_memory_reads_the_current_name_first_and_says_what_it_expects() -> None:
+    both = {
+        "GPUSTACK_DEVICES_GROUP_ID_WITH_MEMORY": "no",
+        "GPUSTACK_DEVICES_DETECT_GROUP_ID_WITH_MEMORY": "yes",
+    }
+    assert load_group_id_with_memory(both) is False
+    assert load_group_id_with_memory({"gpustack_devices_group_id_with_memory": " On "}) is True
+    assert load_group_id_with_memory({"GPUSTACK_DEVICES_GROUP_ID_WITH_MEMORY": ""}) is False
+    with pytest.raises(ValueError, match=r"expected a boolean .* \(got 'maybe'\)"):
+        load_group_id_with_memory({"GPUSTACK_DEVICES_GROUP_ID_WITH_MEMORY": "maybe"})
