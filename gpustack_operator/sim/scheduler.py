@@ -126,6 +126,10 @@ class SchedulerStandIn(StoreLoop):
                 key = (namespace, f"{name_of(job)}-{i}")
                 if key not in by_name:
                     by_name[key] = store.create(self._pod(job, key[1]))
+        if all((pod.get("spec") or {}).get("nodeName") for pod in by_name.values()):
+            # Nothing to place: Node events (thousands while a fleet is profiled) cost no
+            # scan of every Node.
+            return
         nodes = sorted(store.list("v1", "Node"), key=name_of)
         used: dict[str, dict[str, Fraction]] = {}
         for pod in by_name.values():
