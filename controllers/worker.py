@@ -22,7 +22,6 @@ Build the manager with :func:`new_worker_manager` to get the worker's informer t
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Final
@@ -368,7 +367,7 @@ def new_worker_manager(
     client: Client,
     options: ManagerOptions | None = None,
     *,
-    clock: Callable[[], float] = time.monotonic,
+    clock: Callable[[], float] | None = None,
 ) -> Manager:
     """A manager whose shared informers use the worker's transform (:func:`trim_for_worker`);
     *clock* is its leader election's monotonic clock."""

@@ -117,10 +117,10 @@ class Manager:
         options: ManagerOptions | None = None,
         *,
         informers: InformerFactory | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         """*clock*: the monotonic clock of leader election and its write fence (tests
-        inject a fake one)."""
+        inject a fake one; default ``time.monotonic``)."""
         self.client = client
         self.options = opts = options or ManagerOptions()
         # Fail on a bad address now, not after the caches have been filled.
@@ -146,7 +146,9 @@ class Manager:
         """What leader-only writes pass first (docs/runtime.md, "Write fence"): the elector's
         Lease fence with leader election, else always open."""
         if opts.leader_election is not None:
-            self.elector = LeaderElector(client, opts.leader_election, clock=clock)
+            self.elector = LeaderElector(
+                client, opts.leader_election, clock=clock or time.monotonic
+            )
             self.fence = self.elector.fence
         self.event_recorder.fence = self.fence
         self.serving = anyio.Event()
