@@ -8,6 +8,8 @@ so clients observe dependents for a short while after their owner is gone.
   dependent's namespace. References to absent owners are dropped when other owners remain.
 * Namespace controller: a Namespace being deleted has all its objects deleted; once none is
   left its ``spec.finalizers`` are cleared and it disappears.
+* CRD finalizer: a CustomResourceDefinition being deleted has its instances deleted, then
+  goes (``sim/crdcleanup.py``).
 """
 
 from __future__ import annotations
@@ -18,8 +20,18 @@ from collections.abc import Iterable
 
 import structlog
 
+from gpustack_operator.sim import crdcleanup
 from gpustack_operator.sim.errors import ApiError
-from gpustack_operator.sim.store import DELETED, FOREGROUND, Event, Key, ResourceId, Store, key_of
+from gpustack_operator.sim.store import (
+    DELETED,
+    FOREGROUND,
+    Event,
+    Key,
+    ResourceId,
+    Store,
+    key_of,
+    now_rfc3339,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -50,7 +62,8 @@ class BackgroundControllers:
             self._dirty.add((rid, key_of(event.obj)))
             wake = True
         if meta.get("deletionTimestamp") and (
-            rid == ("", "namespaces") or FOREGROUND in (meta.get("finalizers") or [])
+            rid in (("", "namespaces"), crdcleanup.CRD_RESOURCE)
+            or FOREGROUND in (meta.get("finalizers") or [])
         ):
             wake = True
         if wake:
@@ -81,7 +94,10 @@ class BackgroundControllers:
             try:
                 dirty, self._dirty = self._dirty, set()
                 changed = (
-                    self.collect_garbage(dirty) | self.delete_foreground() | self.clean_namespaces()
+                    self.collect_garbage(dirty)
+                    | self.delete_foreground()
+                    | self.clean_namespaces()
+                    | crdcleanup.clean_up(self.store, now_rfc3339())
                 )
             except Exception:
                 log.exception("background controller pass failed")

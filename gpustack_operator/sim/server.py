@@ -36,7 +36,7 @@ import yaml
 from aiohttp import web
 
 from gpustack_operator.sim import apply as ssa
-from gpustack_operator.sim import discovery, protobuf, scale
+from gpustack_operator.sim import crdcleanup, discovery, protobuf, scale
 from gpustack_operator.sim.admissionpolicy import PolicyAdmission
 from gpustack_operator.sim.authn import ADMIN, ANONYMOUS, TokenAuthenticator, UserInfo
 from gpustack_operator.sim.counters import RequestCounters
@@ -680,6 +680,8 @@ class SimServer:
         return _json_response(table if table is not None else payload)
 
     async def _create(self, request: web.Request, target: Target) -> web.StreamResponse:
+        if self.store.crd_terminating(target.info):
+            raise crdcleanup.terminating_refusal(target.info)
         body = self._check_type(await self._body(request), target.info)
         self._field_validation(request, target.info, body)
         obj = self.store.create_as(

@@ -44,7 +44,7 @@ from typing import Any
 import structlog
 
 from gpustack_operator.sim import apply as ssa
-from gpustack_operator.sim import builtinkinds
+from gpustack_operator.sim import builtinkinds, crdcleanup
 from gpustack_operator.sim.celrules import rule_causes
 from gpustack_operator.sim.errors import (
     ApiError,
@@ -490,7 +490,9 @@ class Store:
         return self.update(crd)
 
     @staticmethod
-    def _crd_status(obj: dict[str, Any]) -> None:
+    def _crd_status(obj: dict[str, Any], old: Mapping[str, Any] | None = None) -> None:
+        """The status a CRD write leaves: names accepted and established; the conditions
+        other controllers set (``Terminating``) stay."""
         names = dict((obj.get("spec") or {}).get("names") or {})
         names.setdefault("singular", str(names.get("kind", "")).lower())
         names.setdefault("listKind", f"{names.get('kind', '')}List")
@@ -514,6 +516,10 @@ class Store:
                 )
             ],
         }
+        kept = ((old or {}).get("status") or {}).get("conditions") or []
+        obj["status"]["conditions"] += [
+            clone(c) for c in kept if c.get("type") not in ("NamesAccepted", "Established")
+        ]
 
     # ------------------------------------------------------------------ reads
 
@@ -823,7 +829,7 @@ class Store:
                 kinds_from_crd(new)
             except (ValueError, KeyError) as exc:
                 raise invalid(info, name, [("spec", str(exc))]) from None
-            self._crd_status(new)
+            self._crd_status(new, old)
         new = self.schema.normalize(info, new)
         meta = new["metadata"]
         self._validate(info, new, old)
@@ -924,6 +930,11 @@ class Store:
             )
         if dry_run:
             return old
+        if crdcleanup.is_crd(info) and not meta.get("deletionTimestamp"):
+            # Its instances go first (docs/simulator.md, "CRD deletion"): sim/crdcleanup.py.
+            return self._commit(
+                info, MODIFIED, crdcleanup.marked_for_deletion(old, now_rfc3339()), old
+            )
         if propagation == "Orphan":
             self._orphan_dependents(meta.get("uid", ""))
             old = self.get_stored(info, ns, name)
@@ -945,6 +956,24 @@ class Store:
                 new["status"] = {**(new.get("status") or {}), "phase": "Terminating"}
             return self._commit(info, MODIFIED, new, old)
         return self._commit(info, DELETED, clone(old), old)
+
+    def controller_write(
+        self, info: KindInfo, new: dict[str, Any], old: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Commit a change one of the server's own controllers makes to a stored object (no
+        admission); an object being deleted that no finalizer holds any more goes."""
+        if old["metadata"].get("deletionTimestamp") and not self._blocking_finalizers(info, new):
+            return self._commit(info, DELETED, new, old)
+        return self._commit(info, MODIFIED, new, old)
+
+    def crd_terminating(self, info: KindInfo) -> bool:
+        """Whether *info* is a custom resource whose CRD is being deleted."""
+        crd_info = self.info_by_resource(crdcleanup.CRD_RESOURCE)
+        if crd_info is None or not info.group:
+            return False
+        crd = self.resource(crd_info).objects.get(("", info.group_resource))
+        condition = crdcleanup.condition_of(crd, crdcleanup.TERMINATING) if crd else None
+        return condition is not None and condition.get("status") == "True"
 
     def _orphan_dependents(self, owner_uid: str) -> None:
         for rid, key in sorted(self._owned_by.get(owner_uid, ())):
