@@ -10,6 +10,8 @@ so clients observe dependents for a short while after their owner is gone.
   left its ``spec.finalizers`` are cleared and it disappears.
 * CRD finalizer: a CustomResourceDefinition being deleted has its instances deleted, then
   goes (``sim/crdcleanup.py``).
+* Kubelet's part of a Pod's graceful deletion: finished at once (``sim/podtermination.py``).
+* Disruption controller: the status of PodDisruptionBudgets (``sim/eviction.py``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections.abc import Iterable
 
 import structlog
 
-from gpustack_operator.sim import crdcleanup
+from gpustack_operator.sim import crdcleanup, eviction, podtermination
 from gpustack_operator.sim.errors import ApiError
 from gpustack_operator.sim.store import (
     DELETED,
@@ -45,6 +47,10 @@ class BackgroundControllers:
         self._task: asyncio.Task[None] | None = None
         # Dependents whose owners may have gone: new/changed ownerReferences, deleted owners.
         self._dirty: set[tuple[ResourceId, Key]] = set()
+        self._terminating: set[Key] = set()  # Pods whose graceful deletion is pending
+        self._budget_namespaces: set[str] = set()  # whose PDBs may need a new status
+        pdb_info = store.info_by_resource(eviction.PDB_RESOURCE)
+        self._budgets = store.resource(pdb_info) if pdb_info is not None else None
         self._running = False
         store.add_commit_hook(self._on_commit)
 
@@ -66,13 +72,30 @@ class BackgroundControllers:
             or FOREGROUND in (meta.get("finalizers") or [])
         ):
             wake = True
+        if rid == podtermination.POD_RESOURCE and podtermination.pending(event.obj):
+            self._terminating.add(key_of(event.obj))
+            wake = True
+        namespace = meta.get("namespace") or ""
+        if (
+            rid in (podtermination.POD_RESOURCE, eviction.PDB_RESOURCE)
+            and self._budgets is not None
+            and any(key[0] == namespace for key in self._budgets.objects)
+        ):
+            self._budget_namespaces.add(namespace)
+            wake = True
         if wake:
             self._wake.set()
 
     @property
     def idle(self) -> bool:
         """True when no garbage-collection or namespace work is pending or running."""
-        return not self._wake.is_set() and not self._dirty and not self._running
+        return (
+            not self._wake.is_set()
+            and not self._dirty
+            and not self._terminating
+            and not self._budget_namespaces
+            and not self._running
+        )
 
     def start(self) -> None:
         if self._task is None:
@@ -93,11 +116,15 @@ class BackgroundControllers:
             await asyncio.sleep(0)  # let the triggering request answer first
             try:
                 dirty, self._dirty = self._dirty, set()
+                terminating, self._terminating = self._terminating, set()
+                budgets, self._budget_namespaces = self._budget_namespaces, set()
                 changed = (
                     self.collect_garbage(dirty)
                     | self.delete_foreground()
                     | self.clean_namespaces()
                     | crdcleanup.clean_up(self.store, now_rfc3339())
+                    | podtermination.finish_terminations(self.store, terminating)
+                    | eviction.update_budgets(self.store, budgets)
                 )
             except Exception:
                 log.exception("background controller pass failed")

@@ -44,7 +44,7 @@ from typing import Any
 import structlog
 
 from gpustack_operator.sim import apply as ssa
-from gpustack_operator.sim import builtinkinds, crdcleanup
+from gpustack_operator.sim import builtinkinds, crdcleanup, podtermination
 from gpustack_operator.sim.celrules import rule_causes
 from gpustack_operator.sim.errors import (
     ApiError,
@@ -880,8 +880,12 @@ class Store:
         preconditions: Mapping[str, Any] | None = None,
         propagation: str | None = None,
         dry_run: bool = False,
+        grace_period: int | None = None,
     ) -> dict[str, Any]:
         """Delete (or start deleting, if finalizers remain); returns the object's last state.
+
+        ``grace_period`` (``gracePeriodSeconds``) matters for Pods on a Node: they are marked
+        and the kubelet stand-in finishes the deletion (``sim/podtermination.py``).
 
         ``propagation``: Background (default) deletes the object now and lets the garbage
         collector remove its dependents afterwards. Foreground adds the ``foregroundDeletion``
@@ -946,6 +950,10 @@ class Store:
                 new["metadata"].setdefault("deletionTimestamp", now_rfc3339())
                 new["metadata"].setdefault("deletionGracePeriodSeconds", 0)
                 return self._commit(info, MODIFIED, new, old)
+        if podtermination.is_pod(info):
+            graceful = self._graceful_pod_deletion(info, old, grace_period)
+            if graceful is not None:
+                return graceful
         if self._blocking_finalizers(info, old):
             if old["metadata"].get("deletionTimestamp"):
                 return old
@@ -957,6 +965,31 @@ class Store:
             return self._commit(info, MODIFIED, new, old)
         return self._commit(info, DELETED, clone(old), old)
 
+    def _graceful_pod_deletion(
+        self, info: KindInfo, old: dict[str, Any], requested: int | None
+    ) -> dict[str, Any] | None:
+        """Mark a Pod whose deletion waits for its containers (a grace period shortens, never
+        grows); None when it is deleted now, as any other object."""
+        period = podtermination.grace_period(old, requested)
+        meta = old["metadata"]
+        pending = (
+            int(meta.get("deletionGracePeriodSeconds") or 0)
+            if meta.get("deletionTimestamp")
+            else None
+        )
+        if period == 0:
+            if pending and self._blocking_finalizers(info, old):
+                new = clone(old)
+                new["metadata"]["deletionGracePeriodSeconds"] = 0
+                return self._commit(info, MODIFIED, new, old)
+            return None
+        if pending is not None and pending <= period:
+            return old
+        new = clone(old)
+        new["metadata"]["deletionTimestamp"] = podtermination.deletion_time(period)
+        new["metadata"]["deletionGracePeriodSeconds"] = period
+        return self._commit(info, MODIFIED, new, old)
+
     def controller_write(
         self, info: KindInfo, new: dict[str, Any], old: dict[str, Any]
     ) -> dict[str, Any]:
@@ -965,6 +998,15 @@ class Store:
         if old["metadata"].get("deletionTimestamp") and not self._blocking_finalizers(info, new):
             return self._commit(info, DELETED, new, old)
         return self._commit(info, MODIFIED, new, old)
+
+    def by_uid(self, uid: str) -> dict[str, Any] | None:
+        """The stored object with *uid* (do not mutate), or None."""
+        found = self._uids.get(uid)
+        if found is None:
+            return None
+        rid, key = found
+        res = self._resources.get(rid)
+        return res.objects.get(key) if res is not None else None
 
     def crd_terminating(self, info: KindInfo) -> bool:
         """Whether *info* is a custom resource whose CRD is being deleted."""
