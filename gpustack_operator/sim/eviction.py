@@ -14,15 +14,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from gpustack_operator.sim.errors import ApiError, bad_request, conflict
+from gpustack_operator.sim.errors import ApiError, bad_request
 from gpustack_operator.sim.kinds import KindInfo
 from gpustack_operator.sim.patches import clone
 from gpustack_operator.sim.rbac import label_selector_matches
-
-if TYPE_CHECKING:
-    from gpustack_operator.sim.store import Store
+from gpustack_operator.sim.store import Store, check_delete_preconditions
 
 PDB_RESOURCE = ("policy", "poddisruptionbudgets")
 EVICTION_VERSIONS = ("policy/v1", "policy/v1beta1")
@@ -203,21 +201,8 @@ class Evictions:
         """Mark the Pod ``DisruptionTarget`` and delete it with the eviction's options."""
         meta = pod["metadata"]
         name, namespace = meta["name"], meta["namespace"]
-        if preconditions.get("uid") and preconditions["uid"] != meta.get("uid"):
-            raise conflict(
-                info,
-                name,
-                f"Precondition failed: UID in precondition: {preconditions['uid']}, "
-                f"UID in object meta: {meta.get('uid')}",
-            )
+        check_delete_preconditions(info, name, meta, preconditions)
         rv = preconditions.get("resourceVersion")
-        if rv and rv != meta["resourceVersion"]:
-            raise conflict(
-                info,
-                name,
-                f"Precondition failed: ResourceVersion in precondition: {rv}, "
-                f"ResourceVersion in object meta: {meta['resourceVersion']}",
-            )
         if dry_run:
             self.store.delete_as(info, namespace, name, preconditions=preconditions, dry_run=True)
             return

@@ -185,6 +185,27 @@ def _check_preconditions(
         )
 
 
+def check_delete_preconditions(
+    info: KindInfo, name: str, meta: Mapping[str, Any], pre: Mapping[str, Any]
+) -> None:
+    """A DeleteOptions' ``preconditions`` naming another uid or resourceVersion: 409."""
+    if pre.get("uid") and pre["uid"] != meta.get("uid"):
+        raise conflict(
+            info,
+            name,
+            f"Precondition failed: UID in precondition: {pre['uid']}, "
+            f"UID in object meta: {meta.get('uid')}",
+        )
+    if pre.get("resourceVersion") and pre["resourceVersion"] != meta["resourceVersion"]:
+        raise conflict(
+            info,
+            name,
+            f"Precondition failed: ResourceVersion in precondition: "
+            f"{pre['resourceVersion']}, ResourceVersion in object meta: "
+            f"{meta['resourceVersion']}",
+        )
+
+
 def _keep_server_fields(
     info: KindInfo, new: dict[str, Any], old: Mapping[str, Any], subresource: str | None
 ) -> dict[str, Any]:
@@ -898,21 +919,7 @@ class Store:
         old = self.get_stored(info, ns, name)
         meta = old["metadata"]
         pre = preconditions or {}
-        if pre.get("uid") and pre["uid"] != meta.get("uid"):
-            raise conflict(
-                info,
-                name,
-                f"Precondition failed: UID in precondition: {pre['uid']}, "
-                f"UID in object meta: {meta.get('uid')}",
-            )
-        if pre.get("resourceVersion") and pre["resourceVersion"] != meta["resourceVersion"]:
-            raise conflict(
-                info,
-                name,
-                f"Precondition failed: ResourceVersion in precondition: "
-                f"{pre['resourceVersion']}, ResourceVersion in object meta: "
-                f"{meta['resourceVersion']}",
-            )
+        check_delete_preconditions(info, name, meta, pre)
         if propagation not in (None, "", "Background", "Foreground", "Orphan"):
             raise invalid(
                 info,

@@ -12,6 +12,7 @@ import pytest
 
 from gpustack_operator.sim.server import SimServer
 from tests.e2e.conftest import Kubectl
+from tests.integration.sim.test_crd_deletion import CRD as GADGET_CRD
 
 pytestmark = pytest.mark.anyio
 
@@ -116,30 +117,7 @@ async def test_drain_evicts_within_the_disruption_budget(
 
 
 async def test_delete_crd_waits_for_its_instances(kubectl: Kubectl, e2e_sim: SimServer) -> None:
-    crd = {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": "gadgets.example.com"},
-        "spec": {
-            "group": "example.com",
-            "names": {"kind": "Gadget", "plural": "gadgets", "singular": "gadget"},
-            "scope": "Namespaced",
-            "versions": [
-                {
-                    "name": "v1",
-                    "served": True,
-                    "storage": True,
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "x-kubernetes-preserve-unknown-fields": True,
-                        }
-                    },
-                }
-            ],
-        },
-    }
-    await kubectl.out("apply", "-f", "-", stdin=json.dumps(crd))
+    await kubectl.out("apply", "-f", "-", stdin=json.dumps(GADGET_CRD))
     gadget = {"apiVersion": "example.com/v1", "kind": "Gadget", "metadata": {"name": "g"}}
     await kubectl.out("apply", "-f", "-", stdin=json.dumps(gadget))
     out = await kubectl.out("delete", "crd", "gadgets.example.com")

@@ -6,6 +6,7 @@ import base64
 import json
 import signal
 import sys
+from collections.abc import AsyncIterable
 from pathlib import Path
 
 import anyio
@@ -34,6 +35,18 @@ spec:
 """
 
 
+async def _read_until(stream: AsyncIterable[bytes] | None, marker: str, within: float) -> str:
+    """What a process wrote to *stream* until *marker* appeared (fails after *within* s)."""
+    assert stream is not None
+    said = ""
+    with anyio.fail_after(within):
+        async for chunk in stream:
+            said += chunk.decode()
+            if marker in said:
+                break
+    return said
+
+
 async def test_sim_serve_works_with_kubectl_and_stops_on_sigterm(
     kubectl_bin: Path, crd_dirs: list[Path], tmp_path: Path
 ) -> None:
@@ -51,13 +64,7 @@ async def test_sim_serve_works_with_kubectl_and_stops_on_sigterm(
         argv += ["--crds", str(directory)]
     process = await anyio.open_process(argv)
     try:
-        assert process.stdout is not None
-        banner = ""
-        with anyio.fail_after(30):
-            async for chunk in process.stdout:
-                banner += chunk.decode()
-                if "kubectl get nodes" in banner:
-                    break
+        banner = await _read_until(process.stdout, "kubectl get nodes", 30)
         assert f"export KUBECONFIG={kubeconfig}" in banner
         assert "not a production cluster" in banner
         assert "API server: https://127.0.0.1:" in banner
@@ -106,13 +113,7 @@ async def test_sim_serve_alone_says_what_it_serves_and_takes_the_example(
     argv = [sys.executable, "-m", "gpustack_operator", "sim", "--serve", "--plain-http"]
     process = await anyio.open_process([*argv, "--kubeconfig-out", str(kubeconfig)])
     try:
-        assert process.stdout is not None
-        banner = ""
-        with anyio.fail_after(30):
-            async for chunk in process.stdout:
-                banner += chunk.decode()
-                if "Stop with Ctrl-C" in banner:
-                    break
+        banner = await _read_until(process.stdout, "Stop with Ctrl-C", 30)
         assert f"kubeconfig: {kubeconfig}" in banner
         assert "API server: http://127.0.0.1:" in banner  # --plain-http
         assert "no Nodes yet" in banner
@@ -147,13 +148,7 @@ async def test_sim_serve_with_a_cluster_serves_https_and_the_operator_connects(
     argv += ["--serve", "--cluster", str(EXAMPLE_CLUSTER), "--kubeconfig-out", str(kubeconfig)]
     process = await anyio.open_process(argv)
     try:
-        assert process.stderr is not None
-        said = ""
-        with anyio.fail_after(90):
-            async for chunk in process.stderr:
-                said += chunk.decode()
-                if "Stop with Ctrl-C" in said:
-                    break
+        said = await _read_until(process.stderr, "Stop with Ctrl-C", 90)
         assert "API server: https://127.0.0.1:" in said
         config = yaml.safe_load(kubeconfig.read_text())
         cluster = config["clusters"][0]["cluster"]
