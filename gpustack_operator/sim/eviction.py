@@ -20,7 +20,7 @@ from gpustack_operator.sim.errors import ApiError, bad_request
 from gpustack_operator.sim.kinds import KindInfo
 from gpustack_operator.sim.patches import clone
 from gpustack_operator.sim.rbac import label_selector_matches
-from gpustack_operator.sim.store import Store, check_delete_preconditions
+from gpustack_operator.sim.store import Store, check_preconditions
 
 PDB_RESOURCE = ("policy", "poddisruptionbudgets")
 EVICTION_VERSIONS = ("policy/v1", "policy/v1beta1")
@@ -201,7 +201,7 @@ class Evictions:
         """Mark the Pod ``DisruptionTarget`` and delete it with the eviction's options."""
         meta = pod["metadata"]
         name, namespace = meta["name"], meta["namespace"]
-        check_delete_preconditions(info, name, meta, preconditions)
+        check_preconditions(info, name, meta, preconditions)
         rv = preconditions.get("resourceVersion")
         if dry_run:
             self.store.delete_as(info, namespace, name, preconditions=preconditions, dry_run=True)

@@ -176,19 +176,14 @@ def _check_preconditions(
     rv = meta.get("resourceVersion")
     if rv and rv != old_meta["resourceVersion"]:
         raise stale_conflict(info, name)
-    if meta.get("uid") and meta["uid"] != old_meta.get("uid"):
-        raise conflict(
-            info,
-            name,
-            f"Precondition failed: UID in precondition: {meta['uid']}, "
-            f"UID in object meta: {old_meta.get('uid')}",
-        )
+    check_preconditions(info, name, old_meta, {"uid": meta.get("uid")})
 
 
-def check_delete_preconditions(
+def check_preconditions(
     info: KindInfo, name: str, meta: Mapping[str, Any], pre: Mapping[str, Any]
 ) -> None:
-    """A DeleteOptions' ``preconditions`` naming another uid or resourceVersion: 409."""
+    """``preconditions`` (of a DeleteOptions, or a PUT's uid) that *meta*, the stored
+    object's, does not meet: 409."""
     if pre.get("uid") and pre["uid"] != meta.get("uid"):
         raise conflict(
             info,
@@ -919,7 +914,7 @@ class Store:
         old = self.get_stored(info, ns, name)
         meta = old["metadata"]
         pre = preconditions or {}
-        check_delete_preconditions(info, name, meta, pre)
+        check_preconditions(info, name, meta, pre)
         if propagation not in (None, "", "Background", "Foreground", "Orphan"):
             raise invalid(
                 info,
