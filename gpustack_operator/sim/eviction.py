@@ -116,8 +116,8 @@ class Evictions:
         phase = (pod.get("status") or {}).get("phase")
         deleting = bool(pod["metadata"].get("deletionTimestamp"))
         if phase in ("Succeeded", "Failed", "Pending") or deleting:
-            # Ignores PDBs: it caused (or causes) no disruption. A running one must not
-            # have become ready since it was read.
+            # No budget applies: it disrupts nothing (more). A Pending one must not have
+            # started since it was read.
             if not deleting and phase == "Pending" and not preconditions.get("resourceVersion"):
                 preconditions["resourceVersion"] = pod["metadata"]["resourceVersion"]
             self._delete(pod_info, pod, preconditions, options, dry_run)

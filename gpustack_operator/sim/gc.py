@@ -88,7 +88,7 @@ class BackgroundControllers:
 
     @property
     def idle(self) -> bool:
-        """True when no garbage-collection or namespace work is pending or running."""
+        """True when none of the background controllers has work pending or running."""
         return (
             not self._wake.is_set()
             and not self._dirty
