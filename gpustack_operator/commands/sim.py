@@ -138,8 +138,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--plain-http",
         action="store_true",
-        help="without --cluster, serve plain HTTP instead of HTTPS with the simulator's own CA "
-        "(kubectl then sends no credentials)",
+        help="serve plain HTTP instead of HTTPS with the simulator's own CA (kubectl then sends "
+        "no credentials)",
     )
     parser.add_argument(
         "--demo-jobs",
@@ -272,6 +272,7 @@ def build_cluster(args: argparse.Namespace, crds: list[dict[str, Any]]) -> SimCl
         resource_slices=slices,
         host=args.bind_address,
         port=args.port,
+        tls=not args.plain_http,
     )
 
 

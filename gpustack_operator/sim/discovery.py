@@ -25,8 +25,10 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from gpustack_operator.sim.eviction import EVICTION_KIND
 from gpustack_operator.sim.kinds import KindInfo, KindRegistry
 from gpustack_operator.sim.openapiv2 import PROTOBUF_TYPE, OpenApiV2Cache
+from gpustack_operator.sim.podtermination import is_pod
 from gpustack_operator.sim.scale import scale_paths
 from gpustack_operator.sim.tables import maybe_table
 
@@ -156,6 +158,16 @@ def api_resource_list(registry: KindRegistry, group: str, version: str) -> dict[
                     "verbs": SUBRESOURCE_VERBS,
                 }
             )
+        if is_pod(info):
+            resources.append(
+                {
+                    "name": "pods/eviction",
+                    "singularName": "",
+                    "namespaced": True,
+                    **EVICTION_KIND,
+                    "verbs": ["create"],
+                }
+            )
         if scale_paths(info) is not None:
             resources.append(
                 {
@@ -219,6 +231,14 @@ def aggregated_discovery(registry: KindRegistry, *, core: bool, version: str) ->
                 if info.has_status:
                     subresources.append(
                         {"subresource": "status", "responseKind": gvk, "verbs": SUBRESOURCE_VERBS}
+                    )
+                if is_pod(info):
+                    subresources.append(
+                        {
+                            "subresource": "eviction",
+                            "responseKind": EVICTION_KIND,
+                            "verbs": ["create"],
+                        }
                     )
                 if scale_paths(info) is not None:
                     subresources.append(

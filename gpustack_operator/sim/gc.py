@@ -8,6 +8,10 @@ so clients observe dependents for a short while after their owner is gone.
   dependent's namespace. References to absent owners are dropped when other owners remain.
 * Namespace controller: a Namespace being deleted has all its objects deleted; once none is
   left its ``spec.finalizers`` are cleared and it disappears.
+* CRD finalizer: a CustomResourceDefinition being deleted has its instances deleted, then
+  goes (``sim/crdcleanup.py``).
+* Kubelet's part of a Pod's graceful deletion: finished at once (``sim/podtermination.py``).
+* Disruption controller: the status of PodDisruptionBudgets (``sim/eviction.py``).
 """
 
 from __future__ import annotations
@@ -18,8 +22,18 @@ from collections.abc import Iterable
 
 import structlog
 
+from gpustack_operator.sim import crdcleanup, eviction, podtermination
 from gpustack_operator.sim.errors import ApiError
-from gpustack_operator.sim.store import DELETED, FOREGROUND, Event, Key, ResourceId, Store, key_of
+from gpustack_operator.sim.store import (
+    DELETED,
+    FOREGROUND,
+    Event,
+    Key,
+    ResourceId,
+    Store,
+    key_of,
+    now_rfc3339,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -33,6 +47,10 @@ class BackgroundControllers:
         self._task: asyncio.Task[None] | None = None
         # Dependents whose owners may have gone: new/changed ownerReferences, deleted owners.
         self._dirty: set[tuple[ResourceId, Key]] = set()
+        self._terminating: set[Key] = set()  # Pods whose graceful deletion is pending
+        self._budget_namespaces: set[str] = set()  # whose PDBs may need a new status
+        pdb_info = store.info_by_resource(eviction.PDB_RESOURCE)
+        self._budgets = store.resource(pdb_info) if pdb_info is not None else None
         self._running = False
         store.add_commit_hook(self._on_commit)
 
@@ -50,16 +68,34 @@ class BackgroundControllers:
             self._dirty.add((rid, key_of(event.obj)))
             wake = True
         if meta.get("deletionTimestamp") and (
-            rid == ("", "namespaces") or FOREGROUND in (meta.get("finalizers") or [])
+            rid in (("", "namespaces"), crdcleanup.CRD_RESOURCE)
+            or FOREGROUND in (meta.get("finalizers") or [])
         ):
+            wake = True
+        if rid == podtermination.POD_RESOURCE and podtermination.pending(event.obj):
+            self._terminating.add(key_of(event.obj))
+            wake = True
+        namespace = meta.get("namespace") or ""
+        if (
+            rid in (podtermination.POD_RESOURCE, eviction.PDB_RESOURCE)
+            and self._budgets is not None
+            and any(key[0] == namespace for key in self._budgets.objects)
+        ):
+            self._budget_namespaces.add(namespace)
             wake = True
         if wake:
             self._wake.set()
 
     @property
     def idle(self) -> bool:
-        """True when no garbage-collection or namespace work is pending or running."""
-        return not self._wake.is_set() and not self._dirty and not self._running
+        """True when none of the background controllers has work pending or running."""
+        return (
+            not self._wake.is_set()
+            and not self._dirty
+            and not self._terminating
+            and not self._budget_namespaces
+            and not self._running
+        )
 
     def start(self) -> None:
         if self._task is None:
@@ -80,8 +116,15 @@ class BackgroundControllers:
             await asyncio.sleep(0)  # let the triggering request answer first
             try:
                 dirty, self._dirty = self._dirty, set()
+                terminating, self._terminating = self._terminating, set()
+                budgets, self._budget_namespaces = self._budget_namespaces, set()
                 changed = (
-                    self.collect_garbage(dirty) | self.delete_foreground() | self.clean_namespaces()
+                    self.collect_garbage(dirty)
+                    | self.delete_foreground()
+                    | self.clean_namespaces()
+                    | crdcleanup.clean_up(self.store, now_rfc3339())
+                    | podtermination.finish_terminations(self.store, terminating)
+                    | eviction.update_budgets(self.store, budgets)
                 )
             except Exception:
                 log.exception("background controller pass failed")

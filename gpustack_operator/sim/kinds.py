@@ -89,6 +89,7 @@ BUILTIN_KINDS: tuple[KindInfo, ...] = (
     _grp("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", True),
     _grp("batch", "v1", "Job", "jobs", True, status=True),
     _grp("coordination.k8s.io", "v1", "Lease", "leases", True),
+    _grp("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", True, "pdb", status=True),
     _grp("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies", True, "netpol"),
     _grp("events.k8s.io", "v1", "Event", "events", True, "ev"),
     _grp("node.k8s.io", "v1", "RuntimeClass", "runtimeclasses", False),

@@ -2,7 +2,8 @@
 
 kubectl's typed commands (``kubectl create namespace``, ``create configmap``, ``create secret``,
 ``create serviceaccount``, ``create token``, ``auth can-i``) send
-``application/vnd.kubernetes.protobuf`` bodies and do not fall back to JSON. The simulated
+``application/vnd.kubernetes.protobuf`` bodies and do not fall back to JSON; client-go
+programs configured for protobuf also send DeleteOptions and Evictions that way. The simulated
 server answers in JSON (clients accept it) and decodes those bodies here, field numbers as in
 Kubernetes' ``generated.proto``. Other kinds get a 415 that names the kinds supported.
 """
@@ -91,7 +92,15 @@ _OBJECT_META: dict[int, Field] = {
     13: ("ownerReferences", _MSG, _OWNER_REF),
     14: ("finalizers", _STR, None),
 }
-_REPEATED = {"ownerReferences", "finalizers", "secrets", "imagePullSecrets", "audiences", "groups"}
+_REPEATED = {
+    "ownerReferences",
+    "finalizers",
+    "secrets",
+    "imagePullSecrets",
+    "audiences",
+    "groups",
+    "dryRun",
+}
 _OBJECT_REF: dict[int, Field] = {
     1: ("kind", _STR, None),
     2: ("namespace", _STR, None),
@@ -158,7 +167,29 @@ _SCHEMAS.update(
     }
 )
 
-SUPPORTED = tuple(kind for _, kind in _SCHEMAS)
+_DELETE_OPTIONS: dict[int, Field] = {
+    1: ("gracePeriodSeconds", _INT, None),
+    2: ("preconditions", _MSG, {1: ("uid", _STR, None), 2: ("resourceVersion", _STR, None)}),
+    3: ("orphanDependents", _BOOL, None),
+    4: ("propagationPolicy", _STR, None),
+    5: ("dryRun", _STR, None),
+    6: ("ignoreStoreReadErrorWithClusterBreakingPotential", _BOOL, None),
+}
+_EVICTION: dict[int, Field] = {
+    1: ("metadata", _MSG, _OBJECT_META),
+    2: ("deleteOptions", _MSG, _DELETE_OPTIONS),
+}
+_SCHEMAS.update(
+    {
+        ("policy/v1", "Eviction"): _EVICTION,
+        ("policy/v1beta1", "Eviction"): _EVICTION,
+        # DeleteOptions is registered in every group version; clients name one of them.
+        ("v1", "DeleteOptions"): _DELETE_OPTIONS,
+        ("meta.k8s.io/v1", "DeleteOptions"): _DELETE_OPTIONS,
+    }
+)
+
+SUPPORTED = tuple(dict.fromkeys(kind for _, kind in _SCHEMAS))
 
 
 def _map_entry(raw: bytes, value: Callable[[bytes], Any]) -> tuple[str, Any]:
@@ -182,7 +213,7 @@ def _message(raw: bytes, schema: dict[int, Field]) -> dict[str, Any]:
         if kind == _STR:
             decoded = value.decode()
         elif kind == _INT:
-            decoded = value
+            decoded = value - (1 << 64) if value >= 1 << 63 else value  # int64: two's complement
         elif kind == _BOOL:
             decoded = bool(value)
         elif kind == _TIME:
@@ -221,6 +252,8 @@ def decode(body: bytes) -> dict[str, Any]:
         elif number == 2:
             raw = value
     schema = _SCHEMAS.get((api_version, kind))
+    if schema is None and kind == "DeleteOptions":
+        schema = _DELETE_OPTIONS
     if schema is None:
         raise ProtobufError(
             f"protobuf bodies are decoded for {', '.join(SUPPORTED)} only, not "

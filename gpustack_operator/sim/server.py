@@ -36,7 +36,7 @@ import yaml
 from aiohttp import web
 
 from gpustack_operator.sim import apply as ssa
-from gpustack_operator.sim import discovery, protobuf, scale
+from gpustack_operator.sim import crdcleanup, discovery, eviction, podtermination, protobuf, scale
 from gpustack_operator.sim.admissionpolicy import PolicyAdmission
 from gpustack_operator.sim.authn import ADMIN, ANONYMOUS, TokenAuthenticator, UserInfo
 from gpustack_operator.sim.counters import RequestCounters
@@ -218,6 +218,7 @@ class SimServer:
         self.faults = Faults(seed)
         self.counters = RequestCounters()
         self.controllers = BackgroundControllers(self.store)
+        self.evictions = eviction.Evictions(self.store)
         self.bookmark_interval = bookmark_interval
         if watch_queue_limit < 1:
             raise ValueError(f"watch_queue_limit must be at least 1, got {watch_queue_limit}")
@@ -473,6 +474,8 @@ class SimServer:
         target = self._resolve(group, version, tail)
         if target.subresource == "scale" and scale.scale_paths(target.info) is not None:
             return await self._scale(request, target)
+        if target.subresource == "eviction" and podtermination.is_pod(target.info):
+            return await self._evict(request, target)
         if target.subresource is not None and not (
             target.subresource == "status" and target.info.has_status
         ):
@@ -680,6 +683,8 @@ class SimServer:
         return _json_response(table if table is not None else payload)
 
     async def _create(self, request: web.Request, target: Target) -> web.StreamResponse:
+        if self.store.crd_terminating(target.info):
+            raise crdcleanup.terminating_refusal(target.info)
         body = self._check_type(await self._body(request), target.info)
         self._field_validation(request, target.info, body)
         obj = self.store.create_as(
@@ -804,6 +809,23 @@ class SimServer:
         )
         return _json_response(scale.read_scale(info, _render(info, obj)))
 
+    async def _evict(self, request: web.Request, target: Target) -> web.StreamResponse:
+        """POST of a policy/v1 (or v1beta1) Eviction to ``pods/<name>/eviction``."""
+        if request.method != "POST" or target.name is None or target.namespace is None:
+            raise ApiError(
+                405,
+                "the server does not allow this method on the requested resource: "
+                f"{request.method}",
+                "MethodNotAllowed",
+            )
+        self.counters.record("create", "Eviction")
+        body = await self._body(request)
+        if not isinstance(body, dict):
+            raise bad_request("the request body must be a JSON object")
+        options = eviction.delete_options(body, target.name, request.query.getall("dryRun", []))
+        status = self.evictions.evict(target.info, target.namespace, target.name, options)
+        return _json_response(status, 201)
+
     async def _apply(self, request: web.Request, target: Target) -> web.StreamResponse:
         info, name = target.info, target.name
         assert name is not None
@@ -874,7 +896,12 @@ class SimServer:
     async def _delete_options(self, request: web.Request) -> dict[str, Any]:
         raw = await request.read()
         options: dict[str, Any] = {}
-        if raw.strip():
+        if raw.strip() and request.content_type == _PROTOBUF:
+            try:
+                options = protobuf.decode(raw)
+            except (protobuf.ProtobufError, UnicodeDecodeError) as exc:
+                raise _unsupported(f"{_PROTOBUF}: {exc}") from None
+        elif raw.strip():
             try:
                 options = json.loads(raw)
             except ValueError as exc:
@@ -886,6 +913,13 @@ class SimServer:
             options["propagationPolicy"] = query["propagationPolicy"]
         if query.get("orphanDependents", "").lower() in _TRUE or options.get("orphanDependents"):
             options.setdefault("propagationPolicy", "Orphan")
+        if "gracePeriodSeconds" in query:
+            try:
+                options["gracePeriodSeconds"] = int(query["gracePeriodSeconds"])
+            except ValueError:
+                raise bad_request(
+                    f"gracePeriodSeconds must be an integer, not {query['gracePeriodSeconds']!r}"
+                ) from None
         return options
 
     async def _delete(self, request: web.Request, target: Target) -> web.StreamResponse:
@@ -898,6 +932,7 @@ class SimServer:
             preconditions=options.get("preconditions"),
             propagation=options.get("propagationPolicy"),
             dry_run=self._dry_run(request) or "All" in (options.get("dryRun") or []),
+            grace_period=options.get("gracePeriodSeconds"),
         )
         info = target.info
         still_there = self.store.resource(info).objects.get(key_of(obj)) is not None

@@ -44,7 +44,7 @@ from typing import Any
 import structlog
 
 from gpustack_operator.sim import apply as ssa
-from gpustack_operator.sim import builtinkinds
+from gpustack_operator.sim import builtinkinds, crdcleanup, podtermination
 from gpustack_operator.sim.celrules import rule_causes
 from gpustack_operator.sim.errors import (
     ApiError,
@@ -176,12 +176,28 @@ def _check_preconditions(
     rv = meta.get("resourceVersion")
     if rv and rv != old_meta["resourceVersion"]:
         raise stale_conflict(info, name)
-    if meta.get("uid") and meta["uid"] != old_meta.get("uid"):
+    check_preconditions(info, name, old_meta, {"uid": meta.get("uid")})
+
+
+def check_preconditions(
+    info: KindInfo, name: str, meta: Mapping[str, Any], pre: Mapping[str, Any]
+) -> None:
+    """``preconditions`` (of a DeleteOptions, or a PUT's uid) that *meta*, the stored
+    object's, does not meet: 409."""
+    if pre.get("uid") and pre["uid"] != meta.get("uid"):
         raise conflict(
             info,
             name,
-            f"Precondition failed: UID in precondition: {meta['uid']}, "
-            f"UID in object meta: {old_meta.get('uid')}",
+            f"Precondition failed: UID in precondition: {pre['uid']}, "
+            f"UID in object meta: {meta.get('uid')}",
+        )
+    if pre.get("resourceVersion") and pre["resourceVersion"] != meta["resourceVersion"]:
+        raise conflict(
+            info,
+            name,
+            f"Precondition failed: ResourceVersion in precondition: "
+            f"{pre['resourceVersion']}, ResourceVersion in object meta: "
+            f"{meta['resourceVersion']}",
         )
 
 
@@ -490,7 +506,9 @@ class Store:
         return self.update(crd)
 
     @staticmethod
-    def _crd_status(obj: dict[str, Any]) -> None:
+    def _crd_status(obj: dict[str, Any], old: Mapping[str, Any] | None = None) -> None:
+        """The status a CRD write leaves: names accepted and established; the conditions
+        other controllers set (``Terminating``) stay."""
         names = dict((obj.get("spec") or {}).get("names") or {})
         names.setdefault("singular", str(names.get("kind", "")).lower())
         names.setdefault("listKind", f"{names.get('kind', '')}List")
@@ -514,6 +532,10 @@ class Store:
                 )
             ],
         }
+        kept = ((old or {}).get("status") or {}).get("conditions") or []
+        obj["status"]["conditions"] += [
+            clone(c) for c in kept if c.get("type") not in ("NamesAccepted", "Established")
+        ]
 
     # ------------------------------------------------------------------ reads
 
@@ -823,7 +845,7 @@ class Store:
                 kinds_from_crd(new)
             except (ValueError, KeyError) as exc:
                 raise invalid(info, name, [("spec", str(exc))]) from None
-            self._crd_status(new)
+            self._crd_status(new, old)
         new = self.schema.normalize(info, new)
         meta = new["metadata"]
         self._validate(info, new, old)
@@ -874,8 +896,12 @@ class Store:
         preconditions: Mapping[str, Any] | None = None,
         propagation: str | None = None,
         dry_run: bool = False,
+        grace_period: int | None = None,
     ) -> dict[str, Any]:
         """Delete (or start deleting, if finalizers remain); returns the object's last state.
+
+        ``grace_period`` (``gracePeriodSeconds``) matters for Pods on a Node: they are marked
+        and the kubelet stand-in finishes the deletion (``sim/podtermination.py``).
 
         ``propagation``: Background (default) deletes the object now and lets the garbage
         collector remove its dependents afterwards. Foreground adds the ``foregroundDeletion``
@@ -888,21 +914,7 @@ class Store:
         old = self.get_stored(info, ns, name)
         meta = old["metadata"]
         pre = preconditions or {}
-        if pre.get("uid") and pre["uid"] != meta.get("uid"):
-            raise conflict(
-                info,
-                name,
-                f"Precondition failed: UID in precondition: {pre['uid']}, "
-                f"UID in object meta: {meta.get('uid')}",
-            )
-        if pre.get("resourceVersion") and pre["resourceVersion"] != meta["resourceVersion"]:
-            raise conflict(
-                info,
-                name,
-                f"Precondition failed: ResourceVersion in precondition: "
-                f"{pre['resourceVersion']}, ResourceVersion in object meta: "
-                f"{meta['resourceVersion']}",
-            )
+        check_preconditions(info, name, meta, pre)
         if propagation not in (None, "", "Background", "Foreground", "Orphan"):
             raise invalid(
                 info,
@@ -924,6 +936,11 @@ class Store:
             )
         if dry_run:
             return old
+        if crdcleanup.is_crd(info) and not meta.get("deletionTimestamp"):
+            # Its instances go first (docs/simulator.md, "CRD deletion"): sim/crdcleanup.py.
+            return self._commit(
+                info, MODIFIED, crdcleanup.marked_for_deletion(old, now_rfc3339()), old
+            )
         if propagation == "Orphan":
             self._orphan_dependents(meta.get("uid", ""))
             old = self.get_stored(info, ns, name)
@@ -935,6 +952,10 @@ class Store:
                 new["metadata"].setdefault("deletionTimestamp", now_rfc3339())
                 new["metadata"].setdefault("deletionGracePeriodSeconds", 0)
                 return self._commit(info, MODIFIED, new, old)
+        if podtermination.is_pod(info):
+            graceful = self._graceful_pod_deletion(info, old, grace_period)
+            if graceful is not None:
+                return graceful
         if self._blocking_finalizers(info, old):
             if old["metadata"].get("deletionTimestamp"):
                 return old
@@ -945,6 +966,58 @@ class Store:
                 new["status"] = {**(new.get("status") or {}), "phase": "Terminating"}
             return self._commit(info, MODIFIED, new, old)
         return self._commit(info, DELETED, clone(old), old)
+
+    def _graceful_pod_deletion(
+        self, info: KindInfo, old: dict[str, Any], requested: int | None
+    ) -> dict[str, Any] | None:
+        """Mark a Pod whose deletion waits for its containers (a grace period shortens, never
+        grows); None when it is deleted now, as any other object."""
+        period = podtermination.grace_period(old, requested)
+        meta = old["metadata"]
+        pending = (
+            int(meta.get("deletionGracePeriodSeconds") or 0)
+            if meta.get("deletionTimestamp")
+            else None
+        )
+        if period == 0:
+            if pending and self._blocking_finalizers(info, old):
+                new = clone(old)
+                new["metadata"]["deletionGracePeriodSeconds"] = 0
+                return self._commit(info, MODIFIED, new, old)
+            return None
+        if pending is not None and pending <= period:
+            return old
+        new = clone(old)
+        new["metadata"]["deletionTimestamp"] = podtermination.deletion_time(period)
+        new["metadata"]["deletionGracePeriodSeconds"] = period
+        return self._commit(info, MODIFIED, new, old)
+
+    def controller_write(
+        self, info: KindInfo, new: dict[str, Any], old: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Commit a change one of the server's own controllers makes to a stored object (no
+        admission); an object being deleted that no finalizer holds any more goes."""
+        if old["metadata"].get("deletionTimestamp") and not self._blocking_finalizers(info, new):
+            return self._commit(info, DELETED, new, old)
+        return self._commit(info, MODIFIED, new, old)
+
+    def by_uid(self, uid: str) -> dict[str, Any] | None:
+        """The stored object with *uid* (do not mutate), or None."""
+        found = self._uids.get(uid)
+        if found is None:
+            return None
+        rid, key = found
+        res = self._resources.get(rid)
+        return res.objects.get(key) if res is not None else None
+
+    def crd_terminating(self, info: KindInfo) -> bool:
+        """Whether *info* is a custom resource whose CRD is being deleted."""
+        crd_info = self.info_by_resource(crdcleanup.CRD_RESOURCE)
+        if crd_info is None or not info.group:
+            return False
+        crd = self.resource(crd_info).objects.get(("", info.group_resource))
+        condition = crdcleanup.condition_of(crd, crdcleanup.TERMINATING) if crd else None
+        return condition is not None and condition.get("status") == "True"
 
     def _orphan_dependents(self, owner_uid: str) -> None:
         for rid, key in sorted(self._owned_by.get(owner_uid, ())):

@@ -133,15 +133,19 @@ class SimCluster:
         port: int = 0,
         authenticator: TokenAuthenticator | None = None,
         token: str | None = None,
+        tls: bool = False,
     ) -> None:
         """*policy* shapes the chain for the worker and for :meth:`expected` alike
         (docs/configuration.md, "Chain policy"; default: every manufacturer with
         ``GPUSTACK_<MFR>_*`` applied). *authenticator* turns on the server's authentication
         and RBAC authorization; *token* is then the bearer token of the kubeconfig the agents
-        and worker use. The policy's tenant settings (docs/tenants.md; an unset tenancy told
-        from *nodes*) decide whether this is a vCluster tenant: one runs no NFD stand-in and
-        no agents, as the worker installs neither there; the simulated worker tells its
-        tenancy from the served Nodes at start, as the worker does."""
+        and worker use. With *tls* the server serves HTTPS with its own CA, and the kubeconfig
+        of the agents and the worker carries that CA (and, without *token*, the
+        administrator's client certificate). The policy's tenant settings (docs/tenants.md;
+        an unset tenancy told from *nodes*) decide whether this is a vCluster tenant: one
+        runs no NFD stand-in and no agents, as the worker installs neither there; the
+        simulated worker tells its tenancy from the served Nodes at start, as the worker
+        does."""
         self.nodes: dict[str, dict[str, Any]] = {}
         for node in nodes:
             self.nodes[name_of(node)] = copy.deepcopy(dict(node))
@@ -164,6 +168,7 @@ class SimCluster:
             host=host,
             port=port,
             authenticator=authenticator,
+            tls=tls,
         )
         self._token = token
         self.nfd = NfdMaster(self.sim, namespace=self.system_namespace)

@@ -6,6 +6,7 @@ import base64
 import json
 import signal
 import sys
+from collections.abc import AsyncIterable
 from pathlib import Path
 
 import anyio
@@ -34,6 +35,18 @@ spec:
 """
 
 
+async def _read_until(stream: AsyncIterable[bytes] | None, marker: str, within: float) -> str:
+    """What a process wrote to *stream* until *marker* appeared (fails after *within* s)."""
+    assert stream is not None
+    said = ""
+    with anyio.fail_after(within):
+        async for chunk in stream:
+            said += chunk.decode()
+            if marker in said:
+                break
+    return said
+
+
 async def test_sim_serve_works_with_kubectl_and_stops_on_sigterm(
     kubectl_bin: Path, crd_dirs: list[Path], tmp_path: Path
 ) -> None:
@@ -51,13 +64,7 @@ async def test_sim_serve_works_with_kubectl_and_stops_on_sigterm(
         argv += ["--crds", str(directory)]
     process = await anyio.open_process(argv)
     try:
-        assert process.stdout is not None
-        banner = ""
-        with anyio.fail_after(30):
-            async for chunk in process.stdout:
-                banner += chunk.decode()
-                if "kubectl get nodes" in banner:
-                    break
+        banner = await _read_until(process.stdout, "kubectl get nodes", 30)
         assert f"export KUBECONFIG={kubeconfig}" in banner
         assert "not a production cluster" in banner
         assert "API server: https://127.0.0.1:" in banner
@@ -106,13 +113,7 @@ async def test_sim_serve_alone_says_what_it_serves_and_takes_the_example(
     argv = [sys.executable, "-m", "gpustack_operator", "sim", "--serve", "--plain-http"]
     process = await anyio.open_process([*argv, "--kubeconfig-out", str(kubeconfig)])
     try:
-        assert process.stdout is not None
-        banner = ""
-        with anyio.fail_after(30):
-            async for chunk in process.stdout:
-                banner += chunk.decode()
-                if "Stop with Ctrl-C" in banner:
-                    break
+        banner = await _read_until(process.stdout, "Stop with Ctrl-C", 30)
         assert f"kubeconfig: {kubeconfig}" in banner
         assert "API server: http://127.0.0.1:" in banner  # --plain-http
         assert "no Nodes yet" in banner
@@ -133,3 +134,59 @@ async def test_sim_serve_alone_says_what_it_serves_and_takes_the_example(
         if process.returncode is None:
             process.kill()
             await process.wait()
+
+
+async def test_sim_serve_with_a_cluster_serves_https_and_the_operator_connects(
+    kubectl_bin: Path, tmp_path: Path
+) -> None:
+    """``--serve --cluster``: HTTPS with the simulator's CA and the administrator's client
+    certificate in the kubeconfig; the worker and the device-manager agents of the run
+    connect over the same TLS, converge, and go on reconciling what kubectl changes
+    (docs/simulator.md, "Using it with kubectl")."""
+    kubeconfig = tmp_path / "sim-kubeconfig.yaml"
+    argv = [sys.executable, "-m", "gpustack_operator", "--log-level", "warning", "sim"]
+    argv += ["--serve", "--cluster", str(EXAMPLE_CLUSTER), "--kubeconfig-out", str(kubeconfig)]
+    process = await anyio.open_process(argv)
+    try:
+        said = await _read_until(process.stderr, "Stop with Ctrl-C", 90)
+        assert "API server: https://127.0.0.1:" in said
+        config = yaml.safe_load(kubeconfig.read_text())
+        cluster = config["clusters"][0]["cluster"]
+        user = config["users"][0]["user"]
+        assert cluster["server"].startswith("https://")
+        assert base64.b64decode(cluster["certificate-authority-data"]).startswith(b"-----BEGIN")
+        assert base64.b64decode(user["client-certificate-data"]).startswith(b"-----BEGIN")
+
+        kubectl = Kubectl(kubectl_bin, kubeconfig, tmp_path / "kube-cache")
+        # The agents described the Nodes over TLS (their NodeFeatures are in the chain).
+        features = await kubectl.out("get", "nodefeatures", "-n", "gpustack-system", "-o", "name")
+        assert features.split()
+        await kubectl("create", "namespace", "team-tls")
+        with anyio.fail_after(60):
+            while True:  # the worker, still connected over TLS, gives it a LocalQueue
+                queues = await kubectl.out("get", "localqueues", "-n", "team-tls", "-o", "name")
+                if queues.split():
+                    break
+                await anyio.sleep(0.2)
+
+        process.send_signal(signal.SIGTERM)
+        with anyio.fail_after(30):
+            assert await process.wait() == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+def test_plain_http_applies_to_a_cluster_run_too() -> None:
+    """``--plain-http`` turns HTTPS off with ``--cluster`` as it does without it."""
+    from gpustack_operator.cli import build_parser
+    from gpustack_operator.commands.sim import build_cluster
+
+    parser = build_parser(env={})
+    tls = build_cluster(parser.parse_args(["sim", "--cluster", str(EXAMPLE_CLUSTER)]), [])
+    plain = build_cluster(
+        parser.parse_args(["sim", "--cluster", str(EXAMPLE_CLUSTER), "--plain-http"]), []
+    )
+    assert tls.sim.ca is not None
+    assert plain.sim.ca is None
