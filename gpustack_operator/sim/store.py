@@ -147,6 +147,11 @@ class Resource:
 # Built-in kinds whose registry strategy maintains metadata.generation; the others (Node,
 # Namespace, ConfigMap, Secret, RBAC, Lease, Event, ...) never carry one on a real cluster.
 _GENERATION_GROUPS = {"apps", "batch", "apiextensions.k8s.io", "node.k8s.io"}
+_GENERATION_RESOURCES = {
+    ("", "pods"),
+    ("", "replicationcontrollers"),
+    ("networking.k8s.io", "ingresses"),
+}
 _BUILTIN_IDS = {(k.group, k.plural) for k in BUILTIN_KINDS}
 
 
@@ -154,7 +159,7 @@ def tracks_generation(info: KindInfo) -> bool:
     """Whether objects of ``info`` get ``metadata.generation`` (all custom resources do)."""
     if (info.group, info.plural) not in _BUILTIN_IDS:
         return True
-    return info.group in _GENERATION_GROUPS or (info.group, info.plural) == ("", "pods")
+    return info.group in _GENERATION_GROUPS or (info.group, info.plural) in _GENERATION_RESOURCES
 
 
 def _owner_uids(obj: Mapping[str, Any] | None) -> set[str]:
@@ -190,9 +195,17 @@ def _keep_server_fields(
 ) -> dict[str, Any]:
     """*new* with what this endpoint may not change taken from *old*.
 
-    ``/status`` changes only ``status``; the main endpoint keeps the old ``status`` of kinds
-    with a status subresource and the server-owned metadata (uid, creationTimestamp, ...).
+    ``/status`` changes only ``status`` (``/approval`` only ``status.conditions``); the main
+    endpoint keeps the old ``status`` of kinds with a status subresource and the server-owned
+    metadata (uid, creationTimestamp, ...).
     """
+    if subresource == "approval":  # docs/simulator.md, "Built-in kinds"
+        status = new.get("status")
+        conditions = status.get("conditions") if isinstance(status, Mapping) else None
+        new = {**new, "status": {**(old.get("status") or {}), "conditions": conditions}}
+        if conditions is None:
+            del new["status"]["conditions"]
+        subresource = "status"
     if subresource == "status":
         status = new.get("status")
         kept = clone_obj(old)
