@@ -1,8 +1,10 @@
-"""API rules of built-in kinds that clients notice: status filled in on create, and the
-validation messages of the checks they most often trip (docs/simulator.md, "Built-in kinds").
+"""API rules of built-in kinds that their published schema cannot express: status filled in
+on create, and the validation messages of the checks clients most often trip
+(docs/simulator.md, "Built-in kinds").
 
-The simulator keeps no schema of built-in kinds; these are the few rules of kube-apiserver's
-own validation and defaulting that it reproduces, with the API's wording.
+Types, unknown fields and required fields come from the published OpenAPI
+(``sim/builtinschemas.py``); these are the few rules of kube-apiserver's own validation and
+defaulting beyond it that the simulator reproduces, with the API's wording.
 """
 
 from __future__ import annotations
@@ -73,11 +75,13 @@ def defaults_on_create(info: KindInfo, obj: dict[str, Any]) -> None:
 
 
 def _pod_spec_causes(spec: Any, path: str) -> Iterator[tuple[str, str]]:
+    """A container's image: optional in the published schema (so that tools may fill it in
+    before the object reaches the server) but required by the server's validation."""
     for field in ("initContainers", "containers"):
         items = spec.get(field) if isinstance(spec, Mapping) else None
-        for index, container in enumerate(items or []):
-            if not isinstance(container, Mapping) or not container.get("name"):
-                yield f"{path}.{field}[{index}].name", "Required value"
+        for index, container in enumerate(items if isinstance(items, list) else []):
+            if isinstance(container, Mapping) and not container.get("image"):
+                yield f"{path}.{field}[{index}].image", "Required value"
 
 
 def _config_causes(

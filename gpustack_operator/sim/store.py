@@ -44,7 +44,7 @@ from typing import Any
 import structlog
 
 from gpustack_operator.sim import apply as ssa
-from gpustack_operator.sim import builtinkinds
+from gpustack_operator.sim import builtinkinds, builtinschemas
 from gpustack_operator.sim.celrules import rule_causes
 from gpustack_operator.sim.errors import (
     ApiError,
@@ -314,8 +314,13 @@ class _Schema:
         self._causes = causes
 
     def normalize(self, info: KindInfo, obj: dict[str, Any]) -> dict[str, Any]:
-        """``obj`` pruned of unknown fields and defaulted, as the real server stores it."""
+        """``obj`` pruned of unknown fields and defaulted, as the real server stores it.
+
+        A built-in kind is pruned in place by its published schema (a value of the wrong type
+        is a 400, sim/builtinschemas.py)."""
         if info.schema is None:
+            if builtinschemas.has_schema(info):
+                builtinschemas.check(info, obj, prune=True)
             return obj
         self._load()
         if self._prune is not None:
@@ -327,13 +332,18 @@ class _Schema:
     def unknown_fields(self, info: KindInfo, obj: Mapping[str, Any]) -> list[str]:
         """Paths of fields the schema does not declare (what pruning would drop)."""
         if info.schema is None:
-            return []
+            if not builtinschemas.has_schema(info):
+                return []
+            return builtinschemas.check(info, dict(obj), prune=False).unknown
         self._load()
         return list(self._unknown(info, obj)) if self._unknown is not None else []
 
     def causes(self, info: KindInfo, obj: dict[str, Any]) -> list[tuple[str, str]]:
         if info.schema is None:
-            return []
+            if not builtinschemas.has_schema(info):
+                return []
+            found = builtinschemas.check(info, obj, prune=False)
+            return builtinschemas.required_causes(found)
         self._load()
         return self._causes(info, obj) if self._causes is not None else []
 
@@ -697,11 +707,10 @@ class Store:
         self, info: KindInfo, obj: dict[str, Any], old: dict[str, Any] | None = None
     ) -> None:
         meta = obj["metadata"]
-        causes = (
-            metadata_errors(info, meta)
-            or builtinkinds.causes(info, obj, old)
-            or self.schema.causes(info, obj)
-        )
+        causes = metadata_errors(info, meta) or [
+            *self.schema.causes(info, obj),
+            *builtinkinds.causes(info, obj, old),
+        ]
         if not causes and self.cel_rules and info.schema is not None:
             causes = rule_causes(info, obj, old)
         if causes:
