@@ -75,12 +75,22 @@ def defaults_on_create(info: KindInfo, obj: dict[str, Any]) -> None:
 
 
 def _pod_spec_causes(spec: Any, path: str) -> Iterator[tuple[str, str]]:
-    """A container's image: optional in the published schema (so that tools may fill it in
-    before the object reaches the server) but required by the server's validation."""
+    """What the published schema cannot say of a pod spec: the containers may not be an empty
+    list, a container's name may not be empty (the schema only requires the fields to be
+    there), and a container needs an image (optional in the schema, so that tools may fill it
+    in before the object reaches the server, but required by the server's validation)."""
+    if not isinstance(spec, Mapping):
+        return
+    if spec.get("containers") == []:
+        yield f"{path}.containers", "Required value"
     for field in ("initContainers", "containers"):
-        items = spec.get(field) if isinstance(spec, Mapping) else None
+        items = spec.get(field)
         for index, container in enumerate(items if isinstance(items, list) else []):
-            if isinstance(container, Mapping) and not container.get("image"):
+            if not isinstance(container, Mapping):
+                continue
+            if container.get("name") == "":
+                yield f"{path}.{field}[{index}].name", "Required value"
+            if not container.get("image"):
                 yield f"{path}.{field}[{index}].image", "Required value"
 
 

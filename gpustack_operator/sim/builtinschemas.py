@@ -22,7 +22,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any, Final
 
@@ -30,7 +30,7 @@ from gpustack_operator.sim.discovery import KUBERNETES_VERSION
 from gpustack_operator.sim.errors import bad_request
 from gpustack_operator.sim.kinds import KindInfo
 
-__all__ = ["SCHEMA_RELEASE", "SchemaCheck", "check", "has_schema", "required_causes"]
+__all__ = ["SCHEMA_RELEASE", "SchemaCheck", "check", "has_schema"]
 
 SCHEMA_RELEASE: Final = f"v{KUBERNETES_VERSION[0]}.{KUBERNETES_VERSION[1]}.0"
 _PACKAGE: Final = "kubernetes_validate"
@@ -201,11 +201,6 @@ def check(info: KindInfo, obj: dict[str, Any], *, prune: bool) -> SchemaCheck:
     return found
 
 
-def required_causes(found: SchemaCheck) -> list[tuple[str, str]]:
-    """The 422 causes of the required fields a walk found missing."""
-    return [(path, "Required value") for path in found.missing]
-
-
 # --- the walk -------------------------------------------------------------------------------
 
 
@@ -270,27 +265,45 @@ def _walk(
         _check_integer(value, "int32", struct, go_path)
 
 
+def _plainly_fine(value: Any, kind: _Type) -> bool:
+    """A quick yes for the common leaves (a string, a bool, an int64, a known quantity), so
+    that most of an object costs no full step of the walk; False means: walk it."""
+    shape = kind.shape
+    if shape == "string" or shape == "int-or-string":
+        return type(value) is str
+    if shape == "boolean":
+        return type(value) is bool
+    if shape == "integer":
+        return type(value) is int and -(2**31) <= value < 2**31
+    if shape == "quantity":
+        return type(value) is str and _quantity_error(value) is None
+    return shape == "any"
+
+
 def _walk_struct(
     value: dict[str, Any], kind: _Type, path: str, go_path: str, found: SchemaCheck, prune: bool
 ) -> None:
     struct = kind.go.rpartition(".")[2]
+    fields = kind.fields
     for name in list(value):
-        child_path = f"{path}.{name}" if path else name
-        child = kind.fields.get(name)
+        child = fields.get(name)
+        entry = value[name]
         if child is None:
-            found.unknown.append(child_path)
+            found.unknown.append(f"{path}.{name}" if path else name)
             if prune:
                 del value[name]
             continue
-        if value[name] is None:  # decodes to the zero value, which is not written back
+        if entry is None:  # decodes to the zero value, which is not written back
             if prune:
                 del value[name]
             continue
+        if _plainly_fine(entry, child):
+            continue
+        child_path = f"{path}.{name}" if path else name
         child_go = f"{go_path}.{name}" if go_path else name
-        _walk(value[name], child, child_path, child_go, struct, found, prune)
+        _walk(entry, child, child_path, child_go, struct, found, prune)
     for name in kind.required:
-        present = value.get(name)
-        if present is None or present == "" or present == []:
+        if value.get(name) is None:
             found.missing.append(f"{path}.{name}" if path else name)
 
 
@@ -309,13 +322,13 @@ def _walk_collection(
         if not isinstance(value, list):
             raise _type_error(value, kind.go, struct, go_path)
         for index, entry in enumerate(value):
-            if entry is not None:
+            if entry is not None and not _plainly_fine(entry, item):
                 _walk(entry, item, f"{path}[{index}]", go_path, struct, found, prune)
         return
     if not isinstance(value, dict):
         raise _type_error(value, kind.go, struct, go_path)
     for key, entry in value.items():
-        if entry is not None:
+        if entry is not None and not _plainly_fine(entry, item):
             _walk(entry, item, f"{path}[{key}]", go_path, struct, found, prune)
 
 
@@ -331,15 +344,23 @@ def _check_quantity(value: Any) -> None:
     """resource.Quantity's UnmarshalJSON: a number, or text ParseQuantity accepts."""
     if isinstance(value, int | float) and not isinstance(value, bool):
         return
-    text = value.strip() if isinstance(value, str) else json.dumps(value)
-    match = _QUANTITY.match(text)
+    error = _quantity_error(value.strip() if isinstance(value, str) else json.dumps(value))
+    if error is not None:
+        raise _DecodeError(error)
+
+
+@lru_cache(maxsize=4096)
+def _quantity_error(text: str) -> str | None:
+    """ParseQuantity's complaint about *text*, or None (the same few texts recur)."""
+    match = _QUANTITY.match(text.strip())
     if match is None:
-        raise _DecodeError(_QUANTITY_FORMAT)
+        return _QUANTITY_FORMAT
     number, suffix = match.groups()
     if number.count(".") > 1 or number.strip("+-") in ("", "."):
-        raise _DecodeError("unable to parse numeric part of quantity")
+        return "unable to parse numeric part of quantity"
     if suffix not in _SUFFIXES and not _EXPONENT.match(suffix):
-        raise _DecodeError("unable to parse quantity's suffix")
+        return "unable to parse quantity's suffix"
+    return None
 
 
 def _check_base64(text: str) -> None:

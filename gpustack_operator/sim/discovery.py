@@ -156,6 +156,16 @@ def api_resource_list(registry: KindRegistry, group: str, version: str) -> dict[
                     "verbs": SUBRESOURCE_VERBS,
                 }
             )
+        for sub in info.subresources:
+            resources.append(
+                {
+                    "name": f"{info.plural}/{sub}",
+                    "singularName": "",
+                    "namespaced": info.namespaced,
+                    "kind": info.kind,
+                    "verbs": SUBRESOURCE_VERBS,
+                }
+            )
         if scale_paths(info) is not None:
             resources.append(
                 {
@@ -220,6 +230,10 @@ def aggregated_discovery(registry: KindRegistry, *, core: bool, version: str) ->
                     subresources.append(
                         {"subresource": "status", "responseKind": gvk, "verbs": SUBRESOURCE_VERBS}
                     )
+                subresources.extend(
+                    {"subresource": sub, "responseKind": gvk, "verbs": SUBRESOURCE_VERBS}
+                    for sub in info.subresources
+                )
                 if scale_paths(info) is not None:
                     subresources.append(
                         {

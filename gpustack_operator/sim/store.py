@@ -292,6 +292,8 @@ class _Schema:
         self._default: Callable[[KindInfo, Mapping[str, Any]], dict[str, Any]] | None = None
         self._causes: Callable[[KindInfo, Mapping[str, Any]], list[tuple[str, str]]] | None = None
         self._unknown: Callable[[KindInfo, Mapping[str, Any]], list[str]] | None = None
+        # The built-in object normalize() walked last and the required fields it lacks.
+        self._missing: tuple[Mapping[str, Any] | None, list[str]] = (None, [])
 
     def _load(self) -> None:
         if self._loaded:
@@ -320,7 +322,8 @@ class _Schema:
         is a 400, sim/builtinschemas.py)."""
         if info.schema is None:
             if builtinschemas.has_schema(info):
-                builtinschemas.check(info, obj, prune=True)
+                found = builtinschemas.check(info, obj, prune=True)
+                self._missing = (obj, found.missing)  # causes() of this object needs no walk
             return obj
         self._load()
         if self._prune is not None:
@@ -342,8 +345,10 @@ class _Schema:
         if info.schema is None:
             if not builtinschemas.has_schema(info):
                 return []
-            found = builtinschemas.check(info, obj, prune=False)
-            return builtinschemas.required_causes(found)
+            checked, missing = self._missing
+            if checked is not obj:
+                missing = builtinschemas.check(info, obj, prune=False).missing
+            return [(path, "Required value") for path in missing]
         self._load()
         return self._causes(info, obj) if self._causes is not None else []
 
