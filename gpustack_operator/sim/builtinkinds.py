@@ -25,6 +25,7 @@ CONFIG_KEY_MESSAGE = (
     "'[-._a-zA-Z0-9]+')"
 )
 _POD_TEMPLATE_KINDS = {
+    ("", "ReplicationController"),
     ("apps", "Deployment"),
     ("apps", "DaemonSet"),
     ("apps", "StatefulSet"),

@@ -365,10 +365,10 @@ def _quantity_error(text: str) -> str | None:
 
 def _check_base64(text: str) -> None:
     """Go decodes a []byte field from standard base64; the error names the first bad byte."""
+    stripped = text.replace("\r", "").replace("\n", "")  # Go skips line breaks
     try:
-        base64.b64decode(text, validate=True)
+        base64.b64decode(stripped, validate=True)
     except (binascii.Error, ValueError):
-        stripped = text.replace("\r", "").replace("\n", "")
         bad = next((i for i, ch in enumerate(text) if not _BASE64.match(ch)), None)
         if bad is None:
             padding = stripped.find("=")
