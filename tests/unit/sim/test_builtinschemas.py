@@ -166,3 +166,9 @@ def test_required_fields_are_those_of_the_schema() -> None:
 def test_the_schemas_come_from_the_served_release() -> None:
     assert builtinschemas.SCHEMA_RELEASE == "v1.34.0"
     assert importlib.util.find_spec("kubernetes_validate") is not None
+
+
+def test_required_fields_of_a_status_are_not_insisted_on() -> None:
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"},
+            "status": {"nodeInfo": {"kubeletVersion": "v1.34.0"}}}  # fmt: skip
+    assert builtinschemas.check(kind("v1", "Node"), node, prune=False).missing == []
