@@ -377,7 +377,14 @@ async def test_generation_changed_ignores_the_controllers_own_status_writes(
             "apiVersion": "apps/v1",
             "kind": "Deployment",
             "metadata": {"name": "web", "namespace": "default"},
-            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}}},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {
+                    "metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [{"name": "web", "image": "nginx"}]},
+                },
+            },
         }
         await client.create(DEPLOYMENTS, body)
         async with running(manager):
