@@ -280,10 +280,11 @@ def _without_volatile(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class _Schema:
-    """The CRD-schema hooks of ``sim.validation`` (pruning, defaulting, validation).
+    """The CRD-schema hooks of ``sim.validation`` (pruning, defaulting, validation), and the
+    published schemas of built-in kinds (``sim.builtinschemas``).
 
-    Imported lazily so the store works before (or without) that module; a missing module means
-    custom resources are stored unpruned and unvalidated.
+    ``sim.validation`` is imported lazily so the store works before (or without) that module;
+    a missing module means custom resources are stored unpruned and unvalidated.
     """
 
     def __init__(self) -> None:

@@ -216,3 +216,19 @@ async def test_kubectl_columns(kube) -> None:
             assert (cells["Requestor"], cells["Condition"]) == ("system:admin", "Pending")
         if kind == "APIService":
             assert cells["Service"] == "kube-system/metrics-server"
+
+
+async def test_in_both_openapi_documents(kube) -> None:
+    """kubectl finds every kind in /openapi/v3 (field validation) and /openapi/v2."""
+    root = (await call(kube, "GET", "/openapi/v3")).json()["paths"]
+    v2 = (await call(kube, "GET", "/openapi/v2")).json()["definitions"]
+    v2_kinds = {gvk["kind"] for d in v2.values() for gvk in d["x-kubernetes-group-version-kind"]}
+    for kind, (path, _) in SAMPLES.items():
+        group_version = _group_version(path).lstrip("/")
+        document = (await call(kube, "GET", root[group_version]["serverRelativeURL"])).json()
+        kinds = {
+            gvk["kind"]
+            for schema in document["components"]["schemas"].values()
+            for gvk in schema["x-kubernetes-group-version-kind"]
+        }
+        assert kind in kinds and kind in v2_kinds, kind
