@@ -270,8 +270,8 @@ def _walk(
 
 
 def _plainly_fine(value: Any, kind: _Type) -> bool:
-    """A quick yes for the common leaves (a string, a bool, an int64, a known quantity), so
-    that most of an object costs no full step of the walk; False means: walk it."""
+    """A quick yes for the common leaves (a string, a bool, an int within int32, a valid
+    quantity), so that most of an object costs no full step of the walk; False: walk it."""
     shape = kind.shape
     if shape == "string" or shape == "int-or-string":
         return type(value) is str
