@@ -84,9 +84,11 @@ def fieldset(obj: Mapping[str, Any], info: KindInfo, subresource: str | None) ->
     for key, value in obj.items():
         if key in ("apiVersion", "kind"):
             continue
-        if key == "status" and info.has_status and subresource != "status":
+        # Writes through /approval (a CertificateSigningRequest's) change only status too.
+        status_only = subresource in ("status", "approval")
+        if key == "status" and info.has_status and not status_only:
             continue
-        if subresource == "status" and key != "status":
+        if status_only and key != "status":
             continue
         if key == "metadata":
             meta = value if isinstance(value, Mapping) else {}

@@ -1,8 +1,10 @@
-"""API rules of built-in kinds that clients notice: status filled in on create, and the
-validation messages of the checks they most often trip (docs/simulator.md, "Built-in kinds").
+"""API rules of built-in kinds that their published schema cannot express: status filled in
+on create, and the validation messages of the checks clients most often trip
+(docs/simulator.md, "Built-in kinds").
 
-The simulator keeps no schema of built-in kinds; these are the few rules of kube-apiserver's
-own validation and defaulting that it reproduces, with the API's wording.
+Types, unknown fields and required fields come from the published OpenAPI
+(``sim/builtinschemas.py``); these are the few rules of kube-apiserver's own validation and
+defaulting beyond it that the simulator reproduces, with the API's wording.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ CONFIG_KEY_MESSAGE = (
     "'[-._a-zA-Z0-9]+')"
 )
 _POD_TEMPLATE_KINDS = {
+    ("", "ReplicationController"),
     ("apps", "Deployment"),
     ("apps", "DaemonSet"),
     ("apps", "StatefulSet"),
@@ -73,11 +76,23 @@ def defaults_on_create(info: KindInfo, obj: dict[str, Any]) -> None:
 
 
 def _pod_spec_causes(spec: Any, path: str) -> Iterator[tuple[str, str]]:
+    """What the published schema cannot say of a pod spec: the containers may not be an empty
+    list, a container's name may not be empty (the schema only requires the fields to be
+    there), and a container needs an image (optional in the schema, so that tools may fill it
+    in before the object reaches the server, but required by the server's validation)."""
+    if not isinstance(spec, Mapping):
+        return
+    if spec.get("containers") == []:
+        yield f"{path}.containers", "Required value"
     for field in ("initContainers", "containers"):
-        items = spec.get(field) if isinstance(spec, Mapping) else None
-        for index, container in enumerate(items or []):
-            if not isinstance(container, Mapping) or not container.get("name"):
+        items = spec.get(field)
+        for index, container in enumerate(items if isinstance(items, list) else []):
+            if not isinstance(container, Mapping):
+                continue
+            if container.get("name") == "":
                 yield f"{path}.{field}[{index}].name", "Required value"
+            if not container.get("image"):
+                yield f"{path}.{field}[{index}].image", "Required value"
 
 
 def _config_causes(

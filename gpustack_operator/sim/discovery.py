@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from gpustack_operator.sim.eviction import EVICTION_KIND
-from gpustack_operator.sim.kinds import KindInfo, KindRegistry
+from gpustack_operator.sim.kinds import KUBERNETES_VERSION, KindInfo, KindRegistry
 from gpustack_operator.sim.openapiv2 import PROTOBUF_TYPE, OpenApiV2Cache
 from gpustack_operator.sim.podtermination import is_pod
 from gpustack_operator.sim.scale import scale_paths
@@ -50,8 +50,6 @@ __all__ = [
     "preferred_version",
     "version_info",
 ]
-
-KUBERNETES_VERSION = (1, 34, 0)
 
 VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 SUBRESOURCE_VERBS = ["get", "patch", "update"]
@@ -168,6 +166,16 @@ def api_resource_list(registry: KindRegistry, group: str, version: str) -> dict[
                     "verbs": ["create"],
                 }
             )
+        for sub in info.subresources:
+            resources.append(
+                {
+                    "name": f"{info.plural}/{sub}",
+                    "singularName": "",
+                    "namespaced": info.namespaced,
+                    "kind": info.kind,
+                    "verbs": SUBRESOURCE_VERBS,
+                }
+            )
         if scale_paths(info) is not None:
             resources.append(
                 {
@@ -240,6 +248,10 @@ def aggregated_discovery(registry: KindRegistry, *, core: bool, version: str) ->
                             "verbs": ["create"],
                         }
                     )
+                subresources.extend(
+                    {"subresource": sub, "responseKind": gvk, "verbs": SUBRESOURCE_VERBS}
+                    for sub in info.subresources
+                )
                 if scale_paths(info) is not None:
                     subresources.append(
                         {

@@ -112,13 +112,34 @@ def stale_conflict(info: KindInfo, name: str) -> ApiError:
     )
 
 
+# The cause reasons of apimachinery's field errors, by the message's start
+# (k8s.io/apimachinery pkg/util/validation/field/errors.go).
+_CAUSE_REASONS = (
+    ("Required value", "FieldValueRequired"),
+    ("Forbidden", "FieldValueForbidden"),
+    ("Unsupported value", "FieldValueNotSupported"),
+    ("Duplicate value", "FieldValueDuplicate"),
+    ("Too long", "FieldValueTooLong"),
+    ("Too many", "FieldValueTooMany"),
+    ("Not found", "FieldValueNotFound"),
+)
+
+
+def _cause_reason(message: str) -> str:
+    found = (reason for start, reason in _CAUSE_REASONS if message.startswith(start))
+    return next(found, "FieldValueInvalid")
+
+
 def invalid(info: KindInfo, name: str, causes: list[tuple[str, str]]) -> ApiError:
-    """422 Invalid; ``causes`` are ``(field, message)`` pairs."""
+    """422 Invalid; ``causes`` are ``(field, message)`` pairs. Several are listed in brackets,
+    as an aggregate of field errors prints."""
     text = ", ".join(f"{f}: {m}" if f else m for f, m in causes)
+    if len(causes) > 1:
+        text = f"[{text}]"
     details: dict[str, Any] = {
         "name": name,
         "kind": info.kind,
-        "causes": [{"reason": "FieldValueInvalid", "message": m, "field": f} for f, m in causes],
+        "causes": [{"reason": _cause_reason(m), "message": m, "field": f} for f, m in causes],
     }
     if info.group:
         details["group"] = info.group

@@ -11,6 +11,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+KUBERNETES_VERSION = (1, 34, 0)
+"""The Kubernetes release whose built-in kinds, schemas and ``/version`` the simulator serves."""
+
 
 @dataclass(frozen=True)
 class KindInfo:
@@ -33,6 +36,9 @@ class KindInfo:
     storage: bool = True
     # A CRD version's subresources.scale (specReplicasPath, statusReplicasPath, ...).
     scale: Mapping[str, Any] | None = None
+    # Subresources besides status and scale that write through the kind's own shape
+    # (a CertificateSigningRequest's ``approval``).
+    subresources: tuple[str, ...] = ()
 
     @property
     def api_version(self) -> str:
@@ -44,12 +50,25 @@ class KindInfo:
         return f"{self.plural}.{self.group}" if self.group else self.plural
 
 
-# The kinds the real API server puts in the "all" category (what `kubectl get all` lists).
-_ALL_CATEGORY = frozenset({"Pod", "Service", "Deployment", "DaemonSet", "Job"})
+# The categories kube-apiserver gives its kinds (docs/simulator.md, "Built-in kinds"):
+# "all" is what `kubectl get all` lists, "api-extensions" what extends the API.
+_ALL_CATEGORY = frozenset(
+    {"Pod", "Service", "ReplicationController", "Deployment", "DaemonSet", "StatefulSet", "Job"}
+)
+_API_EXTENSIONS = frozenset(
+    {
+        "APIService",
+        "CustomResourceDefinition",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    }
+)
 
 
 def _categories(kind: str) -> tuple[str, ...]:
-    return ("all",) if kind in _ALL_CATEGORY else ()
+    if kind in _ALL_CATEGORY:
+        return ("all",)
+    return ("api-extensions",) if kind in _API_EXTENSIONS else ()
 
 
 def _core(kind: str, plural: str, namespaced: bool, *short: str, status: bool = False) -> KindInfo:
@@ -66,9 +85,19 @@ def _grp(
     namespaced: bool,
     *short: str,
     status: bool = False,
+    subresources: tuple[str, ...] = (),
 ) -> KindInfo:
     return KindInfo(
-        group, version, kind, plural, kind.lower(), namespaced, short, _categories(kind), status
+        group,
+        version,
+        kind,
+        plural,
+        kind.lower(),
+        namespaced,
+        short,
+        _categories(kind),
+        status,
+        subresources=subresources,
     )
 
 
@@ -81,8 +110,10 @@ BUILTIN_KINDS: tuple[KindInfo, ...] = (
     _core("Service", "services", True, "svc", status=True),
     _core("Pod", "pods", True, "po", status=True),
     _core("Event", "events", True, "ev"),
+    _core("ReplicationController", "replicationcontrollers", True, "rc", status=True),
     _grp("apps", "v1", "Deployment", "deployments", True, "deploy", status=True),
     _grp("apps", "v1", "DaemonSet", "daemonsets", True, "ds", status=True),
+    _grp("apps", "v1", "StatefulSet", "statefulsets", True, "sts", status=True),
     _grp("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", False),
     _grp("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", False),
     _grp("rbac.authorization.k8s.io", "v1", "Role", "roles", True),
@@ -91,6 +122,19 @@ BUILTIN_KINDS: tuple[KindInfo, ...] = (
     _grp("coordination.k8s.io", "v1", "Lease", "leases", True),
     _grp("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", True, "pdb", status=True),
     _grp("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies", True, "netpol"),
+    _grp("networking.k8s.io", "v1", "Ingress", "ingresses", True, "ing", status=True),
+    _grp(
+        "certificates.k8s.io",
+        "v1",
+        "CertificateSigningRequest",
+        "certificatesigningrequests",
+        False,
+        "csr",
+        status=True,
+        subresources=("approval",),
+    ),
+    _grp("storage.k8s.io", "v1", "CSIStorageCapacity", "csistoragecapacities", True),
+    _grp("apiregistration.k8s.io", "v1", "APIService", "apiservices", False, status=True),
     _grp("events.k8s.io", "v1", "Event", "events", True, "ev"),
     _grp("node.k8s.io", "v1", "RuntimeClass", "runtimeclasses", False),
     _grp("resource.k8s.io", "v1", "ResourceSlice", "resourceslices", False),

@@ -1,8 +1,9 @@
 """The ``/scale`` subresource: an ``autoscaling/v1`` Scale view of an object's replicas.
 
-``kubectl scale`` and autoscalers read and write replicas through it. Deployments have it,
-and every custom resource whose CRD version declares ``subresources.scale``; the paths come
-from that declaration (docs/simulator.md, "Server parts").
+``kubectl scale`` and autoscalers read and write replicas through it. Deployments,
+StatefulSets and ReplicationControllers have it, and every custom resource whose CRD version
+declares ``subresources.scale``; the paths come from that declaration (docs/simulator.md,
+"Server parts").
 """
 
 from __future__ import annotations
@@ -16,12 +17,17 @@ from gpustack_operator.sim.patches import clone_obj
 
 __all__ = ["read_scale", "scale_paths", "with_replicas"]
 
-_BUILTIN: Mapping[tuple[str, str], Mapping[str, str]] = {
-    ("apps", "Deployment"): {
-        "specReplicasPath": ".spec.replicas",
-        "statusReplicasPath": ".status.replicas",
-        "labelSelectorPath": ".spec.selector",
-    },
+_REPLICAS = {
+    "specReplicasPath": ".spec.replicas",
+    "statusReplicasPath": ".status.replicas",
+    "labelSelectorPath": ".spec.selector",
+}
+# A ReplicationController's selector is a plain label map, not a LabelSelector.
+_LABEL_MAP = "labelSelectorIsMap"
+_BUILTIN: Mapping[tuple[str, str], Mapping[str, Any]] = {
+    ("apps", "Deployment"): _REPLICAS,
+    ("apps", "StatefulSet"): _REPLICAS,
+    ("", "ReplicationController"): {**_REPLICAS, _LABEL_MAP: True},
 }
 
 
@@ -50,7 +56,7 @@ def read_scale(info: KindInfo, obj: Mapping[str, Any]) -> dict[str, Any]:
     status: dict[str, Any] = {"replicas": int(_get(obj, paths["statusReplicasPath"]) or 0)}
     selector = _get(obj, str(paths.get("labelSelectorPath") or ""))
     if isinstance(selector, Mapping):
-        selector = selector_string(selector)
+        selector = selector_string({"matchLabels": selector} if paths.get(_LABEL_MAP) else selector)
     if selector:
         status["selector"] = selector
     return {

@@ -39,6 +39,7 @@ from gpustack_operator.sim import apply as ssa
 from gpustack_operator.sim import crdcleanup, discovery, eviction, podtermination, protobuf, scale
 from gpustack_operator.sim.admissionpolicy import PolicyAdmission
 from gpustack_operator.sim.authn import ADMIN, ANONYMOUS, TokenAuthenticator, UserInfo
+from gpustack_operator.sim.certificates import set_requestor
 from gpustack_operator.sim.counters import RequestCounters
 from gpustack_operator.sim.errors import (
     ApiError,
@@ -210,6 +211,7 @@ class SimServer:
         self.authenticator = authenticator
         """With one, requests are authenticated by bearer token and authorized by RBAC."""
         self.authorizer = RbacAuthorizer(self.store)
+        self.store.admission.append(set_requestor)  # sim/certificates.py
         if authenticator is not None:
             self.store.admission.append(self.authorizer.admit)
         self.policies = PolicyAdmission(self.store)
@@ -477,7 +479,8 @@ class SimServer:
         if target.subresource == "eviction" and podtermination.is_pod(target.info):
             return await self._evict(request, target)
         if target.subresource is not None and not (
-            target.subresource == "status" and target.info.has_status
+            (target.subresource == "status" and target.info.has_status)
+            or target.subresource in target.info.subresources
         ):
             raise ApiError(404, "the server could not find the requested resource", "NotFound")
         method = request.method

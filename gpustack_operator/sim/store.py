@@ -44,7 +44,7 @@ from typing import Any
 import structlog
 
 from gpustack_operator.sim import apply as ssa
-from gpustack_operator.sim import builtinkinds, crdcleanup, podtermination
+from gpustack_operator.sim import builtinkinds, builtinschemas, crdcleanup, podtermination
 from gpustack_operator.sim.celrules import rule_causes
 from gpustack_operator.sim.errors import (
     ApiError,
@@ -147,6 +147,11 @@ class Resource:
 # Built-in kinds whose registry strategy maintains metadata.generation; the others (Node,
 # Namespace, ConfigMap, Secret, RBAC, Lease, Event, ...) never carry one on a real cluster.
 _GENERATION_GROUPS = {"apps", "batch", "apiextensions.k8s.io", "node.k8s.io"}
+_GENERATION_RESOURCES = {
+    ("", "pods"),
+    ("", "replicationcontrollers"),
+    ("networking.k8s.io", "ingresses"),
+}
 _BUILTIN_IDS = {(k.group, k.plural) for k in BUILTIN_KINDS}
 
 
@@ -154,7 +159,7 @@ def tracks_generation(info: KindInfo) -> bool:
     """Whether objects of ``info`` get ``metadata.generation`` (all custom resources do)."""
     if (info.group, info.plural) not in _BUILTIN_IDS:
         return True
-    return info.group in _GENERATION_GROUPS or (info.group, info.plural) == ("", "pods")
+    return info.group in _GENERATION_GROUPS or (info.group, info.plural) in _GENERATION_RESOURCES
 
 
 def _owner_uids(obj: Mapping[str, Any] | None) -> set[str]:
@@ -206,9 +211,17 @@ def _keep_server_fields(
 ) -> dict[str, Any]:
     """*new* with what this endpoint may not change taken from *old*.
 
-    ``/status`` changes only ``status``; the main endpoint keeps the old ``status`` of kinds
-    with a status subresource and the server-owned metadata (uid, creationTimestamp, ...).
+    ``/status`` changes only ``status`` (``/approval`` only ``status.conditions``); the main
+    endpoint keeps the old ``status`` of kinds with a status subresource and the server-owned
+    metadata (uid, creationTimestamp, ...).
     """
+    if subresource == "approval":  # docs/simulator.md, "Built-in kinds"
+        status = new.get("status")
+        conditions = status.get("conditions") if isinstance(status, Mapping) else None
+        new = {**new, "status": {**(old.get("status") or {}), "conditions": conditions}}
+        if conditions is None:
+            del new["status"]["conditions"]
+        subresource = "status"
     if subresource == "status":
         status = new.get("status")
         kept = clone_obj(old)
@@ -283,10 +296,11 @@ def _without_volatile(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class _Schema:
-    """The CRD-schema hooks of ``sim.validation`` (pruning, defaulting, validation).
+    """The CRD-schema hooks of ``sim.validation`` (pruning, defaulting, validation), and the
+    published schemas of built-in kinds (``sim.builtinschemas``).
 
-    Imported lazily so the store works before (or without) that module; a missing module means
-    custom resources are stored unpruned and unvalidated.
+    ``sim.validation`` is imported lazily so the store works before (or without) that module;
+    a missing module means custom resources are stored unpruned and unvalidated.
     """
 
     def __init__(self) -> None:
@@ -295,6 +309,8 @@ class _Schema:
         self._default: Callable[[KindInfo, Mapping[str, Any]], dict[str, Any]] | None = None
         self._causes: Callable[[KindInfo, Mapping[str, Any]], list[tuple[str, str]]] | None = None
         self._unknown: Callable[[KindInfo, Mapping[str, Any]], list[str]] | None = None
+        # The built-in object normalize() walked last and the required fields it lacks.
+        self._missing: tuple[Mapping[str, Any] | None, list[str]] = (None, [])
 
     def _load(self) -> None:
         if self._loaded:
@@ -317,8 +333,14 @@ class _Schema:
         self._causes = causes
 
     def normalize(self, info: KindInfo, obj: dict[str, Any]) -> dict[str, Any]:
-        """``obj`` pruned of unknown fields and defaulted, as the real server stores it."""
+        """``obj`` pruned of unknown fields and defaulted, as the real server stores it.
+
+        A built-in kind is pruned in place by its published schema (a value of the wrong type
+        is a 400, sim/builtinschemas.py)."""
         if info.schema is None:
+            if builtinschemas.has_schema(info):
+                found = builtinschemas.check(info, obj, prune=True)
+                self._missing = (obj, found.missing)  # causes() of this object needs no walk
             return obj
         self._load()
         if self._prune is not None:
@@ -330,13 +352,20 @@ class _Schema:
     def unknown_fields(self, info: KindInfo, obj: Mapping[str, Any]) -> list[str]:
         """Paths of fields the schema does not declare (what pruning would drop)."""
         if info.schema is None:
-            return []
+            if not builtinschemas.has_schema(info):
+                return []
+            return builtinschemas.check(info, dict(obj), prune=False).unknown
         self._load()
         return list(self._unknown(info, obj)) if self._unknown is not None else []
 
     def causes(self, info: KindInfo, obj: dict[str, Any]) -> list[tuple[str, str]]:
         if info.schema is None:
-            return []
+            if not builtinschemas.has_schema(info):
+                return []
+            checked, missing = self._missing
+            if checked is not obj:
+                missing = builtinschemas.check(info, obj, prune=False).missing
+            return [(path, "Required value") for path in missing]
         self._load()
         return self._causes(info, obj) if self._causes is not None else []
 
@@ -706,11 +735,10 @@ class Store:
         self, info: KindInfo, obj: dict[str, Any], old: dict[str, Any] | None = None
     ) -> None:
         meta = obj["metadata"]
-        causes = (
-            metadata_errors(info, meta)
-            or builtinkinds.causes(info, obj, old)
-            or self.schema.causes(info, obj)
-        )
+        causes = metadata_errors(info, meta) or [
+            *self.schema.causes(info, obj),
+            *builtinkinds.causes(info, obj, old),
+        ]
         if not causes and self.cel_rules and info.schema is not None:
             causes = rule_causes(info, obj, old)
         if causes:

@@ -100,6 +100,36 @@ _BUILTIN_COLUMNS: Mapping[tuple[str, str], tuple[_Column, ...]] = {
         _Column("Available", "integer", ".status.numberAvailable", default=0),
         _AGE,
     ),
+    ("apps", "StatefulSet"): (_Column("Ready", "string", "statefulset-ready"), _AGE),
+    ("", "ReplicationController"): (
+        _Column("Desired", "integer", ".spec.replicas", default=1),
+        _Column("Current", "integer", ".status.replicas", default=0),
+        _Column("Ready", "integer", ".status.readyReplicas", default=0),
+        _AGE,
+    ),
+    ("networking.k8s.io", "Ingress"): (
+        _Column("Class", "string", ".spec.ingressClassName", default=_NONE),
+        _Column("Hosts", "string", "ingress-hosts"),
+        _Column("Address", "string", "ingress-address"),
+        _Column("Ports", "string", "ingress-ports"),
+        _AGE,
+    ),
+    ("certificates.k8s.io", "CertificateSigningRequest"): (
+        _AGE,
+        _Column("SignerName", "string", ".spec.signerName", default=""),
+        _Column("Requestor", "string", ".spec.username", default=""),
+        _Column("RequestedDuration", "string", "csr-duration"),
+        _Column("Condition", "string", "csr-condition"),
+    ),
+    ("storage.k8s.io", "CSIStorageCapacity"): (
+        _Column("StorageClassName", "string", ".storageClassName", default=""),
+        _AGE,
+    ),
+    ("apiregistration.k8s.io", "APIService"): (
+        _Column("Service", "string", "apiservice-service"),
+        _Column("Available", "string", "apiservice-available"),
+        _AGE,
+    ),
     ("coordination.k8s.io", "Lease"): (
         _Column("Holder", "string", ".spec.holderIdentity", default=""),
         _AGE,
@@ -126,6 +156,56 @@ def _deployment_ready(obj: Mapping[str, Any]) -> str:
     return f"{status.get('readyReplicas', 0)}/{wanted}"
 
 
+def _statefulset_ready(obj: Mapping[str, Any]) -> str:
+    status = obj.get("status") or {}
+    return f"{status.get('readyReplicas', 0)}/{status.get('replicas', 0)}"
+
+
+def _ingress_hosts(obj: Mapping[str, Any]) -> str:
+    rules = (obj.get("spec") or {}).get("rules") or []
+    hosts = [str(r.get("host") or "*") for r in rules if isinstance(r, Mapping)]
+    return ",".join(hosts) or "*"
+
+
+def _ingress_address(obj: Mapping[str, Any]) -> str:
+    found = ((obj.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+    return ",".join(str(i.get("ip") or i.get("hostname") or "") for i in found)
+
+
+def _ingress_ports(obj: Mapping[str, Any]) -> str:
+    return "80, 443" if (obj.get("spec") or {}).get("tls") else "80"
+
+
+def _csr_duration(obj: Mapping[str, Any]) -> str:
+    seconds = (obj.get("spec") or {}).get("expirationSeconds")
+    return human_duration(float(seconds)) if isinstance(seconds, int) else _NONE
+
+
+def _csr_condition(obj: Mapping[str, Any]) -> str:
+    status = obj.get("status") or {}
+    found = [str(c.get("type")) for c in status.get("conditions") or [] if isinstance(c, Mapping)]
+    if status.get("certificate"):
+        found.append("Issued")
+    return ",".join(found) or "Pending"
+
+
+def _apiservice_service(obj: Mapping[str, Any]) -> str:
+    service = (obj.get("spec") or {}).get("service")
+    if not isinstance(service, Mapping):
+        return "Local"
+    return f"{service.get('namespace', '')}/{service.get('name', '')}"
+
+
+def _apiservice_available(obj: Mapping[str, Any]) -> str:
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    found = next((c for c in conditions if c.get("type") == "Available"), None)
+    if found is None:
+        return "Unknown"
+    if found.get("status") == "True":
+        return "True"
+    return f"{found.get('status')} ({found.get('reason', '')})"
+
+
 def _node_status(node: Mapping[str, Any]) -> str:
     conditions = (node.get("status") or {}).get("conditions") or []
     ready = next((c for c in conditions if c.get("type") == "Ready"), None)
@@ -147,6 +227,14 @@ _COMPUTED: Mapping[str, Callable[[Mapping[str, Any]], Any]] = {
     "node-roles": _node_roles,
     "data-count": _data_count,
     "deployment-ready": _deployment_ready,
+    "statefulset-ready": _statefulset_ready,
+    "ingress-hosts": _ingress_hosts,
+    "ingress-address": _ingress_address,
+    "ingress-ports": _ingress_ports,
+    "csr-duration": _csr_duration,
+    "csr-condition": _csr_condition,
+    "apiservice-service": _apiservice_service,
+    "apiservice-available": _apiservice_available,
 }
 
 

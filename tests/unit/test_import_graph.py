@@ -184,6 +184,9 @@ def test_product_modules_need_only_the_runtime_dependencies() -> None:
     assert not missing, "product imports outside the runtime dependencies:\n" + "\n".join(missing)
     assert "common-expression-language" not in runtime
     assert any("common-expression-language" in d for d in project["optional-dependencies"]["sim"])
+    # The built-in kinds' schemas (sim/builtinschemas.py reads the package's files).
+    assert "kubernetes-validate" not in runtime
+    assert any("kubernetes-validate" in d for d in project["optional-dependencies"]["sim"])
 
 
 def _canonical(name: str) -> str:

@@ -19,6 +19,7 @@ from gpustack_operator.runtime.predicates import GENERATION_CHANGED
 from gpustack_operator.runtime.resources import CONFIGMAPS, DEPLOYMENTS, SECRETS, SERVICE_ACCOUNTS
 from gpustack_operator.runtime.workqueue import ItemExponentialFailureRateLimiter
 from gpustack_operator.sim.server import SimServer
+from tests.integration.sim.helpers import deployment
 from tests.unit.runtime.polling import eventually
 
 from .support import connected, http_get, idle, options, running, sample, unique
@@ -373,13 +374,7 @@ async def test_generation_changed_ignores_the_controllers_own_status_writes(
                 and idle(manager)
             )
 
-        body = {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": "web", "namespace": "default"},
-            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}}},
-        }
-        await client.create(DEPLOYMENTS, body)
+        await client.create(DEPLOYMENTS, deployment("web", "default", replicas=1))
         async with running(manager):
             await eventually(lambda: calls == [1] and cache_caught_up())
             status = (deployments.indexer.get("default/web") or {}).get("status") or {}

@@ -74,3 +74,24 @@ async def eventually(
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {within}s (last: {result!r})")
         await anyio.sleep(interval)
+
+
+def deployment(name: str, namespace: str | None = None, **spec: Any) -> dict[str, Any]:
+    """A Deployment the API server accepts (selector, labelled template, one container),
+    with *spec* merged over its spec."""
+    metadata: dict[str, Any] = {"name": name}
+    if namespace is not None:
+        metadata["namespace"] = namespace
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata,
+        "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "main", "image": "busybox"}]},
+            },
+            **spec,
+        },
+    }

@@ -16,6 +16,7 @@ from gpustack_operator.domain.bootstrap import BootstrapSettings, device_manager
 from gpustack_operator.sim.authn import NODE_NAME_EXTRA, TokenAuthenticator
 from gpustack_operator.sim.crds import stand_in_crds
 from gpustack_operator.sim.server import SimServer
+from tests.integration.sim.helpers import deployment as valid_deployment
 
 pytestmark = pytest.mark.anyio
 
@@ -295,9 +296,7 @@ async def test_with_authentication_off_policies_see_the_administrator(
         "metadata": {"name": "frozen"},
         "spec": {"policyName": "frozen", "validationActions": ["Deny"]},
     }
-    deployment = {"apiVersion": "apps/v1", "kind": "Deployment",
-                  "metadata": {"name": "d", "namespace": "default"},
-                  "spec": {"replicas": 1}}  # fmt: skip
+    deployment = valid_deployment("d", "default", replicas=1)
     async with SimServer() as server, httpx.AsyncClient(base_url=server.url) as http:
         for obj in (policy, binding, deployment):
             server.store.create(obj)

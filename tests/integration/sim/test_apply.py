@@ -7,7 +7,7 @@ import json
 import pytest
 import yaml
 
-from tests.integration.sim.helpers import call
+from tests.integration.sim.helpers import call, deployment
 
 pytestmark = pytest.mark.anyio
 
@@ -142,12 +142,7 @@ async def test_conflict_with_an_update_manager(kube):
 
 async def test_apply_nested_spec_keys_are_owned_separately(sim, kube):
     path = "/apis/apps/v1/namespaces/default/deployments"
-    dep = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "d"},
-        "spec": {"replicas": 1, "template": {"metadata": {"labels": {"a": "b"}}}},
-    }
+    dep = deployment("d", replicas=1)
     assert (await apply(kube, f"{path}/d", dep, "op")).status_code == 201
     await apply(
         kube,
@@ -162,7 +157,7 @@ async def test_apply_nested_spec_keys_are_owned_separately(sim, kube):
     )
     dep["spec"].pop("replicas")
     after = (await apply(kube, f"{path}/d", dep, "op")).json()
-    assert after["spec"] == {"paused": True, "template": {"metadata": {"labels": {"a": "b"}}}}
+    assert after["spec"] == {**deployment("d")["spec"], "paused": True}
     assert after["metadata"]["generation"] == 3
 
 

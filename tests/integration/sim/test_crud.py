@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import REAL_CRDS_MISSING, shared_crds_dir
-from tests.integration.sim.helpers import call
+from tests.integration.sim.helpers import call, deployment
 
 pytestmark = pytest.mark.anyio
 
@@ -150,13 +150,7 @@ async def test_method_not_allowed(kube):
 
 
 async def test_generation_bumps_only_on_spec_changes(sim, kube):
-    dep = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "d"},
-        "spec": {"replicas": 1},
-        "status": {"replicas": 7},
-    }
+    dep = {**deployment("d", replicas=1), "status": {"replicas": 7}}
     path = "/apis/apps/v1/namespaces/default/deployments"
     created = (await call(kube, "POST", path, dep)).json()
     assert created["metadata"]["generation"] == 1
@@ -416,18 +410,11 @@ async def test_field_validation_strict_warn_and_pruning(sim, kube):
 
 
 async def test_strategic_merge_patch_for_builtins_and_415_for_custom_resources(sim, kube):
-    dep = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "d"},
-        "spec": {
-            "template": {
-                "spec": {
-                    "containers": [{"name": "a", "image": "x:1"}, {"name": "b", "image": "y:1"}]
-                }
-            }
-        },
-    }
+    dep = deployment("d")
+    dep["spec"]["template"]["spec"]["containers"] = [
+        {"name": "a", "image": "x:1"},
+        {"name": "b", "image": "y:1"},
+    ]
     path = "/apis/apps/v1/namespaces/default/deployments"
     await call(kube, "POST", path, dep)
     patch = {"spec": {"template": {"spec": {"containers": [{"name": "b", "image": "y:2"}]}}}}
