@@ -44,7 +44,7 @@ from typing import Any
 import structlog
 
 from gpustack_operator.sim import apply as ssa
-from gpustack_operator.sim import builtinkinds
+from gpustack_operator.sim import builtinkinds, writedefaults
 from gpustack_operator.sim.celrules import rule_causes
 from gpustack_operator.sim.errors import (
     ApiError,
@@ -680,6 +680,14 @@ class Store:
                 },
             )
 
+    def _cluster_ips(self, info: KindInfo) -> set[str]:
+        """Every cluster IP the Services of *info*'s resource hold (for allocating one)."""
+        return {
+            ip
+            for obj in self.resource(info).objects.values()
+            for ip in (obj.get("spec") or {}).get("clusterIPs") or ()
+        }
+
     def _validate(
         self, info: KindInfo, obj: dict[str, Any], old: dict[str, Any] | None = None
     ) -> None:
@@ -760,6 +768,7 @@ class Store:
             self._crd_status(obj)
         obj = self.schema.normalize(info, obj)
         builtinkinds.defaults_on_create(info, obj)
+        writedefaults.on_write(info, obj, None, lambda: self._cluster_ips(info))
         meta = obj["metadata"]
         self._validate(info, obj)
         for admit in self.admission:
@@ -825,6 +834,7 @@ class Store:
                 raise invalid(info, name, [("spec", str(exc))]) from None
             self._crd_status(new)
         new = self.schema.normalize(info, new)
+        writedefaults.on_write(info, new, old, lambda: self._cluster_ips(info))
         meta = new["metadata"]
         self._validate(info, new, old)
         for admit in self.admission:
