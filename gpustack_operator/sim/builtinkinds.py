@@ -73,8 +73,6 @@ def defaults_on_create(info: KindInfo, obj: dict[str, Any]) -> None:
 
 
 def _pod_spec_causes(spec: Any, path: str) -> Iterator[tuple[str, str]]:
-    if isinstance(spec, Mapping) and not spec.get("containers"):
-        yield f"{path}.containers", "Required value"
     for field in ("initContainers", "containers"):
         items = spec.get(field) if isinstance(spec, Mapping) else None
         for index, container in enumerate(items or []):
