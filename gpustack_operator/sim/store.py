@@ -44,7 +44,7 @@ from typing import Any
 import structlog
 
 from gpustack_operator.sim import apply as ssa
-from gpustack_operator.sim import builtinkinds, writedefaults
+from gpustack_operator.sim import builtinkinds
 from gpustack_operator.sim.celrules import rule_causes
 from gpustack_operator.sim.errors import (
     ApiError,
@@ -60,6 +60,7 @@ from gpustack_operator.sim.kinds import BUILTIN_KINDS, KindInfo, KindRegistry, k
 from gpustack_operator.sim.names import metadata_errors
 from gpustack_operator.sim.patches import clone, clone_obj
 from gpustack_operator.sim.selectors import Matcher
+from gpustack_operator.sim.writedefaults import defaults_on_write
 
 log = structlog.get_logger(__name__)
 
@@ -768,7 +769,7 @@ class Store:
             self._crd_status(obj)
         obj = self.schema.normalize(info, obj)
         builtinkinds.defaults_on_create(info, obj)
-        writedefaults.on_write(info, obj, None, lambda: self._cluster_ips(info))
+        defaults_on_write(info, obj, None, lambda: self._cluster_ips(info))
         meta = obj["metadata"]
         self._validate(info, obj)
         for admit in self.admission:
@@ -834,7 +835,7 @@ class Store:
                 raise invalid(info, name, [("spec", str(exc))]) from None
             self._crd_status(new)
         new = self.schema.normalize(info, new)
-        writedefaults.on_write(info, new, old, lambda: self._cluster_ips(info))
+        defaults_on_write(info, new, old, lambda: self._cluster_ips(info))
         meta = new["metadata"]
         self._validate(info, new, old)
         for admit in self.admission:

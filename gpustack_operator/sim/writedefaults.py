@@ -3,7 +3,7 @@
 A Service gets its type, session affinity, traffic policies, port protocols and target
 ports, and a cluster IP from the service range (kept across updates that leave it out); a
 Secret gets the type ``Opaque`` and has its write-only ``stringData`` merged into ``data``.
-Clients read these back at once (docs/simulator.md, "Built-in kinds").
+Clients read these back at once (docs/simulator.md, "Service and Secret defaults").
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 from gpustack_operator.sim.errors import ApiError, invalid
 from gpustack_operator.sim.kinds import KindInfo
 
-__all__ = ["SERVICE_RANGE", "on_write"]
+__all__ = ["SERVICE_RANGE", "defaults_on_write"]
 
 SERVICE_RANGE = ipaddress.IPv4Network("10.96.0.0/12")
 """kubeadm's default ``--service-cidr``; the API server's own Service holds its first IP."""
@@ -24,7 +24,7 @@ _NO_CLUSTER_IP = ("ExternalName",)
 _HEADLESS = "None"
 
 
-def on_write(
+def defaults_on_write(
     info: KindInfo,
     obj: dict[str, Any],
     old: Mapping[str, Any] | None,
