@@ -374,7 +374,10 @@ def serving_summary(url: str, kubeconfig: Path, crds: list[dict[str, Any]]) -> s
         lines.append(
             f"  stand-in CRDs (open schemas; --crds DIR loads real ones): {', '.join(stand_ins)}"
         )
-    lines.append("  running: the NFD-master and Kueue admission stand-ins (Jobs wait for a queue)")
+    lines.append(
+        "  running: the NFD-master, Kueue admission (Jobs wait for a queue) and ServiceAccount "
+        "(`default` in every namespace) stand-ins"
+    )
     return "\n".join(
         [
             *lines,
@@ -413,10 +416,12 @@ async def serve_empty(
 async def _serve_started(
     sim: SimServer, crds: list[dict[str, Any]], kubeconfig: Path, stop: asyncio.Event
 ) -> int:
-    """Load the CRDs, run the NFD and Kueue stand-ins, write the kubeconfig, and wait for *stop*."""
+    """Load the CRDs, run the NFD, Kueue and ServiceAccount stand-ins, write the kubeconfig,
+    and wait for *stop*."""
     from gpustack_operator.sim.errors import ApiError
     from gpustack_operator.sim.kueue import KueueStandIn
     from gpustack_operator.sim.nfdmaster import NfdMaster
+    from gpustack_operator.sim.serviceaccounts import ServiceAccountStandIn
 
     try:
         sim.load_crds(crds)
@@ -428,7 +433,11 @@ async def _serve_started(
     except OSError as exc:
         sys.stderr.write(f"gpustack-operator sim: cannot write the kubeconfig: {exc}\n")
         return 1
-    async with NfdMaster(sim, namespace=SYSTEM_NAMESPACE), KueueStandIn(sim):
+    async with (
+        NfdMaster(sim, namespace=SYSTEM_NAMESPACE),
+        KueueStandIn(sim),
+        ServiceAccountStandIn(sim),
+    ):
         sys.stdout.write(BANNER + serving_summary(sim.url, path, crds))
         sys.stdout.flush()
         log.info("sim serving", url=sim.url, kubeconfig=str(path), crds=len(crds))

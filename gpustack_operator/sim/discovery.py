@@ -64,6 +64,12 @@ _VERSION_RE = re.compile(r"^v(\d+)(?:(alpha|beta)(\d+))?$")
 
 
 _SCALE_KIND = {"group": "autoscaling", "version": "v1", "kind": "Scale"}
+_CREATE_ONLY: dict[tuple[str, str], tuple[tuple[str, dict[str, str]], ...]] = {
+    ("", "serviceaccounts"): (
+        ("token", {"group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest"}),
+    ),
+}
+"""Subresources that are only posted to, by resource (sim/reviews.py serves them)."""
 
 
 def version_info() -> dict[str, Any]:
@@ -186,6 +192,16 @@ def api_resource_list(registry: KindRegistry, group: str, version: str) -> dict[
                     "verbs": SUBRESOURCE_VERBS,
                 }
             )
+        for sub, kind in _CREATE_ONLY.get((info.group, info.plural), ()):
+            resources.append(
+                {
+                    "name": f"{info.plural}/{sub}",
+                    "singularName": "",
+                    "namespaced": info.namespaced,
+                    **kind,
+                    "verbs": ["create"],
+                }
+            )
     return {
         "kind": "APIResourceList",
         "apiVersion": "v1",
@@ -259,6 +275,10 @@ def aggregated_discovery(registry: KindRegistry, *, core: bool, version: str) ->
                             "responseKind": _SCALE_KIND,
                             "verbs": SUBRESOURCE_VERBS,
                         }
+                    )
+                for sub, kind in _CREATE_ONLY.get((info.group, info.plural), ()):
+                    subresources.append(
+                        {"subresource": sub, "responseKind": kind, "verbs": ["create"]}
                     )
                 if subresources:
                     resource["subresources"] = subresources

@@ -30,6 +30,10 @@ _REASONS = {
 }
 
 
+_DETAILS_ORDER = ("name", "group", "kind", "uid", "causes", "retryAfterSeconds")
+"""The fields of ``StatusDetails`` in the order of the Go type (apimachinery meta/v1)."""
+
+
 def reason_for(code: int) -> str:
     """The ``Status.reason`` kube-apiserver uses for an HTTP code."""
     return _REASONS.get(code, "Unknown" if code >= 400 else "")
@@ -41,7 +45,8 @@ def status_body(
     reason: str | None = None,
     details: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A ``meta/v1 Status`` failure body."""
+    """A ``meta/v1 Status`` failure body, its fields in the order kube-apiserver writes them
+    (clients that compare error text byte for byte see the same)."""
     body: dict[str, Any] = {
         "kind": "Status",
         "apiVersion": "v1",
@@ -49,10 +54,11 @@ def status_body(
         "status": "Failure",
         "message": message,
         "reason": reason if reason is not None else reason_for(code),
-        "code": code,
     }
     if details:
-        body["details"] = details
+        order = {key: index for index, key in enumerate(_DETAILS_ORDER)}
+        body["details"] = dict(sorted(details.items(), key=lambda kv: order.get(kv[0], 99)))
+    body["code"] = code
     return body
 
 

@@ -119,7 +119,8 @@ def _json_response(payload: Any, status: int = 200) -> web.Response:
 
 
 def _error_response(err: ApiError) -> web.Response:
-    resp = _json_response(err.status, err.code)
+    # kube-apiserver's encoder ends the Status with a newline; clients quote it verbatim.
+    resp = web.Response(body=_dump(err.status) + b"\n", status=err.code, content_type=_JSON)
     for key, value in err.headers.items():
         resp.headers[key] = value
     return resp

@@ -60,6 +60,7 @@ from gpustack_operator.sim.kinds import BUILTIN_KINDS, KindInfo, KindRegistry, k
 from gpustack_operator.sim.names import metadata_errors
 from gpustack_operator.sim.patches import clone, clone_obj
 from gpustack_operator.sim.selectors import Matcher
+from gpustack_operator.sim.writedefaults import defaults_on_write
 
 log = structlog.get_logger(__name__)
 
@@ -731,6 +732,14 @@ class Store:
                 },
             )
 
+    def _cluster_ips(self, info: KindInfo) -> set[str]:
+        """Every cluster IP the Services of *info*'s resource hold (for allocating one)."""
+        return {
+            ip
+            for obj in self.resource(info).objects.values()
+            for ip in (obj.get("spec") or {}).get("clusterIPs") or ()
+        }
+
     def _validate(
         self, info: KindInfo, obj: dict[str, Any], old: dict[str, Any] | None = None
     ) -> None:
@@ -810,6 +819,7 @@ class Store:
             self._crd_status(obj)
         obj = self.schema.normalize(info, obj)
         builtinkinds.defaults_on_create(info, obj)
+        defaults_on_write(info, obj, None, lambda: self._cluster_ips(info))
         meta = obj["metadata"]
         self._validate(info, obj)
         for admit in self.admission:
@@ -875,6 +885,7 @@ class Store:
                 raise invalid(info, name, [("spec", str(exc))]) from None
             self._crd_status(new, old)
         new = self.schema.normalize(info, new)
+        defaults_on_write(info, new, old, lambda: self._cluster_ips(info))
         meta = new["metadata"]
         self._validate(info, new, old)
         for admit in self.admission:

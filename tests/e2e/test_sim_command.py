@@ -127,6 +127,15 @@ async def test_sim_serve_alone_says_what_it_serves_and_takes_the_example(
         assert "desired state of a ClusterQueue" in await kubectl.out(
             "explain", "clusterqueue.spec"
         )
+        # The ServiceAccount stand-in: a new namespace gets its `default` ServiceAccount.
+        assert "ServiceAccount" in banner
+        await kubectl("create", "namespace", "team")
+        with anyio.fail_after(30):
+            while True:  # the stand-in creates it right after the namespace
+                got = await kubectl("get", "serviceaccount", "default", "-n", "team", check=False)
+                if got.returncode == 0:
+                    break
+                await anyio.sleep(0.1)
         process.send_signal(signal.SIGTERM)
         with anyio.fail_after(30):
             assert await process.wait() == 0

@@ -42,6 +42,32 @@ def test_core_resource_list_has_subresources_and_short_names(registry: KindRegis
     assert api_resource_list(registry, "", "v2") is None
 
 
+def test_the_token_subresource_is_listed_as_create_only(registry: KindRegistry) -> None:
+    """``serviceaccounts/token`` as kube-apiserver lists it (TokenRequest, create only)."""
+    doc = api_resource_list(registry, "", "v1")
+    assert doc is not None
+    token = next(r for r in doc["resources"] if r["name"] == "serviceaccounts/token")
+    assert token["verbs"] == ["create"]
+    assert (token["group"], token["version"], token["kind"]) == (
+        "authentication.k8s.io",
+        "v1",
+        "TokenRequest",
+    )
+    core = aggregated_discovery(registry, core=True, version="v2")["items"][0]["versions"][0]
+    accounts = next(r for r in core["resources"] if r["resource"] == "serviceaccounts")
+    assert accounts["subresources"] == [
+        {
+            "subresource": "token",
+            "responseKind": {
+                "group": "authentication.k8s.io",
+                "version": "v1",
+                "kind": "TokenRequest",
+            },
+            "verbs": ["create"],
+        }
+    ]
+
+
 def test_groups_prefer_the_highest_kubernetes_version(registry: KindRegistry) -> None:
     assert preferred_version(registry, "kueue.x-k8s.io") == "v1beta2"
     group = api_group(registry, "kueue.x-k8s.io")
