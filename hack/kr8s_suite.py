@@ -1,4 +1,4 @@
-"""Run kr8s's own test suite, at the version uv.lock pins, against ``gpustack-operator sim --serve``.
+"""Run kr8s's own test suite, at the version uv.lock pins, against ``sim --serve``.
 
 A measure of the simulator's fidelity with a client nobody here wrote (docs/simulator.md,
 "Measured with outside clients"). The script
@@ -39,25 +39,31 @@ HERE = Path(__file__).resolve().parent / "kr8s_suite"
 LEFT_OUT = ("pytest-kind", "pytest-cov", "sphinx", "myst", "furo", "taskipy")
 
 
-def locked_sdist() -> tuple[str, str, str]:
-    """(version, url, sha256) of the kr8s source distribution uv.lock pins."""
+def locked_sdist() -> dict[str, str]:
+    """version, url, sha256 and upload-time of the kr8s source distribution uv.lock pins."""
     lock = tomllib.loads((ROOT / "uv.lock").read_text())
     for package in lock["package"]:
         if package["name"] == "kr8s":
             sdist = package["sdist"]
-            return package["version"], sdist["url"], sdist["hash"].removeprefix("sha256:")
+            return {
+                "version": package["version"],
+                "url": sdist["url"],
+                "sha256": sdist["hash"].removeprefix("sha256:"),
+                "uploaded": sdist["upload-time"],
+            }
     raise SystemExit("uv.lock pins no kr8s: add it to the dev group and run `uv lock`")
 
 
 def unpack(work: Path) -> Path:
     """kr8s's source tree at the locked version under *work* (downloaded once)."""
-    version, url, sha256 = locked_sdist()
+    sdist = locked_sdist()
+    version, url, sha256 = sdist["version"], sdist["url"], sdist["sha256"]
     tree = work / f"kr8s-{version}"
     if tree.exists():
         return tree
     archive = work / url.rsplit("/", 1)[1]
     if not archive.exists():
-        with urllib.request.urlopen(url) as response:  # noqa: S310 (a pinned https URL)
+        with urllib.request.urlopen(url) as response:  # a pinned https URL
             archive.write_bytes(response.read())
     digest = hashlib.sha256(archive.read_bytes()).hexdigest()
     if digest != sha256:
@@ -85,13 +91,29 @@ def test_requirements(tree: Path) -> list[str]:
 
 
 def environment(work: Path, tree: Path) -> Path:
-    """A virtual environment with kr8s and its test tools (made once); its Python."""
+    """A virtual environment with kr8s and its test tools (made once); its Python.
+
+    The tools are resolved as of kr8s's release day (``--exclude-newer``), the versions its
+    own CI ran with: later releases of the clients it compares itself with (the official
+    ``kubernetes`` client among them) changed modules its tests import.
+    """
     venv = work / "venv"
     python = venv / "bin" / "python"
     if not python.exists():
         subprocess.run([uv(), "venv", "-q", "-p", sys.executable, str(venv)], check=True)
         subprocess.run(
-            [uv(), "pip", "install", "-q", "-p", str(python), str(tree), *test_requirements(tree)],
+            [
+                uv(),
+                "pip",
+                "install",
+                "-q",
+                "-p",
+                str(python),
+                "--exclude-newer",
+                locked_sdist()["uploaded"],
+                str(tree),
+                *test_requirements(tree),
+            ],
             check=True,
         )
     return python
@@ -176,9 +198,14 @@ def report(results: dict[str, tuple[str, str]], known: dict[str, str]) -> int:
     counts: dict[str, int] = {}
     for outcome, _ in results.values():
         counts[outcome] = counts.get(outcome, 0) + 1
-    print(f"\nkr8s {locked_sdist()[0]} against the simulator: {len(results)} tests, " + ", ".join(
-        f"{counts[name]} {name}" for name in ("passed", "failed", "error", "skipped") if name in counts
-    ))
+    print(
+        f"\nkr8s {locked_sdist()['version']} against the simulator: {len(results)} tests, "
+        + ", ".join(
+            f"{counts[name]} {name}"
+            for name in ("passed", "failed", "error", "skipped")
+            if name in counts
+        )
+    )
     unexplained = 0
     for test, (outcome, message) in sorted(results.items()):
         if outcome in ("failed", "error"):

@@ -246,6 +246,7 @@ def build_cluster(args: argparse.Namespace, crds: list[dict[str, Any]]) -> SimCl
 
     Raises ``PlanInputError`` or ``ValueError`` naming what is wrong with the input.
     """
+    from gpustack_operator.sim.authn import TokenAuthenticator
     from gpustack_operator.simcluster.cluster import SimCluster
 
     nodes, found, slices = read_cluster_file(args.cluster)
@@ -273,6 +274,7 @@ def build_cluster(args: argparse.Namespace, crds: list[dict[str, Any]]) -> SimCl
         host=args.bind_address,
         port=args.port,
         tls=not args.plain_http,
+        authenticator=None if args.plain_http else TokenAuthenticator(),
     )
 
 
@@ -399,9 +401,18 @@ async def serve_empty(
 ) -> int:
     """``--serve`` alone: an empty cluster (CRDs, NFD and Kueue stand-ins) until
     SIGINT/SIGTERM, over HTTPS with its own CA unless *tls* is off; exit code."""
+    from gpustack_operator.sim.authn import TokenAuthenticator
     from gpustack_operator.sim.server import SimServer
 
-    sim = SimServer(namespaces=DEFAULT_NAMESPACES, host=host, port=port, tls=tls)
+    # Over TLS the kubeconfig carries the administrator's certificate, so authentication and
+    # RBAC can be on as in a real cluster (docs/simulator.md, "TLS and client certificates").
+    sim = SimServer(
+        namespaces=DEFAULT_NAMESPACES,
+        host=host,
+        port=port,
+        tls=tls,
+        authenticator=TokenAuthenticator() if tls else None,
+    )
     with _stop_on_signals() as stop:
         try:
             try:

@@ -65,15 +65,50 @@ def _start_simulator(kubeconfig: Path) -> subprocess.Popen[str]:
 # The static Pods and the Pods of kube-system's controllers on a fresh kind node, all Running.
 KIND_PODS = [
     # (namespace, name, container, labels)
-    ("kube-system", "etcd-pytest-kind-control-plane", "etcd", {"component": "etcd", "tier": "control-plane"}),
-    ("kube-system", "kube-apiserver-pytest-kind-control-plane", "kube-apiserver", {"component": "kube-apiserver", "tier": "control-plane"}),
-    ("kube-system", "kube-controller-manager-pytest-kind-control-plane", "kube-controller-manager", {"component": "kube-controller-manager", "tier": "control-plane"}),
-    ("kube-system", "kube-scheduler-pytest-kind-control-plane", "kube-scheduler", {"component": "kube-scheduler", "tier": "control-plane"}),
-    ("kube-system", "coredns-66bc5c9577-8xk2p", "coredns", {"k8s-app": "kube-dns", "pod-template-hash": "66bc5c9577"}),
-    ("kube-system", "coredns-66bc5c9577-tq4wd", "coredns", {"k8s-app": "kube-dns", "pod-template-hash": "66bc5c9577"}),
+    (
+        "kube-system",
+        "etcd-pytest-kind-control-plane",
+        "etcd",
+        {"component": "etcd", "tier": "control-plane"},
+    ),
+    (
+        "kube-system",
+        "kube-apiserver-pytest-kind-control-plane",
+        "kube-apiserver",
+        {"component": "kube-apiserver", "tier": "control-plane"},
+    ),
+    (
+        "kube-system",
+        "kube-controller-manager-pytest-kind-control-plane",
+        "kube-controller-manager",
+        {"component": "kube-controller-manager", "tier": "control-plane"},
+    ),
+    (
+        "kube-system",
+        "kube-scheduler-pytest-kind-control-plane",
+        "kube-scheduler",
+        {"component": "kube-scheduler", "tier": "control-plane"},
+    ),
+    (
+        "kube-system",
+        "coredns-66bc5c9577-8xk2p",
+        "coredns",
+        {"k8s-app": "kube-dns", "pod-template-hash": "66bc5c9577"},
+    ),
+    (
+        "kube-system",
+        "coredns-66bc5c9577-tq4wd",
+        "coredns",
+        {"k8s-app": "kube-dns", "pod-template-hash": "66bc5c9577"},
+    ),
     ("kube-system", "kube-proxy-7m2lx", "kube-proxy", {"k8s-app": "kube-proxy"}),
     ("kube-system", "kindnet-5bn8h", "kindnet-cni", {"app": "kindnet", "k8s-app": "kindnet"}),
-    ("local-path-storage", "local-path-provisioner-7b8c8ddbd6-jx9fz", "local-path-provisioner", {"app": "local-path-provisioner"}),
+    (
+        "local-path-storage",
+        "local-path-provisioner-7b8c8ddbd6-jx9fz",
+        "local-path-provisioner",
+        {"app": "local-path-provisioner"},
+    ),
 ]
 NODE = "pytest-kind-control-plane"
 STARTED = "2026-01-01T00:00:00Z"
@@ -99,7 +134,8 @@ def _running_pod(
         "podIP": "10.244.0.2",
         "startTime": STARTED,
         "conditions": [
-            {**ready, "type": kind} for kind in ("Initialized", "Ready", "ContainersReady", "PodScheduled")
+            {**ready, "type": kind}
+            for kind in ("Initialized", "Ready", "ContainersReady", "PodScheduled")
         ],
         "containerStatuses": [
             {
@@ -120,8 +156,14 @@ def _write_status(cluster: SimulatedCluster, obj: dict, status: dict) -> None:
     meta = obj["metadata"]
     args = ["-n", meta["namespace"]] if "namespace" in meta else []
     cluster.kubectl(
-        "patch", obj["kind"].lower(), meta["name"], *args, "--subresource=status",
-        "--type=merge", "-p", json.dumps({"status": status}),
+        "patch",
+        obj["kind"].lower(),
+        meta["name"],
+        *args,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": status}),
     )
 
 
