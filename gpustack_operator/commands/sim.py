@@ -377,8 +377,9 @@ def serving_summary(url: str, kubeconfig: Path, crds: list[dict[str, Any]]) -> s
             f"  stand-in CRDs (open schemas; --crds DIR loads real ones): {', '.join(stand_ins)}"
         )
     lines.append(
-        "  running: the NFD-master, Kueue admission (Jobs wait for a queue) and ServiceAccount "
-        "(`default` in every namespace) stand-ins"
+        "  running: the NFD-master, Kueue admission (Jobs wait for a queue), ServiceAccount "
+        "(`default` in every namespace) and Pod lifecycle (Pods are bound and start, no "
+        "containers run) stand-ins"
     )
     return "\n".join(
         [
@@ -427,11 +428,12 @@ async def serve_empty(
 async def _serve_started(
     sim: SimServer, crds: list[dict[str, Any]], kubeconfig: Path, stop: asyncio.Event
 ) -> int:
-    """Load the CRDs, run the NFD, Kueue and ServiceAccount stand-ins, write the kubeconfig,
-    and wait for *stop*."""
+    """Load the CRDs, run the NFD, Kueue, ServiceAccount and Pod lifecycle stand-ins, write
+    the kubeconfig, and wait for *stop*."""
     from gpustack_operator.sim.errors import ApiError
     from gpustack_operator.sim.kueue import KueueStandIn
     from gpustack_operator.sim.nfdmaster import NfdMaster
+    from gpustack_operator.sim.podlifecycle import PodLifecycleStandIn
     from gpustack_operator.sim.serviceaccounts import ServiceAccountStandIn
 
     try:
@@ -448,6 +450,7 @@ async def _serve_started(
         NfdMaster(sim, namespace=SYSTEM_NAMESPACE),
         KueueStandIn(sim),
         ServiceAccountStandIn(sim),
+        PodLifecycleStandIn(sim),
     ):
         sys.stdout.write(BANNER + serving_summary(sim.url, path, crds))
         sys.stdout.flush()
