@@ -21,7 +21,6 @@ Probes are not run (a Pod is Ready at once), and nothing moves a Pod to ``Succee
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
@@ -29,9 +28,8 @@ from typing import TYPE_CHECKING, Any, Final
 import structlog
 
 from gpustack_operator.domain.nodeview import labels_of, name_of
-from gpustack_operator.sim.errors import ApiError
 from gpustack_operator.sim.scheduler import tolerates
-from gpustack_operator.sim.standin import StoreLoop
+from gpustack_operator.sim.standin import KeyedStandIn
 from gpustack_operator.sim.store import now_rfc3339
 
 if TYPE_CHECKING:
@@ -52,62 +50,32 @@ _STARTED_CONDITIONS: Final = (
 PodKey = tuple[str, str]
 
 
-class PodLifecycleStandIn(StoreLoop):
+class PodLifecycleStandIn(KeyedStandIn[PodKey]):
     """Binds unscheduled Pods and starts bound ones. See the module docstring."""
 
     name = "sim-pod-lifecycle"
+    noun = "pod"
 
     def __init__(self, sim: SimServer) -> None:
         super().__init__(sim)
-        self._pending: set[PodKey] = set()
         self._unschedulable: set[PodKey] = set()
         self._addresses = 0
 
-    async def start(self) -> None:
-        """Subscribe, note every Pending Pod there is, and start the loop; idempotent."""
-        if self._task is not None:
-            return
-        self._subscribe()
-        for pod in self.sim.store.list("v1", "Pod"):
-            self.on_event("ADDED", pod)
-        self._launch()
-
-    def idle(self) -> bool:
-        """True when no Pod waits to be bound or started (tests poll this)."""
-        return not self._pending
+    def initial_keys(self) -> list[PodKey]:
+        return [_key(pod) for pod in self.sim.store.list("v1", "Pod") if _waits(pod)]
 
     def on_event(self, event_type: str, obj: dict[str, Any]) -> None:
         if obj.get("apiVersion") != "v1":
             return
         if obj.get("kind") == "Node" and event_type != "DELETED":
-            if self._unschedulable:
-                self._pending |= self._unschedulable
-                self._unschedulable.clear()
-                self._wake.set()
-            return
-        if obj.get("kind") != "Pod":
-            return
-        meta = obj.get("metadata") or {}
-        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
-        if event_type == "DELETED":
-            self._unschedulable.discard(key)
-        elif _waits(obj):
-            self._pending.add(key)
-            self._wake.set()
-
-    async def _run(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            while self._pending:
-                key = self._pending.pop()
-                try:
-                    self.reconcile(key)
-                except ApiError as exc:  # changed or deleted meanwhile: its next event retries
-                    log.debug("pod lifecycle stand-in: write refused", pod=key, error=str(exc))
-                except Exception:  # a bug must not stop the stand-in for every other Pod
-                    log.exception("pod lifecycle stand-in failed", pod=key)
-                await asyncio.sleep(0)  # let the server answer requests between pods
+            for key in self._unschedulable:  # a Node came or changed: try them again
+                self.mark(key)
+            self._unschedulable.clear()
+        elif obj.get("kind") == "Pod":
+            if event_type == "DELETED":
+                self._unschedulable.discard(_key(obj))
+            elif _waits(obj):
+                self.mark(_key(obj))
 
     def reconcile(self, key: PodKey) -> None:
         """Bind the Pod at *key* if it is unscheduled, then start it if its Node exists."""
@@ -184,6 +152,11 @@ class PodLifecycleStandIn(StoreLoop):
         self._addresses += 1
         offset = 2 + self._addresses % max(network.num_addresses - 3, 1)
         return str(network.network_address + offset)
+
+
+def _key(pod: Mapping[str, Any]) -> PodKey:
+    meta = pod.get("metadata") or {}
+    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
 
 
 def _waits(pod: Mapping[str, Any]) -> bool:
