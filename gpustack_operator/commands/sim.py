@@ -246,6 +246,7 @@ def build_cluster(args: argparse.Namespace, crds: list[dict[str, Any]]) -> SimCl
 
     Raises ``PlanInputError`` or ``ValueError`` naming what is wrong with the input.
     """
+    from gpustack_operator.sim.authn import TokenAuthenticator
     from gpustack_operator.simcluster.cluster import SimCluster
 
     nodes, found, slices = read_cluster_file(args.cluster)
@@ -273,6 +274,7 @@ def build_cluster(args: argparse.Namespace, crds: list[dict[str, Any]]) -> SimCl
         host=args.bind_address,
         port=args.port,
         tls=not args.plain_http,
+        authenticator=None if args.plain_http else TokenAuthenticator(),
     )
 
 
@@ -375,8 +377,9 @@ def serving_summary(url: str, kubeconfig: Path, crds: list[dict[str, Any]]) -> s
             f"  stand-in CRDs (open schemas; --crds DIR loads real ones): {', '.join(stand_ins)}"
         )
     lines.append(
-        "  running: the NFD-master, Kueue admission (Jobs wait for a queue) and ServiceAccount "
-        "(`default` in every namespace) stand-ins"
+        "  running: the NFD-master, Kueue admission (Jobs wait for a queue), ServiceAccount "
+        "(`default` in every namespace) and Pod lifecycle (Pods are bound and start, no "
+        "containers run) stand-ins"
     )
     return "\n".join(
         [
@@ -399,9 +402,18 @@ async def serve_empty(
 ) -> int:
     """``--serve`` alone: an empty cluster (CRDs, NFD and Kueue stand-ins) until
     SIGINT/SIGTERM, over HTTPS with its own CA unless *tls* is off; exit code."""
+    from gpustack_operator.sim.authn import TokenAuthenticator
     from gpustack_operator.sim.server import SimServer
 
-    sim = SimServer(namespaces=DEFAULT_NAMESPACES, host=host, port=port, tls=tls)
+    # Over TLS the kubeconfig carries the administrator's certificate, so authentication and
+    # RBAC can be on as in a real cluster (docs/simulator.md, "TLS and client certificates").
+    sim = SimServer(
+        namespaces=DEFAULT_NAMESPACES,
+        host=host,
+        port=port,
+        tls=tls,
+        authenticator=TokenAuthenticator() if tls else None,
+    )
     with _stop_on_signals() as stop:
         try:
             try:
@@ -416,11 +428,12 @@ async def serve_empty(
 async def _serve_started(
     sim: SimServer, crds: list[dict[str, Any]], kubeconfig: Path, stop: asyncio.Event
 ) -> int:
-    """Load the CRDs, run the NFD, Kueue and ServiceAccount stand-ins, write the kubeconfig,
-    and wait for *stop*."""
+    """Load the CRDs, run the NFD, Kueue, ServiceAccount and Pod lifecycle stand-ins, write
+    the kubeconfig, and wait for *stop*."""
     from gpustack_operator.sim.errors import ApiError
     from gpustack_operator.sim.kueue import KueueStandIn
     from gpustack_operator.sim.nfdmaster import NfdMaster
+    from gpustack_operator.sim.podlifecycle import PodLifecycleStandIn
     from gpustack_operator.sim.serviceaccounts import ServiceAccountStandIn
 
     try:
@@ -437,6 +450,7 @@ async def _serve_started(
         NfdMaster(sim, namespace=SYSTEM_NAMESPACE),
         KueueStandIn(sim),
         ServiceAccountStandIn(sim),
+        PodLifecycleStandIn(sim),
     ):
         sys.stdout.write(BANNER + serving_summary(sim.url, path, crds))
         sys.stdout.flush()

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from gpustack_operator.sim.kinds import KindInfo
+from gpustack_operator.sim.poddefaults import default_new_pod
 
 __all__ = ["causes", "defaults_on_create", "qos_class"]
 
@@ -64,10 +65,12 @@ def qos_class(pod_spec: Mapping[str, Any]) -> str:
 
 
 def defaults_on_create(info: KindInfo, obj: dict[str, Any]) -> None:
-    """Fill in the status a new Pod or Service has on a real server (in place)."""
+    """Fill in the status a new Pod or Service has on a real server, and a Pod's defaults
+    (sim/poddefaults.py), in place."""
     if info.group:
         return
     if info.kind == "Pod":
+        default_new_pod(obj)
         status = obj.setdefault("status", {})
         status.setdefault("phase", "Pending")
         status.setdefault("qosClass", qos_class(obj.get("spec") or {}))

@@ -2,8 +2,8 @@
 
 ``kubectl auth can-i`` posts a SelfSubjectAccessReview, ``kubectl auth whoami`` a
 SelfSubjectReview and ``kubectl create token`` a TokenRequest; controllers and webhooks post
-SubjectAccessReviews. The answers come from the simulator's own authenticator and RBAC
-(docs/simulator.md, "Server parts").
+SubjectAccessReviews and TokenReviews. The answers come from the simulator's own
+authenticator and RBAC (docs/simulator.md, "Server parts").
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ _AUTHZ = "/apis/authorization.k8s.io/v1"
 _AUTHN = "/apis/authentication.k8s.io/v1"
 DEFAULT_TOKEN_SECONDS = 3600
 MIN_TOKEN_SECONDS = 600  # the API server refuses shorter tokens
+API_AUDIENCE = "https://kubernetes.default.svc.cluster.local"  # kind's --api-audiences
 
 
 def _now() -> datetime:
@@ -140,6 +141,30 @@ def add_review_routes(app: web.Application, sim: SimServer) -> None:
         }
         return web.json_response(answer, status=201)
 
+    async def token_review(request: web.Request) -> web.Response:
+        body = await _object(request, "TokenReview")
+        spec = dict(body.get("spec") or {})
+        if not spec.get("token"):
+            raise ApiError(422, 'TokenReview.authentication.k8s.io "" is invalid', "Invalid")
+        user = None
+        if sim.authenticator is not None:
+            user = sim.authenticator.authenticate(str(spec["token"]))
+        status: dict[str, Any] = {"user": {}}
+        if user is None:
+            status["error"] = "[invalid bearer token, token lookup failed]"
+        else:
+            status["authenticated"] = True
+            status["user"] = _user_json(user)
+            status["audiences"] = list(spec.get("audiences") or [API_AUDIENCE])
+        answer = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenReview",
+            "metadata": {"creationTimestamp": None},
+            "spec": spec,
+            "status": status,
+        }
+        return web.json_response(answer, status=201)
+
     async def token(request: web.Request) -> web.Response:
         namespace, name = request.match_info["namespace"], request.match_info["name"]
         info = sim.registry.lookup("", "v1", "serviceaccounts")
@@ -156,7 +181,7 @@ def add_review_routes(app: web.Application, sim: SimServer) -> None:
                 "Invalid",
             )
         spec["expirationSeconds"] = seconds
-        spec.setdefault("audiences", ["https://kubernetes.default.svc.cluster.local"])
+        spec.setdefault("audiences", [API_AUDIENCE])
         issued = secrets.token_urlsafe(32)
         if sim.authenticator is not None:
             user = service_account_user(namespace, name, uid=account["metadata"].get("uid", ""))
@@ -183,4 +208,5 @@ def add_review_routes(app: web.Application, sim: SimServer) -> None:
         f"{_AUTHZ}/namespaces/{{namespace}}/localsubjectaccessreviews", subject_access
     )
     app.router.add_post(f"{_AUTHN}/selfsubjectreviews", self_subject)
+    app.router.add_post(f"{_AUTHN}/tokenreviews", token_review)
     app.router.add_post("/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token", token)

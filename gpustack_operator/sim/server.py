@@ -39,6 +39,7 @@ from gpustack_operator.sim import apply as ssa
 from gpustack_operator.sim import crdcleanup, discovery, eviction, podtermination, protobuf, scale
 from gpustack_operator.sim.admissionpolicy import PolicyAdmission
 from gpustack_operator.sim.authn import ADMIN, ANONYMOUS, TokenAuthenticator, UserInfo
+from gpustack_operator.sim.bootstrappolicy import bootstrap_objects
 from gpustack_operator.sim.certificates import set_requestor
 from gpustack_operator.sim.counters import RequestCounters
 from gpustack_operator.sim.errors import (
@@ -236,6 +237,9 @@ class SimServer:
             self.store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
         if "default" in namespaces:
             self.store.create(KUBERNETES_SERVICE)
+        if authenticator is not None:
+            for obj in bootstrap_objects():  # sim/bootstrappolicy.py
+                self.store.create(obj)
         for path in crd_paths:
             self.load_crds(_load_documents(Path(path)))
         self.app = self._build_app()

@@ -7,68 +7,46 @@ clients' tests assume it is there (docs/simulator.md, "ServiceAccount stand-in")
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from gpustack_operator.sim.errors import ApiError
-from gpustack_operator.sim.standin import StoreLoop
+from gpustack_operator.sim.standin import KeyedStandIn
 
 if TYPE_CHECKING:
-    from gpustack_operator.sim.server import SimServer
+    pass
 
 log = structlog.get_logger(__name__)
 
 DEFAULT_ACCOUNT = "default"
 
 
-class ServiceAccountStandIn(StoreLoop):
+class ServiceAccountStandIn(KeyedStandIn[str]):
     """Creates the ``default`` ServiceAccount of every active namespace of a running
     :class:`SimServer`, at start and whenever a namespace appears or loses it."""
 
     name = "sim-serviceaccounts"
+    noun = "namespace"
 
-    def __init__(self, sim: SimServer) -> None:
-        super().__init__(sim)
-        self._pending: set[str] = set()
-
-    async def start(self) -> None:
-        """Subscribe, note every namespace there is, and start the loop; idempotent."""
-        if self._task is not None:
-            return
-        self._subscribe()
-        for namespace in self.sim.store.list("v1", "Namespace"):
-            self._pending.add(namespace["metadata"]["name"])
-        self._launch()
-
-    def idle(self) -> bool:
-        """True when no namespace waits for its ServiceAccount (tests poll this)."""
-        return not self._pending
+    def initial_keys(self) -> list[str]:
+        return [ns["metadata"]["name"] for ns in self.sim.store.list("v1", "Namespace")]
 
     def on_event(self, event_type: str, obj: dict[str, Any]) -> None:
         if obj.get("apiVersion") != "v1":
             return
         meta = obj.get("metadata") or {}
         if obj.get("kind") == "Namespace" and event_type == "ADDED":
-            self._pending.add(meta.get("name", ""))
+            self.mark(meta.get("name", ""))
         elif (
             obj.get("kind") == "ServiceAccount"
             and event_type == "DELETED"
             and meta.get("name") == DEFAULT_ACCOUNT
         ):
-            self._pending.add(meta.get("namespace", ""))
-        else:
-            return
-        self._wake.set()
+            self.mark(meta.get("namespace", ""))
 
-    async def _run(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            while self._pending:
-                self.ensure(self._pending.pop())
-                await asyncio.sleep(0)  # let the server answer requests between namespaces
+    def reconcile(self, key: str) -> None:
+        self.ensure(key)
 
     def ensure(self, namespace: str) -> None:
         """Create ``default`` in *namespace* unless it is there or the namespace is gone or

@@ -1,9 +1,11 @@
-"""The loop shared by the cluster's own stand-ins (nfd-master, kubelet, Kueue admission).
+"""The loop shared by the cluster's own stand-ins (nfd-master, kubelet, Kueue admission,
+ServiceAccounts, Pod lifecycle).
 
-They are part of the simulated cluster, not API clients: a store subscription marks Nodes
-dirty from inside each write (where nothing may be awaited), and one asyncio task reconciles
-the dirty Nodes through the store, yielding to the server between Nodes. Subclasses say which
-Nodes start dirty, which events mark which Nodes, and how one Node is reconciled.
+They are part of the simulated cluster, not API clients: a store subscription marks keys
+(Nodes, namespaces, Pods) dirty from inside each write (where nothing may be awaited), and one
+asyncio task reconciles the dirty keys through the store, yielding to the server between
+keys. Subclasses say which keys start dirty, which events mark which keys, and how one key is
+reconciled.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import asyncio
 import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 import structlog
 
@@ -22,6 +24,8 @@ if TYPE_CHECKING:
     from gpustack_operator.sim.server import SimServer
 
 log = structlog.get_logger(__name__)
+
+K = TypeVar("K", str, tuple[str, str])
 
 
 class StoreLoop(ABC):
@@ -78,58 +82,75 @@ class StoreLoop(ABC):
         await self.stop()
 
 
-class NodeStandIn(StoreLoop):
-    """Reconciles dirty Nodes of a running :class:`SimServer` in one background task."""
+class KeyedStandIn(StoreLoop, Generic[K]):
+    """Reconciles dirty keys (Node names, namespaces, Pods) of a running :class:`SimServer`
+    in one background task, yielding to the server between keys."""
+
+    noun = "object"
+    """What a key names, for the log."""
 
     def __init__(self, sim: SimServer) -> None:
         super().__init__(sim)
-        self._dirty: set[str] = set()
+        self._dirty: set[K] = set()
 
     @abstractmethod
-    def initial_nodes(self) -> Iterable[str]:
-        """Nodes to reconcile once at start (called after subscribing)."""
+    def initial_keys(self) -> Iterable[K]:
+        """Keys to reconcile once at start (called after subscribing)."""
 
     @abstractmethod
     def on_event(self, event_type: str, obj: dict[str, Any]) -> None:
-        """Store callback: runs inside the write, so it may only :meth:`mark` Nodes."""
+        """Store callback: runs inside the write, so it may only :meth:`mark` keys."""
 
     @abstractmethod
-    def reconcile(self, node_name: str) -> object:
-        """Bring one Node in line (synchronous, so no other write interleaves)."""
+    def reconcile(self, key: K) -> object:
+        """Bring one key in line (synchronous, so no other write interleaves)."""
 
     async def start(self) -> None:
         """Subscribe to the store and start the loop; idempotent."""
         if self._task is not None:
             return
         self._subscribe()
-        for node in self.initial_nodes():
-            self.mark(node)
+        for key in self.initial_keys():
+            self.mark(key)
         self._launch()
 
     def idle(self) -> bool:
-        """True when no Node waits to be reconciled (tests poll this with a deadline)."""
+        """True when no key waits to be reconciled (tests poll this with a deadline)."""
         return not self._dirty
 
-    def mark(self, node: str | None) -> None:
-        """Queue *node* for reconciling; ``None`` and ``""`` are ignored."""
-        if node:
-            self._dirty.add(node)
+    def mark(self, key: K | None) -> None:
+        """Queue *key* for reconciling; ``None`` and empty keys are ignored."""
+        if key:
+            self._dirty.add(key)
             self._wake.set()
 
-    def forget(self, node: str) -> None:
-        """Drop *node* from the queue (it was deleted)."""
-        self._dirty.discard(node)
+    def forget(self, key: K) -> None:
+        """Drop *key* from the queue (its object was deleted)."""
+        self._dirty.discard(key)
 
     async def _run(self) -> None:
         while True:
             await self._wake.wait()
             self._wake.clear()
             while self._dirty:
-                node = self._dirty.pop()
+                key = self._dirty.pop()
                 try:
-                    self.reconcile(node)
+                    self.reconcile(key)
                 except ApiError as exc:  # deleted or changed meanwhile: the next event retries
-                    log.warning(f"{self.name} could not update node", node=node, error=str(exc))
-                except Exception:  # a bug must not stop the stand-in for every other Node
-                    log.exception(f"{self.name} failed", node=node)
-                await asyncio.sleep(0)  # let the server answer requests between nodes
+                    log.warning(f"{self.name} could not write", **{self.noun: key}, error=str(exc))
+                except Exception:  # a bug must not stop the stand-in for every other key
+                    log.exception(f"{self.name} failed", **{self.noun: key})
+                await asyncio.sleep(0)  # let the server answer requests between keys
+
+
+class NodeStandIn(KeyedStandIn[str]):
+    """A stand-in keyed by Node name (the NFD-master and kubelet stand-ins)."""
+
+    noun = "node"
+
+    @abstractmethod
+    def initial_nodes(self) -> Iterable[str]:
+        """Nodes to reconcile once at start (called after subscribing)."""
+
+    def initial_keys(self) -> Iterable[str]:
+        return self.initial_nodes()

@@ -85,6 +85,24 @@ async def test_sim_serve_works_with_kubectl_and_stops_on_sigterm(
         assert "clusterqueues.kueue.x-k8s.io" in resources.split()
         assert "nodefeatures.nfd.k8s-sigs.io" in resources.split()
 
+        # Over HTTPS authentication and RBAC are on, as on a kind cluster: an unknown token
+        # is refused, a ServiceAccount's token is that account, with what RBAC grants it.
+        bogus = await kubectl("--token", "not-a-token", "get", "namespaces", check=False)
+        assert bogus.returncode != 0 and b"Unauthorized" in bogus.stderr
+        with anyio.fail_after(30):
+            while True:  # the ServiceAccount stand-in creates `default`
+                got = await kubectl("get", "serviceaccount", "default", check=False)
+                if got.returncode == 0:
+                    break
+                await anyio.sleep(0.1)
+        token = (await kubectl.out("create", "token", "default")).strip()
+        whoami = await kubectl.out(
+            "--token", token, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"
+        )
+        assert whoami == "system:serviceaccount:default:default"
+        denied = await kubectl("--token", token, "get", "nodes", check=False)
+        assert denied.returncode != 0 and b"Forbidden" in denied.stderr
+
         await kubectl.out("apply", "-f", "-", stdin=NODE_AND_FEATURE)
         with anyio.fail_after(60):
             while True:  # the NFD stand-in merges the NodeFeature's labels onto the Node

@@ -149,4 +149,7 @@ async def test_patches_and_apply_are_checked_after_merging(kube) -> None:
 async def test_nulls_are_dropped_as_decoding_and_encoding_again_would(kube) -> None:
     created = await call(kube, "POST", PODS, pod("p", workingDir=None, args=None))
     assert created.status_code == 201, created.text
-    assert created.json()["spec"]["containers"][0] == {"name": "c", "image": "x"}
+    container = created.json()["spec"]["containers"][0]
+    assert "workingDir" not in container
+    assert "args" not in container
+    assert (container["name"], container["image"]) == ("c", "x")

@@ -82,8 +82,10 @@ async def test_an_eviction_without_a_budget_marks_and_deletes_the_pod(sim, kube)
         "status": "Success",
         "code": 201,
     }
-    events = await watch_lines(kube, PODS, {"resourceVersion": rv}, stop_after=2)
-    assert [e["type"] for e in events] == ["MODIFIED", "DELETED"]
+    events = await watch_lines(kube, PODS, {"resourceVersion": rv}, stop_after=3)
+    # The condition, the graceful deletion (the default 30 s grace), the kubelet's delete.
+    assert [e["type"] for e in events] == ["MODIFIED", "MODIFIED", "DELETED"]
+    assert events[1]["object"]["metadata"]["deletionGracePeriodSeconds"] == 30
     target = next(
         c for c in events[0]["object"]["status"]["conditions"] if c["type"] == "DisruptionTarget"
     )

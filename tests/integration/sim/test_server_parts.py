@@ -170,3 +170,58 @@ async def test_scale_rejects_a_negative_count(sim: SimServer, tmp_path: Path) ->
         stale = await admin.put(path, json={**scale, "spec": {"replicas": 3}})
         assert stale.status_code == 409
         assert (await admin.post(path, json={})).status_code == 405
+
+
+async def test_token_review_answers_for_the_authenticator(sim: SimServer, tmp_path: Path) -> None:
+    tokens = "/apis/authentication.k8s.io/v1/tokenreviews"
+
+    def review(token: str) -> dict:
+        return {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenReview",
+            "spec": {"token": token},
+        }
+
+    async with _client(sim, tmp_path, token="admin") as admin:
+        issued = await admin.post("/api/v1/namespaces/team/serviceaccounts/bot/token", json={})
+        token = issued.json()["status"]["token"]
+        known = await admin.post(tokens, json=review(token))
+        assert known.status_code == 201, known.text
+        status = known.json()["status"]
+        assert status["authenticated"] is True
+        assert status["user"]["username"] == "system:serviceaccount:team:bot"
+        assert "system:serviceaccounts:team" in status["user"]["groups"]
+        assert status["audiences"] == ["https://kubernetes.default.svc.cluster.local"]
+        unknown = (await admin.post(tokens, json=review("not-a-token"))).json()["status"]
+        assert "authenticated" not in unknown and "invalid bearer token" in unknown["error"]
+        assert (await admin.post(tokens, json=review(""))).status_code == 422
+    # Only a user granted system:auth-delegator (or more) may ask.
+    async with _client(sim, tmp_path, token=token) as bot:
+        assert (await bot.post(tokens, json=review(token))).status_code == 403
+        async with _client(sim, tmp_path, token="admin") as admin:
+            bound = await admin.post(
+                f"/apis/{RBAC}/clusterrolebindings",
+                json={
+                    "apiVersion": RBAC,
+                    "kind": "ClusterRoleBinding",
+                    "metadata": {"name": "bot-delegates"},
+                    "roleRef": {
+                        "apiGroup": "rbac.authorization.k8s.io",
+                        "kind": "ClusterRole",
+                        "name": "system:auth-delegator",
+                    },
+                    "subjects": [{"kind": "ServiceAccount", "name": "bot", "namespace": "team"}],
+                },
+            )
+            assert bound.status_code == 201, bound.text
+        assert (await bot.post(tokens, json=review(token))).status_code == 201
+
+
+async def test_the_bootstrap_roles_are_stored_with_authentication_on(sim: SimServer) -> None:
+    admin = sim.store.get(RBAC, "ClusterRole", "cluster-admin")
+    assert admin is not None
+    assert admin["metadata"]["labels"] == {"kubernetes.io/bootstrapping": "rbac-defaults"}
+    binding = sim.store.get(RBAC, "ClusterRoleBinding", "cluster-admin")
+    assert binding is not None and binding["subjects"][0]["name"] == "system:masters"
+    assert sim.store.get(RBAC, "ClusterRole", "system:auth-delegator") is not None
+    assert SimServer().store.get(RBAC, "ClusterRole", "cluster-admin") is None  # auth off
