@@ -8,7 +8,8 @@ A measure of the simulator's fidelity with a client nobody here wrote (docs/simu
 2. makes a virtual environment there with uv: kr8s and the test tools of its ``dev`` group
    (not pytest-kind, whose kind cluster is what the simulator replaces, nor coverage or docs);
 3. puts ``hack/kr8s_suite/conftest.py`` in place of kr8s's root conftest: it starts the
-   simulator with this checkout's interpreter and seeds it like a fresh kind cluster;
+   simulator with this checkout's interpreter and seeds it like a fresh kind cluster
+   (``hack/kindlike.py``);
 4. runs ``pytest kr8s`` and prints the counts, then each failure: with its cause when
    ``hack/kr8s_suite/known-failures.txt`` names one, else as unexplained.
 
@@ -178,8 +179,7 @@ def main() -> int:
         **os.environ,
         "SIM_COMMAND": json.dumps(simulator),
         "SIM_KUBECTL": kubectl,
-        "SIM_SEED": str(HERE / "kind-seed.yaml"),
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": str(ROOT / "hack"),  # kindlike, for the conftest
     }
     env.pop("KUBECONFIG", None)
     junit = args.work_dir / "junit.xml"

@@ -10,9 +10,9 @@ access reviews, TokenRequest, Leases and ``events.k8s.io``. Each check prints PA
 with a reason; the exit status is 1 when any fails. docs/simulator.md, "The official Python
 client", records the count and what is left.
 
-Before the checks it seeds the cluster as kind's is at start: a Ready Node and running Pods
-in ``kube-system`` (the simulator's ServiceAccount stand-in creates the ``default``
-ServiceAccounts).
+Before the checks it seeds the cluster as kind's is at start (``hack/kindlike.py``: kind's
+namespaces, a Ready Node, the kube-system workloads and running Pods; the simulator's
+ServiceAccount stand-in creates the ``default`` ServiceAccounts).
 
     .venv/bin/python hack/official_client_checks.py [-v] [--e2e SRC]
 
@@ -31,6 +31,7 @@ import base64
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -41,10 +42,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import kindlike  # hack/ is on the path of a script run from it
 from kubernetes import client, config, dynamic, watch
 from kubernetes.client.exceptions import ApiException
 
-STARTUP_SECONDS = 60.0
 E2E_TEST_SECONDS = 120
 # The client's e2e tests import ``kubernetes.e2e_test``: the checkout's folder joins the
 # installed package's path, so the installed client runs them.
@@ -812,59 +813,18 @@ def _namespace_delete(ctx: Context) -> None:
 # -- running ----------------------------------------------------------------------------------
 
 
-def seed(kubeconfig: Path) -> None:
-    """What a kind cluster holds at start, besides the default ServiceAccounts: a Ready Node
-    and running Pods in kube-system."""
-    api = config.new_client_from_config(config_file=str(kubeconfig))
-    core = client.CoreV1Api(api)
-    labels = {
-        "kubernetes.io/hostname": "kind-control-plane",
-        "kubernetes.io/os": "linux",
-        "kubernetes.io/arch": "amd64",
-        "node-role.kubernetes.io/control-plane": "",
-    }
-    core.create_node({"metadata": {"name": "kind-control-plane", "labels": labels}})
-    core.patch_node_status(
-        "kind-control-plane",
-        {"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}},
-    )
-    for name in ("coredns", "etcd-kind-control-plane", "kube-apiserver-kind-control-plane"):
-        body = {
-            "metadata": {"name": name, "labels": {"tier": "control-plane"}},
-            "spec": {
-                "nodeName": "kind-control-plane",
-                "containers": [{"name": name.split("-")[0], "image": "registry.k8s.io/pause"}],
-            },
-        }
-        core.create_namespaced_pod("kube-system", body)
-        core.patch_namespaced_pod_status(name, "kube-system", {"status": {"phase": "Running"}})
-
-
 @contextlib.contextmanager
-def simulator(workdir: Path) -> Iterator[Path]:
-    """``gpustack-operator sim --serve`` in a child process; yields its kubeconfig."""
+def seeded_simulator(workdir: Path) -> Iterator[Path]:
+    """``gpustack-operator sim --serve`` in a child process, seeded as a fresh kind cluster
+    (``hack/kindlike.py``); yields its kubeconfig."""
     kubeconfig = workdir / "kubeconfig.yaml"
-    command = [
-        sys.executable, "-m", "gpustack_operator", "sim", "--serve",
-        "--kubeconfig-out", str(kubeconfig),
-    ]  # fmt: skip
-    log = (workdir / "sim.log").open("w")
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True)
-    try:
-        assert child.stdout is not None
-        deadline = time.monotonic() + STARTUP_SECONDS
-        for line in child.stdout:
-            if line.strip().startswith("kubeconfig:"):
-                break
-            if time.monotonic() > deadline:
-                raise SystemExit("the simulator printed no kubeconfig line in time")
-        else:
-            raise SystemExit(f"the simulator exited: see {workdir / 'sim.log'}")
+    kubectl = shutil.which("kubectl", path=str(Path(sys.executable).parent))
+    if kubectl is None:
+        raise SystemExit("kubectl not found next to this Python: run `make install-dev`")
+    command = [sys.executable, "-m", "gpustack_operator", "sim", "--serve"]
+    with (workdir / "sim.log").open("w") as log, kindlike.simulator(command, kubeconfig, log):
+        kindlike.seed(kindlike.kubectl_runner(Path(kubectl), kubeconfig))
         yield kubeconfig
-    finally:
-        child.terminate()
-        child.wait(timeout=30)
-        log.close()
 
 
 def run_e2e(source: Path, kubeconfig: Path) -> int:
@@ -890,8 +850,7 @@ def main() -> int:
         "--e2e", type=Path, metavar="SRC", help="run the e2e tests of this client checkout"
     )
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp, simulator(Path(tmp)) as kubeconfig:
-        seed(kubeconfig)
+    with tempfile.TemporaryDirectory() as tmp, seeded_simulator(Path(tmp)) as kubeconfig:
         if args.e2e is not None:
             return run_e2e(args.e2e.resolve(), kubeconfig)
         ctx = Context(kubeconfig)
