@@ -834,8 +834,8 @@ def run_e2e(source: Path, kubeconfig: Path) -> int:
     if not tests.is_dir():
         raise SystemExit(f"{tests} is missing: give a checkout of kubernetes-client/python")
     command = [
-        sys.executable, "-c", E2E_RUNNER, str(package),
-        "-q", "-rfE", "-p", "no:cacheprovider", "-o", "addopts=", "--rootdir", str(source),
+        sys.executable, "-P", "-c", E2E_RUNNER, str(package),
+        "-q", "-rfEs", "-p", "no:cacheprovider", "-o", "addopts=", "--rootdir", str(source),
         "--timeout", str(E2E_TEST_SECONDS), str(tests),
     ]  # fmt: skip
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
