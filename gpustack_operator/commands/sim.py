@@ -138,8 +138,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--plain-http",
         action="store_true",
-        help="serve plain HTTP instead of HTTPS with the simulator's own CA (kubectl then sends "
-        "no credentials)",
+        help="serve plain HTTP without authentication instead of HTTPS with the simulator's own "
+        "CA, authentication and RBAC (kubectl sends no credentials over plain HTTP)",
     )
     parser.add_argument(
         "--demo-jobs",
