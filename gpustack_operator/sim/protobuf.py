@@ -5,7 +5,8 @@ kubectl's typed commands (``kubectl create namespace``, ``create configmap``, ``
 ``application/vnd.kubernetes.protobuf`` bodies and do not fall back to JSON; client-go
 programs configured for protobuf also send DeleteOptions and Evictions that way. The simulated
 server answers in JSON (clients accept it) and decodes those bodies here, field numbers as in
-Kubernetes' ``generated.proto``. Other kinds get a 415 that names the kinds supported.
+Kubernetes' ``generated.proto`` (docs/simulator.md, "Protobuf request bodies"). Other kinds
+get a 415 that names the kinds supported.
 """
 
 from __future__ import annotations
