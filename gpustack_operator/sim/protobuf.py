@@ -1,11 +1,12 @@
 """Decoding of Kubernetes protobuf request bodies for the few kinds kubectl sends that way.
 
 kubectl's typed commands (``kubectl create namespace``, ``create configmap``, ``create secret``,
-``create serviceaccount``, ``create token``, ``auth can-i``) send
+``create serviceaccount``, ``create token``, ``auth can-i``, ``certificate approve|deny``) send
 ``application/vnd.kubernetes.protobuf`` bodies and do not fall back to JSON; client-go
 programs configured for protobuf also send DeleteOptions and Evictions that way. The simulated
 server answers in JSON (clients accept it) and decodes those bodies here, field numbers as in
-Kubernetes' ``generated.proto``. Other kinds get a 415 that names the kinds supported.
+Kubernetes' ``generated.proto`` (docs/simulator.md, "Protobuf request bodies"). Other kinds
+get a 415 that names the kinds supported.
 """
 
 from __future__ import annotations
@@ -67,9 +68,11 @@ def _time(raw: bytes) -> str:
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-_STR, _BYTES, _INT, _BOOL, _MSG, _MAP, _BMAP, _TIME = (
-    "str", "bytes", "int", "bool", "msg", "map", "bmap", "time",
+_STR, _BYTES, _INT, _BOOL, _MSG, _MAP, _BMAP, _LMAP, _TIME = (
+    "str", "bytes", "int", "bool", "msg", "map", "bmap", "lmap", "time",
 )  # fmt: skip
+# _MAP: map<string, string>; _BMAP: map<string, bytes> (base64 in JSON); _LMAP: map<string,
+# ExtraValue>, ExtraValue being a message of repeated strings (field 1), a list in JSON.
 
 _OWNER_REF: dict[int, Field] = {
     5: ("apiVersion", _STR, None),
@@ -100,6 +103,8 @@ _REPEATED = {
     "audiences",
     "groups",
     "dryRun",
+    "usages",
+    "conditions",
 }
 _OBJECT_REF: dict[int, Field] = {
     1: ("kind", _STR, None),
@@ -167,6 +172,35 @@ _SCHEMAS.update(
     }
 )
 
+# certificates.k8s.io/v1 (k8s.io/api certificates/v1/generated.proto)
+_CSR_SPEC: dict[int, Field] = {
+    1: ("request", _BYTES, None),
+    7: ("signerName", _STR, None),
+    8: ("expirationSeconds", _INT, None),
+    5: ("usages", _STR, None),
+    2: ("username", _STR, None),
+    3: ("uid", _STR, None),
+    4: ("groups", _STR, None),
+    6: ("extra", _LMAP, None),
+}
+_CSR_CONDITION: dict[int, Field] = {
+    1: ("type", _STR, None),
+    6: ("status", _STR, None),
+    2: ("reason", _STR, None),
+    3: ("message", _STR, None),
+    4: ("lastUpdateTime", _TIME, None),
+    5: ("lastTransitionTime", _TIME, None),
+}
+_SCHEMAS[("certificates.k8s.io/v1", "CertificateSigningRequest")] = {
+    1: ("metadata", _MSG, _OBJECT_META),
+    2: ("spec", _MSG, _CSR_SPEC),
+    3: (
+        "status",
+        _MSG,
+        {1: ("conditions", _MSG, _CSR_CONDITION), 2: ("certificate", _BYTES, None)},
+    ),
+}
+
 _DELETE_OPTIONS: dict[int, Field] = {
     1: ("gracePeriodSeconds", _INT, None),
     2: ("preconditions", _MSG, {1: ("uid", _STR, None), 2: ("resourceVersion", _STR, None)}),
@@ -202,6 +236,22 @@ def _map_entry(raw: bytes, value: Callable[[bytes], Any]) -> tuple[str, Any]:
     return key, value(val)
 
 
+def _base64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode()
+
+
+def _strings(raw: bytes) -> list[str]:
+    """The items of an ExtraValue-like message: repeated string field 1."""
+    return [value.decode() for number, _, value in _fields(raw) if number == 1]
+
+
+_MAP_VALUES: dict[str, Callable[[bytes], Any]] = {
+    _MAP: lambda raw: raw.decode(),
+    _BMAP: _base64,
+    _LMAP: _strings,
+}
+
+
 def _message(raw: bytes, schema: dict[int, Field]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for number, _, value in _fields(raw):
@@ -214,17 +264,16 @@ def _message(raw: bytes, schema: dict[int, Field]) -> dict[str, Any]:
             decoded = value.decode()
         elif kind == _INT:
             decoded = value - (1 << 64) if value >= 1 << 63 else value  # int64: two's complement
+        elif kind == _BYTES:
+            decoded = _base64(value)
         elif kind == _BOOL:
             decoded = bool(value)
         elif kind == _TIME:
             decoded = _time(value) if value else None
         elif kind == _MSG:
             decoded = _message(value, nested)
-        elif kind in (_MAP, _BMAP):
-            as_value: Callable[[bytes], Any] = (
-                (lambda b: b.decode()) if kind == _MAP else (lambda b: base64.b64encode(b).decode())
-            )
-            key, item = _map_entry(value, as_value)
+        elif kind in _MAP_VALUES:
+            key, item = _map_entry(value, _MAP_VALUES[kind])
             out.setdefault(name, {})[key] = item
             continue
         else:

@@ -40,7 +40,7 @@ from gpustack_operator.sim import crdcleanup, discovery, eviction, podterminatio
 from gpustack_operator.sim.admissionpolicy import PolicyAdmission
 from gpustack_operator.sim.authn import ADMIN, ANONYMOUS, TokenAuthenticator, UserInfo
 from gpustack_operator.sim.bootstrappolicy import bootstrap_objects
-from gpustack_operator.sim.certificates import set_requestor
+from gpustack_operator.sim.certificates import check_conditions, set_requestor
 from gpustack_operator.sim.counters import RequestCounters
 from gpustack_operator.sim.errors import (
     ApiError,
@@ -213,7 +213,7 @@ class SimServer:
         self.authenticator = authenticator
         """With one, requests are authenticated by bearer token and authorized by RBAC."""
         self.authorizer = RbacAuthorizer(self.store)
-        self.store.admission.append(set_requestor)  # sim/certificates.py
+        self.store.admission.extend((set_requestor, check_conditions))  # sim/certificates.py
         if authenticator is not None:
             self.store.admission.append(self.authorizer.admit)
         self.policies = PolicyAdmission(self.store)

@@ -10,7 +10,7 @@ import pytest
 
 from gpustack_operator.sim.server import SimServer
 from tests.e2e.conftest import Kubectl
-from tests.integration.sim.helpers import deployment
+from tests.integration.sim.helpers import certificate_signing_request, deployment
 from tests.integration.sim.test_builtin_kind_catalogue import SAMPLES
 
 pytestmark = pytest.mark.anyio
@@ -99,3 +99,57 @@ async def test_unknown_and_mistyped_fields_of_built_in_kinds(kubectl: Kubectl) -
     del nameless["spec"]["template"]["spec"]["containers"][0]["name"]
     invalid = await kubectl("apply", "-f", "-", stdin=json.dumps(nameless), check=False)
     assert "spec.template.spec.containers[0].name: Required value" in invalid.stderr.decode()
+
+
+async def test_certificate_approve_and_deny(kubectl: Kubectl, e2e_sim: SimServer) -> None:
+    """kubectl writes /approval in protobuf; a CSR is approved or denied, never both."""
+    for name in ("jane", "joe"):
+        created = await kubectl.out(
+            "create", "-f", "-", stdin=json.dumps(certificate_signing_request(name))
+        )
+        assert f"certificatesigningrequest.certificates.k8s.io/{name} created" in created
+
+    approved = await kubectl.out("certificate", "approve", "jane")
+    assert approved.strip() == "certificatesigningrequest.certificates.k8s.io/jane approved"
+    denied = await kubectl.out("certificate", "deny", "joe")
+    assert denied.strip() == "certificatesigningrequest.certificates.k8s.io/joe denied"
+
+    status = json.loads(await kubectl.out("get", "csr", "jane", "-o", "jsonpath={.status}"))
+    [condition] = status["conditions"]
+    assert (condition["type"], condition["status"], condition["reason"]) == (
+        "Approved",
+        "True",
+        "KubectlApprove",
+    )
+    assert condition["message"] == "This CSR was approved by kubectl certificate approve."
+    assert condition["lastUpdateTime"] and condition["lastTransitionTime"]
+    rows = [row.split() for row in (await kubectl.out("get", "csr")).splitlines()[1:]]
+    assert {row[0]: row[-1] for row in rows} == {"jane": "Approved", "joe": "Denied"}
+    stored = e2e_sim.store.get("certificates.k8s.io/v1", "CertificateSigningRequest", "joe")
+    assert stored is not None
+    assert [c["reason"] for c in stored["status"]["conditions"]] == ["KubectlDeny"]
+
+    # kubectl itself refuses to approve a CSR it reads as denied, --force or not; a write
+    # that bypasses kubectl's check meets the API server's validation.
+    for force in ((), ("--force",)):
+        again = await kubectl("certificate", "approve", *force, "joe", check=False)
+        assert again.returncode == 1
+        assert again.stderr.decode().strip() == (
+            'error: certificate signing request "joe" is already Denied'
+        )
+    patch = [
+        {
+            "op": "add",
+            "path": "/status/conditions/-",
+            "value": {"type": "Approved", "status": "True"},
+        }
+    ]
+    forced = await kubectl(
+        "patch", "csr", "joe", "--subresource=approval", "--type=json", "-p", json.dumps(patch),
+        check=False,
+    )  # fmt: skip
+    assert forced.returncode == 1
+    assert forced.stderr.decode().strip() == (
+        'The CertificateSigningRequest "joe" is invalid: status.conditions[1].type: '
+        'Invalid value: "Approved": Approved and Denied conditions are mutually exclusive'
+    )

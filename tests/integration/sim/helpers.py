@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -9,6 +10,10 @@ from typing import Any
 
 import anyio
 import httpx
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 
 async def call(
@@ -93,5 +98,54 @@ def deployment(name: str, namespace: str | None = None, **spec: Any) -> dict[str
                 "spec": {"containers": [{"name": "main", "image": "busybox"}]},
             },
             **spec,
+        },
+    }
+
+
+# --- Kubernetes protobuf bodies, as client-go encodes them (field numbers of generated.proto) -
+
+
+def _varint(value: int) -> bytes:
+    out = b""
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        if value:
+            out += bytes([byte | 0x80])
+        else:
+            return out + bytes([byte])
+
+
+def pb_field(number: int, payload: bytes) -> bytes:
+    """A length-delimited field: a string, bytes, a nested message or a map entry."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def pb_number(number: int, value: int) -> bytes:
+    """A varint field: an integer or a bool."""
+    return _varint(number << 3) + _varint(value)
+
+
+def pb_envelope(api_version: str, kind: str, raw: bytes) -> bytes:
+    """*raw* (the object's message) in the ``k8s\\0`` envelope with its TypeMeta."""
+    type_meta = pb_field(1, api_version.encode()) + pb_field(2, kind.encode())
+    return b"k8s\x00" + pb_field(1, type_meta) + pb_field(2, raw)
+
+
+def certificate_signing_request(name: str) -> dict[str, Any]:
+    """A CertificateSigningRequest for a client certificate, its request a real PKCS#10
+    request (an EC P-256 key, signed) for the common name *name*."""
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    request = x509.CertificateSigningRequestBuilder().subject_name(subject)
+    pem = request.sign(ec.generate_private_key(ec.SECP256R1()), hashes.SHA256()).public_bytes(
+        serialization.Encoding.PEM
+    )
+    return {
+        "apiVersion": "certificates.k8s.io/v1",
+        "kind": "CertificateSigningRequest",
+        "metadata": {"name": name},
+        "spec": {
+            "request": base64.b64encode(pem).decode(),
+            "signerName": "kubernetes.io/kube-apiserver-client",
+            "usages": ["client auth"],
         },
     }

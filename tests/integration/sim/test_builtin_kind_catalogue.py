@@ -177,7 +177,11 @@ async def test_csr_names_its_requestor_and_is_approved_through_approval(kube) ->
     assert resp.status_code == 200, resp.text
     after = resp.json()
     # /approval changes the conditions alone: not the spec, not the issued certificate.
-    assert after["status"] == {"conditions": approved["status"]["conditions"]}
+    assert list(after["status"]) == ["conditions"]
+    [condition] = after["status"]["conditions"]
+    stamps = {key: condition.pop(key) for key in ("lastUpdateTime", "lastTransitionTime")}
+    assert condition == approved["status"]["conditions"][0]
+    assert all(stamp.endswith("Z") for stamp in stamps.values())  # the server stamps them
     assert after["spec"]["signerName"] == "kubernetes.io/kube-apiserver-client"
 
     issued = dict(after, status={**after["status"], "certificate": CSR_REQUEST})

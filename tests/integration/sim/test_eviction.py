@@ -9,7 +9,7 @@ import pytest
 
 from gpustack_operator.sim.errors import ApiError
 from gpustack_operator.sim.server import SimServer
-from tests.integration.sim.helpers import call, watch_lines
+from tests.integration.sim.helpers import call, pb_envelope, pb_field, pb_number, watch_lines
 
 pytestmark = pytest.mark.anyio
 
@@ -210,36 +210,17 @@ async def test_a_grace_period_keeps_the_pod_until_the_kubelet_stand_in_deletes_i
     assert sim.store.get("v1", "Pod", "b", "default") is None
 
 
-def _varint(value: int) -> bytes:
-    out = b""
-    while True:
-        byte, value = value & 0x7F, value >> 7
-        if value:
-            out += bytes([byte | 0x80])
-        else:
-            return out + bytes([byte])
-
-
-def _field(number: int, payload: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-
-
-def _envelope(api_version: str, kind: str, raw: bytes) -> bytes:
-    type_meta = _field(1, api_version.encode()) + _field(2, kind.encode())
-    return b"k8s\x00" + _field(1, type_meta) + _field(2, raw)
-
-
 async def test_protobuf_evictions_and_delete_options_are_decoded(sim, kube):
     sim.store.create(pod("a"))
     sim.store.create(pod("b"))
     # Eviction{metadata{name: a}, deleteOptions{dryRun: [All]}}, as client-go encodes it
-    raw = _field(1, _field(1, b"a")) + _field(2, _field(5, b"All"))
-    body = _envelope("policy/v1", "Eviction", raw)
+    raw = pb_field(1, pb_field(1, b"a")) + pb_field(2, pb_field(5, b"All"))
+    body = pb_envelope("policy/v1", "Eviction", raw)
     answer = await call(kube, "POST", f"{PODS}/a/eviction", raw=body, content_type=PROTOBUF)
     assert answer.status_code == 201, answer.text
     assert sim.store.get("v1", "Pod", "a", "default") is not None  # a dry run
     # DeleteOptions{gracePeriodSeconds: 20} on a DELETE
-    options = _envelope("meta.k8s.io/v1", "DeleteOptions", _varint(1 << 3) + _varint(20))
+    options = pb_envelope("meta.k8s.io/v1", "DeleteOptions", pb_number(1, 20))
     deleting = await call(kube, "DELETE", f"{PODS}/b", raw=options, content_type=PROTOBUF)
     assert deleting.status_code == 200, deleting.text
     assert deleting.json()["metadata"]["deletionGracePeriodSeconds"] == 20
