@@ -414,7 +414,7 @@ class DeploymentStandIn(KeyedStandIn[Key]):
         if (meta.get("annotations") or {}).get(REVISION) != revision:
             meta["annotations"] = {**(meta.get("annotations") or {}), REVISION: revision}
             deployment = self.sim.store.update({**deployment, "metadata": meta})
-        if _same_status(status, deployment.get("status") or {}):
+        if status == deployment.get("status"):
             return
         self.sim.store.update_status({**deployment, "status": status})
 
@@ -462,7 +462,3 @@ def _condition(
         "reason": reason,
         "message": message,
     }
-
-
-def _same_status(new: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
-    return json.dumps(new, sort_keys=True) == json.dumps(old, sort_keys=True)
