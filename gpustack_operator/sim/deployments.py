@@ -381,34 +381,32 @@ class DeploymentStandIn(KeyedStandIn[Key]):
         previous = {
             c.get("type"): c for c in (deployment.get("status") or {}).get("conditions") or []
         }
-        status["conditions"] = [
-            _condition(
+        if done:
+            reason, message = (
+                "NewReplicaSetAvailable",
+                f'ReplicaSet "{rs_name}" has successfully progressed.',
+            )
+        elif created:
+            reason, message = "NewReplicaSetCreated", f'Created new replica set "{rs_name}"'
+        else:
+            reason, message = "ReplicaSetUpdated", f'ReplicaSet "{rs_name}" is progressing.'
+        enough = available >= minimum
+        ours = {
+            "Available": _condition(
                 previous,
                 "Available",
-                available >= minimum,
-                "MinimumReplicasAvailable"
-                if available >= minimum
-                else "MinimumReplicasUnavailable",
+                enough,
+                "MinimumReplicasAvailable" if enough else "MinimumReplicasUnavailable",
                 "Deployment has minimum availability."
-                if available >= minimum
+                if enough
                 else "Deployment does not have minimum availability.",
             ),
-            _condition(
-                previous,
-                "Progressing",
-                True,
-                "NewReplicaSetAvailable"
-                if done
-                else ("NewReplicaSetCreated" if created else "ReplicaSetUpdated"),
-                f'ReplicaSet "{rs_name}" has successfully progressed.'
-                if done
-                else (
-                    f'Created new replica set "{rs_name}"'
-                    if created
-                    else f'ReplicaSet "{rs_name}" is progressing.'
-                ),
-            ),
-        ]
+            "Progressing": _condition(previous, "Progressing", True, reason, message),
+        }
+        # conditions of other types (written by others) are kept, in place, as the controller
+        # replaces only its own
+        kept = [ours.pop(c.get("type"), c) for c in previous.values()]
+        status["conditions"] = [*kept, *ours.values()]
         meta = dict(_meta(deployment))
         revision = str(_revision(current))
         if (meta.get("annotations") or {}).get(REVISION) != revision:

@@ -220,3 +220,26 @@ async def test_a_bare_replicaset_keeps_its_pods(sim: SimServer, kube) -> None:
                 and victim["metadata"]["uid"] not in {p["metadata"]["uid"] for p in pods}
             )
         )
+
+
+async def test_status_is_the_controllers_but_foreign_conditions_stay(sim: SimServer, kube) -> None:
+    async with rolling(sim) as stand_ins:
+        await call(kube, "POST", DEPLOYMENTS, deployment("web", 1))
+        await eventually(lambda: rolled_out(sim, "web", 1))
+        condition = {"type": "Checked", "status": "True", "reason": "Probe", "message": "ok"}
+        patch = {"status": {"readyReplicas": 7, "conditions": [condition]}}
+        resp = await call(
+            kube,
+            "PATCH",
+            f"{DEPLOYMENTS}/web/status",
+            patch,
+            content_type="application/merge-patch+json",
+        )
+        assert resp.status_code == 200
+        for stand_in in stand_ins:
+            await eventually(stand_in.idle)
+        found = await eventually(
+            lambda: (d := rolled_out(sim, "web", 1)) and d["status"]["readyReplicas"] == 1 and d
+        )
+    types = [c["type"] for c in found["status"]["conditions"]]
+    assert types == ["Checked", "Available", "Progressing"]
