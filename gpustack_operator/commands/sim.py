@@ -378,8 +378,8 @@ def serving_summary(url: str, kubeconfig: Path, crds: list[dict[str, Any]]) -> s
         )
     lines.append(
         "  running: the NFD-master, Kueue admission (Jobs wait for a queue), ServiceAccount "
-        "(`default` in every namespace) and Pod lifecycle (Pods are bound and start, no "
-        "containers run) stand-ins"
+        "(`default` in every namespace), Pod lifecycle (Pods are bound and start, no "
+        "containers run) and Deployment/ReplicaSet (Deployments roll out their Pods) stand-ins"
     )
     return "\n".join(
         [
@@ -428,8 +428,9 @@ async def serve_empty(
 async def _serve_started(
     sim: SimServer, crds: list[dict[str, Any]], kubeconfig: Path, stop: asyncio.Event
 ) -> int:
-    """Load the CRDs, run the NFD, Kueue, ServiceAccount and Pod lifecycle stand-ins, write
-    the kubeconfig, and wait for *stop*."""
+    """Load the CRDs, run the NFD, Kueue, ServiceAccount, Pod lifecycle and Deployment and
+    ReplicaSet stand-ins, write the kubeconfig, and wait for *stop*."""
+    from gpustack_operator.sim.deployments import DeploymentStandIn, ReplicaSetStandIn
     from gpustack_operator.sim.errors import ApiError
     from gpustack_operator.sim.kueue import KueueStandIn
     from gpustack_operator.sim.nfdmaster import NfdMaster
@@ -451,6 +452,8 @@ async def _serve_started(
         KueueStandIn(sim),
         ServiceAccountStandIn(sim),
         PodLifecycleStandIn(sim),
+        DeploymentStandIn(sim),
+        ReplicaSetStandIn(sim),
     ):
         sys.stdout.write(BANNER + serving_summary(sim.url, path, crds))
         sys.stdout.flush()

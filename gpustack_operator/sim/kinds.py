@@ -53,7 +53,16 @@ class KindInfo:
 # The categories kube-apiserver gives its kinds (docs/simulator.md, "Built-in kinds"):
 # "all" is what `kubectl get all` lists, "api-extensions" what extends the API.
 _ALL_CATEGORY = frozenset(
-    {"Pod", "Service", "ReplicationController", "Deployment", "DaemonSet", "StatefulSet", "Job"}
+    {
+        "Pod",
+        "Service",
+        "ReplicationController",
+        "Deployment",
+        "ReplicaSet",
+        "DaemonSet",
+        "StatefulSet",
+        "Job",
+    }
 )
 _API_EXTENSIONS = frozenset(
     {
@@ -112,6 +121,7 @@ BUILTIN_KINDS: tuple[KindInfo, ...] = (
     _core("Event", "events", True, "ev"),
     _core("ReplicationController", "replicationcontrollers", True, "rc", status=True),
     _grp("apps", "v1", "Deployment", "deployments", True, "deploy", status=True),
+    _grp("apps", "v1", "ReplicaSet", "replicasets", True, "rs", status=True),
     _grp("apps", "v1", "DaemonSet", "daemonsets", True, "ds", status=True),
     _grp("apps", "v1", "StatefulSet", "statefulsets", True, "sts", status=True),
     _grp("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", False),

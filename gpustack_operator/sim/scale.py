@@ -1,9 +1,9 @@
 """The ``/scale`` subresource: an ``autoscaling/v1`` Scale view of an object's replicas.
 
 ``kubectl scale`` and autoscalers read and write replicas through it. Deployments,
-StatefulSets and ReplicationControllers have it, and every custom resource whose CRD version
-declares ``subresources.scale``; the paths come from that declaration (docs/simulator.md,
-"Server parts").
+ReplicaSets, StatefulSets and ReplicationControllers have it, and every custom resource whose
+CRD version declares ``subresources.scale``; the paths come from that declaration
+(docs/simulator.md, "Server parts").
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ _REPLICAS = {
 _LABEL_MAP = "labelSelectorIsMap"
 _BUILTIN: Mapping[tuple[str, str], Mapping[str, Any]] = {
     ("apps", "Deployment"): _REPLICAS,
+    ("apps", "ReplicaSet"): _REPLICAS,
     ("apps", "StatefulSet"): _REPLICAS,
     ("", "ReplicationController"): {**_REPLICAS, _LABEL_MAP: True},
 }

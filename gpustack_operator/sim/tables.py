@@ -92,6 +92,12 @@ _BUILTIN_COLUMNS: Mapping[tuple[str, str], tuple[_Column, ...]] = {
         _Column("Available", "integer", ".status.availableReplicas", default=0),
         _AGE,
     ),
+    ("apps", "ReplicaSet"): (
+        _Column("Desired", "integer", ".spec.replicas", default=1),
+        _Column("Current", "integer", ".status.replicas", default=0),
+        _Column("Ready", "integer", ".status.readyReplicas", default=0),
+        _AGE,
+    ),
     ("apps", "DaemonSet"): (
         _Column("Desired", "integer", ".status.desiredNumberScheduled", default=0),
         _Column("Current", "integer", ".status.currentNumberScheduled", default=0),

@@ -1,6 +1,6 @@
-"""StatefulSet, ReplicationController, Ingress, CertificateSigningRequest, CSIStorageCapacity
-and APIService as kube-apiserver serves them: discovery, CRUD, their subresources
-(docs/simulator.md, "Built-in kinds")."""
+"""StatefulSet, ReplicaSet, ReplicationController, Ingress, CertificateSigningRequest,
+CSIStorageCapacity and APIService as kube-apiserver serves them: discovery, CRUD, their
+subresources (docs/simulator.md, "Built-in kinds")."""
 
 from __future__ import annotations
 
@@ -30,6 +30,12 @@ SAMPLES: dict[str, tuple[str, dict[str, Any]]] = {
         {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db"},
          "spec": {"replicas": 1, "serviceName": "db", "selector": {"matchLabels": {"app": "db"}},
                   "template": _template("db")}},
+    ),
+    "ReplicaSet": (
+        "/apis/apps/v1/namespaces/default/replicasets",
+        {"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "web"},
+         "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+                  "template": _template("web")}},
     ),
     "ReplicationController": (
         "/api/v1/namespaces/default/replicationcontrollers",
@@ -69,6 +75,7 @@ SAMPLES: dict[str, tuple[str, dict[str, Any]]] = {
 # categories, subresources.
 DISCOVERY = {
     "StatefulSet": ("statefulsets", True, ["sts"], ["all"], {"status", "scale"}),
+    "ReplicaSet": ("replicasets", True, ["rs"], ["all"], {"status", "scale"}),
     "ReplicationController": ("replicationcontrollers", True, ["rc"], ["all"], {"status", "scale"}),
     "Ingress": ("ingresses", True, ["ing"], None, {"status"}),
     "CertificateSigningRequest": (
@@ -134,7 +141,7 @@ async def test_create_get_list_delete(kube, kind: str) -> None:
     assert (await call(kube, "GET", f"{path}/{name}")).status_code == 404
 
 
-@pytest.mark.parametrize("kind", ["StatefulSet", "ReplicationController"])
+@pytest.mark.parametrize("kind", ["StatefulSet", "ReplicaSet", "ReplicationController"])
 async def test_scale(kube, kind: str) -> None:
     path, sample = SAMPLES[kind]
     name = sample["metadata"]["name"]
@@ -193,6 +200,7 @@ async def test_kubectl_columns(kube) -> None:
     table = "application/json;as=Table;v=v1;g=meta.k8s.io"
     expected = {
         "StatefulSet": ["Name", "Ready", "Age"],
+        "ReplicaSet": ["Name", "Desired", "Current", "Ready", "Age"],
         "ReplicationController": ["Name", "Desired", "Current", "Ready", "Age"],
         "Ingress": ["Name", "Class", "Hosts", "Address", "Ports", "Age"],
         "CertificateSigningRequest": [
