@@ -52,7 +52,6 @@ from gpustack_operator.controllers.kueueconfig import (
 from gpustack_operator.controllers.localqueue import NAME as LOCAL_QUEUE
 from gpustack_operator.controllers.localqueue import build_local_queue_controller
 from gpustack_operator.controllers.unpooled import setup_unpooled
-from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.kueueconfig import DEFAULT_KUEUE_CONFIGMAP, DEFAULT_KUEUE_NAMESPACE
 from gpustack_operator.domain.labels import MANAGED_BY_VALUE
 from gpustack_operator.domain.policy import ChainPolicy
@@ -77,7 +76,6 @@ TENANT_NO_NODE_FEATURES: Final = (
     "none from pseudo nodes (docs/tenants.md)"
 )
 
-KUEUE_AUTO: Final = "auto"
 KUEUE_MISSING_MESSAGE: Final = (
     "Kueue CRDs are not installed: install Kueue >= 0.13 (it serves kueue.x-k8s.io/v1beta2; "
     "v1beta1 is accepted too), e.g. `kubectl apply --server-side -f "
@@ -178,13 +176,6 @@ class WorkerConfig:
         tells an unset tenancy from the live Nodes at start (:func:`detect_tenancy_at_start`);
         a policy that never went through it counts as an ordinary cluster."""
         return self.policy.tenant_settings()
-
-
-def choose_kueue_version(served: list[str], wanted: str) -> KueueVersion | None:
-    """The Kueue version to write among *served*: *wanted*, or with ``auto`` v1beta2, else
-    v1beta1; ``None`` when the cluster serves none of them."""
-    pinned = None if wanted == KUEUE_AUTO else KueueVersion(wanted)
-    return ChainPolicy(kueue_version=pinned).kueue_version_among(served)
 
 
 class Worker:

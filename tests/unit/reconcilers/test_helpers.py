@@ -21,8 +21,7 @@ from gpustack_operator.controllers.common import (
     trim_for_worker,
 )
 from gpustack_operator.controllers.nodefacts import node_view
-from gpustack_operator.controllers.worker import WorkerTiming, choose_kueue_version
-from gpustack_operator.domain.kueue import KueueVersion
+from gpustack_operator.controllers.worker import WorkerTiming
 from gpustack_operator.domain.plan import plan_state
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.environment import load_manufacturers
@@ -196,11 +195,8 @@ def test_reservations_keep_a_cluster_queue(status: Any, reserved: bool) -> None:
     assert has_reservations(queue) is reserved
 
 
-def test_kueue_version_choice() -> None:
-    assert choose_kueue_version(["v1beta2", "v1beta1"], "auto") is KueueVersion.V1BETA2
-    assert choose_kueue_version(["v1beta1"], "auto") is KueueVersion.V1BETA1
-    assert choose_kueue_version(["v1beta1"], "v1beta2") is None
-    assert choose_kueue_version([], "auto") is None
+def test_kueue_resources_by_version() -> None:
+    # Which version the worker chooses: tests/unit/domain/test_policy.py.
     assert kueue_resources("v1beta1").cluster_queues.api_version == "kueue.x-k8s.io/v1beta1"
     assert kueue_resources().local_queues.namespaced
     with pytest.raises(ValueError, match="v1alpha1"):
