@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Final
 import structlog
 
 from gpustack_operator.domain.nodeview import labels_of, name_of
-from gpustack_operator.sim.scheduler import tolerates
+from gpustack_operator.sim.scheduler import selector_and_taints_allow
 from gpustack_operator.sim.standin import KeyedStandIn
 from gpustack_operator.sim.store import now_rfc3339
 
@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 DEFAULT_SCHEDULER: Final = "default-scheduler"
-_KEPT_OUT: Final = frozenset({"NoSchedule", "NoExecute"})
 _STARTED_CONDITIONS: Final = (
     "PodReadyToStartContainers",
     "Initialized",
@@ -174,14 +173,7 @@ def fits(pod_spec: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
     conditions = (node.get("status") or {}).get("conditions") or []
     if not any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
         return False
-    labels = labels_of(node)
-    if any(labels.get(k) != v for k, v in (pod_spec.get("nodeSelector") or {}).items()):
-        return False
-    tolerations = list(pod_spec.get("tolerations") or [])
-    return not any(
-        t.get("effect") in _KEPT_OUT and not tolerates(tolerations, t)
-        for t in node_spec.get("taints") or []
-    )
+    return selector_and_taints_allow(pod_spec, node, labels_of(node))
 
 
 def _node_address(node: Mapping[str, Any]) -> str:

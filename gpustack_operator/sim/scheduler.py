@@ -70,6 +70,20 @@ def tolerates(tolerations: list[Mapping[str, Any]], taint: Mapping[str, Any]) ->
     return False
 
 
+def selector_and_taints_allow(
+    pod_spec: Mapping[str, Any], node: Mapping[str, Any], labels: Mapping[str, str]
+) -> bool:
+    """Whether a Node with *labels* carries the pod's ``nodeSelector`` and has no
+    ``NoSchedule``/``NoExecute`` taint the pod does not tolerate (both stand-ins' filter)."""
+    if any(labels.get(k) != v for k, v in (pod_spec.get("nodeSelector") or {}).items()):
+        return False
+    tolerations = list(pod_spec.get("tolerations") or [])
+    taints = (node.get("spec") or {}).get("taints") or []
+    return not any(
+        t.get("effect") in _TAINT_EFFECTS and not tolerates(tolerations, t) for t in taints
+    )
+
+
 class SchedulerStandIn(StoreLoop):
     """Creates a started Job's pods and binds them. See the module docstring."""
 
@@ -180,17 +194,9 @@ class SchedulerStandIn(StoreLoop):
         used: Mapping[str, Mapping[str, Fraction]],
     ) -> str | None:
         spec = pod.get("spec") or {}
-        selector = spec.get("nodeSelector") or {}
-        tolerations = list(spec.get("tolerations") or [])
         wanted = pod_requests(spec)
         for node in nodes:
-            labels = self._labels(node)
-            if any(labels.get(k) != v for k, v in selector.items()):
-                continue
-            taints = (node.get("spec") or {}).get("taints") or []
-            if any(
-                t.get("effect") in _TAINT_EFFECTS and not tolerates(tolerations, t) for t in taints
-            ):
+            if not selector_and_taints_allow(spec, node, self._labels(node)):
                 continue
             free = status_field(node, "allocatable")
             taken = used.get(name_of(node), {})
