@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from gpustack_operator.sim.errors import ApiError
 from gpustack_operator.sim.standin import KeyedStandIn
-from gpustack_operator.sim.store import now_rfc3339
+from gpustack_operator.sim.store import Key, key_of, now_rfc3339
 
 if TYPE_CHECKING:
     from gpustack_operator.sim.server import SimServer
@@ -42,8 +42,6 @@ DEFAULT_HISTORY: Final = 10
 _SAFE_ALPHABET: Final = "bcdfghjklmnpqrstvwxz2456789"
 _FNV_OFFSET: Final = 0x811C9DC5
 _FNV_PRIME: Final = 0x01000193
-
-Key = tuple[str, str]
 
 
 def pod_template_hash(template: Mapping[str, Any], collisions: int = 0) -> str:
@@ -73,11 +71,6 @@ def _without_hash(template: Mapping[str, Any]) -> dict[str, Any]:
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return obj.get("metadata") or {}
-
-
-def _key(obj: Mapping[str, Any]) -> Key:
-    meta = _meta(obj)
-    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
 
 
 def _controller(obj: Mapping[str, Any], kind: str) -> str | None:
@@ -142,20 +135,20 @@ class ReplicaSetStandIn(KeyedStandIn[Key]):
         self._count = 0
 
     def initial_keys(self) -> list[Key]:
-        return [_key(rs) for rs in self.sim.store.list(APPS, "ReplicaSet")]
+        return [key_of(rs) for rs in self.sim.store.list(APPS, "ReplicaSet")]
 
     def on_event(self, event_type: str, obj: dict[str, Any]) -> None:
         if obj.get("apiVersion") == APPS and obj.get("kind") == "ReplicaSet":
             if event_type == "DELETED":
-                self.forget(_key(obj))
+                self.forget(key_of(obj))
             else:
-                self.mark(_key(obj))
+                self.mark(key_of(obj))
         elif obj.get("apiVersion") == "v1" and obj.get("kind") == "Pod":
             if event_type == "DELETED":
-                self._created.pop(_key(obj), None)
+                self._created.pop(key_of(obj), None)
             owner = _controller(obj, "ReplicaSet")
             if owner:
-                self.mark((_key(obj)[0], owner))
+                self.mark((key_of(obj)[0], owner))
 
     def reconcile(self, key: Key) -> None:
         """Create or delete Pods of the ReplicaSet at *key*, then write its status."""
@@ -168,7 +161,7 @@ class ReplicaSetStandIn(KeyedStandIn[Key]):
         for _ in range(wanted - len(pods)):
             pod = self.sim.store.create(self._pod(rs))
             self._count += 1
-            self._created[_key(pod)] = self._count
+            self._created[key_of(pod)] = self._count
             pods.append(pod)
         if len(pods) > wanted:
             pods.sort(key=self._age, reverse=True)
@@ -179,7 +172,7 @@ class ReplicaSetStandIn(KeyedStandIn[Key]):
 
     def _age(self, pod: Mapping[str, Any]) -> tuple[str, int]:
         """Sorts Pods oldest first: by creation time, then by the order they were made in."""
-        return (str(_meta(pod).get("creationTimestamp") or ""), self._created.get(_key(pod), 0))
+        return (str(_meta(pod).get("creationTimestamp") or ""), self._created.get(key_of(pod), 0))
 
     def _pod(self, rs: Mapping[str, Any]) -> dict[str, Any]:
         template = (rs.get("spec") or {}).get("template") or {}
@@ -229,20 +222,20 @@ class DeploymentStandIn(KeyedStandIn[Key]):
     noun = "deployment"
 
     def initial_keys(self) -> list[Key]:
-        return [_key(d) for d in self.sim.store.list(APPS, "Deployment")]
+        return [key_of(d) for d in self.sim.store.list(APPS, "Deployment")]
 
     def on_event(self, event_type: str, obj: dict[str, Any]) -> None:
         if obj.get("apiVersion") != APPS:
             return
         if obj.get("kind") == "Deployment":
             if event_type == "DELETED":
-                self.forget(_key(obj))
+                self.forget(key_of(obj))
             else:
-                self.mark(_key(obj))
+                self.mark(key_of(obj))
         elif obj.get("kind") == "ReplicaSet":
             owner = _controller(obj, "Deployment")
             if owner:
-                self.mark((_key(obj)[0], owner))
+                self.mark((key_of(obj)[0], owner))
 
     def reconcile(self, key: Key) -> None:
         """Make the Deployment at *key* own its current ReplicaSet, scale them, write status."""

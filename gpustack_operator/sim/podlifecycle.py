@@ -30,7 +30,7 @@ import structlog
 from gpustack_operator.domain.nodeview import labels_of, name_of
 from gpustack_operator.sim.scheduler import selector_and_taints_allow
 from gpustack_operator.sim.standin import KeyedStandIn
-from gpustack_operator.sim.store import now_rfc3339
+from gpustack_operator.sim.store import Key, key_of, now_rfc3339
 
 if TYPE_CHECKING:
     from gpustack_operator.sim.server import SimServer
@@ -46,10 +46,8 @@ _STARTED_CONDITIONS: Final = (
     "PodScheduled",
 )
 
-PodKey = tuple[str, str]
 
-
-class PodLifecycleStandIn(KeyedStandIn[PodKey]):
+class PodLifecycleStandIn(KeyedStandIn[Key]):
     """Binds unscheduled Pods and starts bound ones. See the module docstring."""
 
     name = "sim-pod-lifecycle"
@@ -57,11 +55,11 @@ class PodLifecycleStandIn(KeyedStandIn[PodKey]):
 
     def __init__(self, sim: SimServer) -> None:
         super().__init__(sim)
-        self._unschedulable: set[PodKey] = set()
+        self._unschedulable: set[Key] = set()
         self._addresses = 0
 
-    def initial_keys(self) -> list[PodKey]:
-        return [_key(pod) for pod in self.sim.store.list("v1", "Pod") if _waits(pod)]
+    def initial_keys(self) -> list[Key]:
+        return [key_of(pod) for pod in self.sim.store.list("v1", "Pod") if _waits(pod)]
 
     def on_event(self, event_type: str, obj: dict[str, Any]) -> None:
         if obj.get("apiVersion") != "v1":
@@ -72,11 +70,11 @@ class PodLifecycleStandIn(KeyedStandIn[PodKey]):
             self._unschedulable.clear()
         elif obj.get("kind") == "Pod":
             if event_type == "DELETED":
-                self._unschedulable.discard(_key(obj))
+                self._unschedulable.discard(key_of(obj))
             elif _waits(obj):
-                self.mark(_key(obj))
+                self.mark(key_of(obj))
 
-    def reconcile(self, key: PodKey) -> None:
+    def reconcile(self, key: Key) -> None:
         """Bind the Pod at *key* if it is unscheduled, then start it if its Node exists."""
         pod = self.sim.store.get("v1", "Pod", key[1], key[0])
         if pod is None or not _waits(pod):
@@ -151,11 +149,6 @@ class PodLifecycleStandIn(KeyedStandIn[PodKey]):
         self._addresses += 1
         offset = 2 + self._addresses % max(network.num_addresses - 3, 1)
         return str(network.network_address + offset)
-
-
-def _key(pod: Mapping[str, Any]) -> PodKey:
-    meta = pod.get("metadata") or {}
-    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
 
 
 def _waits(pod: Mapping[str, Any]) -> bool:
