@@ -23,6 +23,7 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
+from gpustack_operator.domain.nodeview import labels_of, metadata
 from gpustack_operator.sim.errors import ApiError
 from gpustack_operator.sim.standin import KeyedStandIn
 from gpustack_operator.sim.store import Key, key_of, now_rfc3339
@@ -69,32 +70,28 @@ def _without_hash(template: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
-
-
 def _controller(obj: Mapping[str, Any], kind: str) -> str | None:
     """The name of *obj*'s controlling owner when it is a *kind*, else None."""
-    for ref in _meta(obj).get("ownerReferences") or []:
+    for ref in metadata(obj).get("ownerReferences") or []:
         if ref.get("controller") and ref.get("kind") == kind:
             return str(ref.get("name") or "") or None
     return None
 
 
 def _owned_by(objs: list[dict[str, Any]], owner: Mapping[str, Any]) -> list[dict[str, Any]]:
-    uid = _meta(owner).get("uid")
+    uid = metadata(owner).get("uid")
     return [
         o
         for o in objs
         if any(
             r.get("controller") and r.get("uid") == uid
-            for r in _meta(o).get("ownerReferences") or []
+            for r in metadata(o).get("ownerReferences") or []
         )
     ]
 
 
 def _owner_reference(owner: Mapping[str, Any]) -> dict[str, Any]:
-    meta = _meta(owner)
+    meta = metadata(owner)
     return {
         "apiVersion": owner.get("apiVersion", APPS),
         "kind": owner.get("kind", ""),
@@ -117,7 +114,7 @@ def _is_ready(pod: Mapping[str, Any]) -> bool:
 
 def _active(pod: Mapping[str, Any]) -> bool:
     """Counted by its ReplicaSet: not being deleted and not finished."""
-    if _meta(pod).get("deletionTimestamp"):
+    if metadata(pod).get("deletionTimestamp"):
         return False
     return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
 
@@ -154,7 +151,7 @@ class ReplicaSetStandIn(KeyedStandIn[Key]):
         """Create or delete Pods of the ReplicaSet at *key*, then write its status."""
         namespace, name = key
         rs = self.sim.store.get(APPS, "ReplicaSet", name, namespace)
-        if rs is None or _meta(rs).get("deletionTimestamp"):
+        if rs is None or metadata(rs).get("deletionTimestamp"):
             return
         pods = [p for p in _owned_by(self.sim.store.list("v1", "Pod", namespace), rs) if _active(p)]
         wanted = _replicas(rs)
@@ -166,20 +163,23 @@ class ReplicaSetStandIn(KeyedStandIn[Key]):
         if len(pods) > wanted:
             pods.sort(key=self._age, reverse=True)
             for pod in pods[: len(pods) - wanted]:
-                self.sim.store.delete("v1", "Pod", _meta(pod)["name"], namespace)
+                self.sim.store.delete("v1", "Pod", metadata(pod)["name"], namespace)
             pods = pods[len(pods) - wanted :]
         self._write_status(rs, pods)
 
     def _age(self, pod: Mapping[str, Any]) -> tuple[str, int]:
         """Sorts Pods oldest first: by creation time, then by the order they were made in."""
-        return (str(_meta(pod).get("creationTimestamp") or ""), self._created.get(key_of(pod), 0))
+        return (
+            str(metadata(pod).get("creationTimestamp") or ""),
+            self._created.get(key_of(pod), 0),
+        )
 
     def _pod(self, rs: Mapping[str, Any]) -> dict[str, Any]:
         template = (rs.get("spec") or {}).get("template") or {}
         template_meta = template.get("metadata") or {}
         meta: dict[str, Any] = {
-            "generateName": f"{_meta(rs)['name']}-",
-            "namespace": _meta(rs).get("namespace"),
+            "generateName": f"{metadata(rs)['name']}-",
+            "namespace": metadata(rs).get("namespace"),
             "ownerReferences": [_owner_reference(rs)],
         }
         for field in ("labels", "annotations", "finalizers"):
@@ -201,15 +201,11 @@ class ReplicaSetStandIn(KeyedStandIn[Key]):
         status.update(
             replicas=len(pods),
             fullyLabeledReplicas=sum(
-                1
-                for p in pods
-                if all(
-                    (_meta(p).get("labels") or {}).get(k) == v for k, v in template_labels.items()
-                )
+                1 for p in pods if all(labels_of(p).get(k) == v for k, v in template_labels.items())
             ),
             readyReplicas=ready,
             availableReplicas=ready,
-            observedGeneration=_meta(rs).get("generation", 1),
+            observedGeneration=metadata(rs).get("generation", 1),
         )
         if status != rs.get("status"):
             self.sim.store.update_status({**rs, "status": status})
@@ -241,7 +237,7 @@ class DeploymentStandIn(KeyedStandIn[Key]):
         """Make the Deployment at *key* own its current ReplicaSet, scale them, write status."""
         namespace, name = key
         deployment = self.sim.store.get(APPS, "Deployment", name, namespace)
-        if deployment is None or _meta(deployment).get("deletionTimestamp"):
+        if deployment is None or metadata(deployment).get("deletionTimestamp"):
             return
         owned = _owned_by(self.sim.store.list(APPS, "ReplicaSet", namespace), deployment)
         template = (deployment.get("spec") or {}).get("template") or {}
@@ -266,7 +262,7 @@ class DeploymentStandIn(KeyedStandIn[Key]):
                 current = self._set_replicaset(current, wanted, revision + 1)
             elif _replicas(current) != wanted:
                 current = self._set_replicaset(current, wanted, _revision(current))
-        old = [rs for rs in owned if _meta(rs).get("uid") != _meta(current).get("uid")]
+        old = [rs for rs in owned if metadata(rs).get("uid") != metadata(current).get("uid")]
         for rs in old:
             if _replicas(rs) != 0:
                 self._set_replicaset(rs, 0, _revision(rs))
@@ -285,7 +281,7 @@ class DeploymentStandIn(KeyedStandIn[Key]):
         selector = dict(spec.get("selector") or {})
         selector["matchLabels"] = {**(selector.get("matchLabels") or {}), HASH_LABEL: hashed}
         replicas = _replicas(deployment)
-        meta = _meta(deployment)
+        meta = metadata(deployment)
         body = {
             "apiVersion": APPS,
             "kind": "ReplicaSet",
@@ -315,7 +311,7 @@ class DeploymentStandIn(KeyedStandIn[Key]):
         return None
 
     def _set_replicaset(self, rs: dict[str, Any], replicas: int, revision: int) -> dict[str, Any]:
-        meta = dict(_meta(rs))
+        meta = dict(metadata(rs))
         meta["annotations"] = {
             **(meta.get("annotations") or {}),
             **_annotations(replicas, revision),
@@ -337,7 +333,9 @@ class DeploymentStandIn(KeyedStandIn[Key]):
             key=_revision,
         )
         for rs in idle[: max(len(idle) - limit, 0)]:
-            self.sim.store.delete(APPS, "ReplicaSet", _meta(rs)["name"], _meta(rs).get("namespace"))
+            self.sim.store.delete(
+                APPS, "ReplicaSet", metadata(rs)["name"], metadata(rs).get("namespace")
+            )
 
     def _write_status(
         self,
@@ -354,7 +352,7 @@ class DeploymentStandIn(KeyedStandIn[Key]):
 
         available = total("availableReplicas", owned)
         updated = total("replicas", [current])
-        generation = _meta(deployment).get("generation", 1)
+        generation = metadata(deployment).get("generation", 1)
         status: dict[str, Any] = {
             k: v for k, v in (deployment.get("status") or {}).items() if k == "collisionCount"
         }
@@ -368,7 +366,7 @@ class DeploymentStandIn(KeyedStandIn[Key]):
         unavailable = sum(_replicas(rs) for rs in owned) - available
         if unavailable > 0:
             status["unavailableReplicas"] = unavailable
-        rs_name = _meta(current).get("name")
+        rs_name = metadata(current).get("name")
         minimum = wanted - _max_unavailable(spec, wanted)
         done = updated == wanted and status["replicas"] == wanted and available >= wanted
         previous = {
@@ -400,7 +398,7 @@ class DeploymentStandIn(KeyedStandIn[Key]):
         # replaces only its own
         kept = [ours.pop(c.get("type"), c) for c in previous.values()]
         status["conditions"] = [*kept, *ours.values()]
-        meta = dict(_meta(deployment))
+        meta = dict(metadata(deployment))
         revision = str(_revision(current))
         if (meta.get("annotations") or {}).get(REVISION) != revision:
             meta["annotations"] = {**(meta.get("annotations") or {}), REVISION: revision}
@@ -420,7 +418,7 @@ def _annotations(replicas: int, revision: int) -> dict[str, str]:
 
 def _revision(rs: Mapping[str, Any]) -> int:
     try:
-        return int((_meta(rs).get("annotations") or {}).get(REVISION) or 0)
+        return int((metadata(rs).get("annotations") or {}).get(REVISION) or 0)
     except ValueError:
         return 0
 
