@@ -21,6 +21,7 @@ Needs the network of the package registries (once, for the download and the envi
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -40,6 +41,7 @@ HERE = Path(__file__).resolve().parent / "kr8s_suite"
 LEFT_OUT = ("pytest-kind", "pytest-cov", "sphinx", "myst", "furo", "taskipy")
 
 
+@functools.cache
 def locked_sdist() -> dict[str, str]:
     """version, url, sha256 and upload-time of the kr8s source distribution uv.lock pins."""
     lock = tomllib.loads((ROOT / "uv.lock").read_text())
