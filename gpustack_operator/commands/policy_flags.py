@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from enum import StrEnum
+from pathlib import Path
 from typing import TypeVar
 
 from gpustack_operator.commands.argtypes import comma_list
@@ -26,6 +28,7 @@ from gpustack_operator.domain.queues import (
     DEFAULT_QUOTA_RESOURCES,
     QuotaResources,
 )
+from gpustack_operator.domain.teams import Teams, TeamsError, parse_teams
 from gpustack_operator.domain.tenancy import Tenancy
 from gpustack_operator.environment import load_manufacturers
 
@@ -169,6 +172,16 @@ def add_policy_flags(parser: argparse._ActionsContainer) -> None:
         )
     )
     _add_tenant_flags(parser)
+    _shared(
+        parser.add_argument(
+            "--teams",
+            default=None,
+            metavar="FILE",
+            help="the teams declaration (docs/teams.md): each team's namespaces and share of "
+            "the pools; the worker prefers the ConfigMap gpustack-teams in the system "
+            "namespace when it exists (default: no teams)",
+        )
+    )
 
 
 def _add_tenant_flags(parser: argparse._ActionsContainer) -> None:
@@ -224,4 +237,21 @@ def policy_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = N
     )
     if args.manufacturer:
         policy = policy.with_manufacturers(args.manufacturer)
+    teams_file = getattr(args, "teams", None)
+    if teams_file:
+        policy = replace(policy, teams=read_teams_file(teams_file, policy.manufacturers))
     return policy
+
+
+def read_teams_file(path: str, manufacturers: Iterable[str]) -> Teams:
+    """The declaration in *path* (docs/teams.md); ``ValueError`` naming the file and the fix."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ValueError(
+            f"--teams {path}: cannot read it ({exc.strerror}): check the path"
+        ) from None
+    try:
+        return parse_teams(text, manufacturers)
+    except TeamsError as exc:
+        raise ValueError(f"--teams {path}: {exc}") from None

@@ -20,9 +20,18 @@ from gpustack_operator.domain.nodefeature import merge_node_features, worker_nod
 from gpustack_operator.domain.nodeview import name_of
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.queues import (
+    active_namespaces,
     desired_cluster_queues,
     desired_cohorts,
     desired_local_queues,
+)
+from gpustack_operator.domain.teams import (
+    PoolSplit,
+    cohort_resource_groups,
+    desired_local_queues_with_teams,
+    is_team_queue,
+    split_queues,
+    with_cohort_quota,
 )
 from gpustack_operator.domain.tenancy import (
     Tenancy,
@@ -50,6 +59,8 @@ class DesiredState:
     """The kind of cluster the chain was built for (docs/tenants.md)."""
     fleet: TenantFleet | None = None
     """A tenant's Nodes as its pools see them (``None`` outside a tenant)."""
+    team_splits: dict[str, list[PoolSplit]] = field(default_factory=dict)
+    """Per Cohort, its pools divided among teams (docs/teams.md; not part of :meth:`objects`)."""
 
     def objects(self) -> list[dict[str, Any]]:
         """NodeFeatures, ResourceFlavors, Cohorts, ClusterQueues, LocalQueues, in that order."""
@@ -138,13 +149,33 @@ def desired_state(
     )
     if tenant.is_tenant:
         queues = {n: tenant_cluster_queue(q, tenant.quota_caps) for n, q in queues.items()}
+    queues, splits = split_queues(queues, policy.teams)  # docs/teams.md
+    for cohort_name, pool_splits in splits.items():
+        if cohort_name in cohorts:
+            groups = cohort_resource_groups(pool_splits)
+            cohorts[cohort_name] = with_cohort_quota(cohorts[cohort_name], groups)
+    namespace_list = list(namespaces)
     locals_ = desired_local_queues(
-        list(queues.values()),
-        namespaces,
+        [q for q in queues.values() if not is_team_queue(q)],
+        namespace_list,
         system_namespace=policy.system_namespace,
         excluded=policy.excluded_namespaces,
         version=kueue_version,
     )
+    if splits:
+        active = active_namespaces(
+            namespace_list,
+            system_namespace=policy.system_namespace,
+            excluded=policy.excluded_namespaces,
+        )
+        locals_ = desired_local_queues_with_teams(
+            queues.values(),
+            namespace_list,
+            policy.teams,
+            plain=locals_,
+            version=kueue_version,
+            active=active,
+        )
     return DesiredState(
         node_features=_unique_by_name([*extra_node_features, *features]),
         resource_flavors=list(flavors.values()),
@@ -154,4 +185,5 @@ def desired_state(
         nodes=merged,
         tenancy=tenant.tenancy,
         fleet=fleet,
+        team_splits=splits,
     )

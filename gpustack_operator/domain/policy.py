@@ -20,6 +20,7 @@ from gpustack_operator.domain.queues import (
     DEFAULT_QUOTA_RESOURCES,
     QuotaResources,
 )
+from gpustack_operator.domain.teams import Teams
 from gpustack_operator.domain.tenancy import Tenancy, TenantSettings, detect_tenancy
 
 NEWEST_FIRST: tuple[KueueVersion, ...] = (KueueVersion.V1BETA2, KueueVersion.V1BETA1)
@@ -53,6 +54,9 @@ class ChainPolicy:
     tenant_quota_caps: Mapping[str, int] = field(default_factory=dict)
     """A shared-node tenant's declared share per device resource (docs/tenants.md, "Quota a
     tenant may count on")."""
+    teams: Teams | None = None
+    """Each team's share of the pools (docs/teams.md); ``None``: no teams, every pool one
+    ClusterQueue with a LocalQueue in every namespace."""
 
     def __post_init__(self) -> None:
         if not self.manufacturers:
