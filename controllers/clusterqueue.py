@@ -22,7 +22,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from gpustack_operator.controllers.caches import BY_COHORT, BY_FLAVOR, BY_QUEUE, KueueCaches
+from gpustack_operator.controllers.caches import (
+    BY_COHORT,
+    BY_FLAVOR,
+    BY_POOL,
+    BY_QUEUE,
+    KueueCaches,
+)
 from gpustack_operator.controllers.common import (
     METADATA_OR_SPEC_CHANGED,
     NodeChanged,
@@ -30,6 +36,7 @@ from gpustack_operator.controllers.common import (
     is_managed_object,
     is_up_to_date,
 )
+from gpustack_operator.controllers.teams import watch_teams
 from gpustack_operator.domain.kueue import OwnerReference
 from gpustack_operator.domain.labels import QUEUE_ANNOTATION
 from gpustack_operator.domain.nodeview import (
@@ -46,6 +53,7 @@ from gpustack_operator.domain.queues import (
     desired_cluster_queue,
     without_flavors,
 )
+from gpustack_operator.domain.teams import pool_of, split_pool
 from gpustack_operator.domain.tenancy import tenant_cluster_queue
 from gpustack_operator.runtime.client import NotFound
 from gpustack_operator.runtime.coalesce import Coalesce
@@ -61,6 +69,13 @@ def _without_deletion(obj: dict[str, Any]) -> dict[str, Any]:
     """*obj* as if it were not being deleted (to render what its queue holds besides it)."""
     meta = {k: v for k, v in metadata(obj).items() if k != "deletionTimestamp"}
     return {**obj, "metadata": meta}
+
+
+def _sooner(a: Result | None, b: Result | None) -> Result | None:
+    """The earlier of two requeues (``None``: none asked)."""
+    if a is None or b is None:
+        return a or b
+    return a if (a.requeue_after or 0) <= (b.requeue_after or 0) else b
 
 
 def has_reservations(cluster_queue: Mapping[str, Any]) -> bool:
@@ -94,6 +109,30 @@ def has_reservations(cluster_queue: Mapping[str, Any]) -> bool:
     return False
 
 
+def desired_pool_queue(
+    caches: KueueCaches, policy: ChainPolicy, name: str, flavors: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """The ClusterQueue of pool *name* for *flavors*, from the cache's managed nodes, before
+    teams divide it (the Cohort reconciler reads it for the Cohort's own quota)."""
+    index: dict[str, list[object]] = {
+        name_of(f): list(caches.managed_nodes(BY_FLAVOR, name_of(f))) for f in flavors
+    }
+    nodes = [n for members in index.values() for n in members]
+    want = desired_cluster_queue(
+        name,
+        flavors,
+        nodes,
+        caches.manufacturers,
+        version=caches.kueue.version,
+        flavor_index=index,
+        quota_resources=policy.quota_resources,
+    )
+    if want is not None and caches.tenant is not None:
+        # docs/tenants.md, "Quota a tenant may count on"
+        want = tenant_cluster_queue(want, caches.tenant.settings.quota_caps)
+    return want
+
+
 class ClusterQueueReconciler:
     def __init__(
         self,
@@ -115,6 +154,8 @@ class ClusterQueueReconciler:
         name = request.name
         caches = self.caches
         have = caches.cluster_queues.indexer.get(name)
+        if have is not None and pool_of(have) and is_managed_object(have):
+            return None  # a team queue: its pool's key handles it (docs/teams.md)
         if have is not None and not is_managed_object(have):
             if caches.flavors.indexer.by_index(BY_QUEUE, name):
                 self.writer.not_ours(self.resource, have)
@@ -134,9 +175,7 @@ class ClusterQueueReconciler:
             full = self._desired(name, live)
             want = without_flavors(full) if full is not None else None
         if want is None:
-            return await self._delete(have)
-        if have is not None and is_deleting(have):
-            return None  # its deletion event brings it back here, to be created anew
+            return _sooner(await self._delete(have), await self._prune_teams(name, set()))
         cohort_name = cluster_queue_cohort(want)
         cohort = caches.cohorts.indexer.get(cohort_name)
         if cohort is None or is_deleting(cohort):
@@ -149,9 +188,32 @@ class ClusterQueueReconciler:
                 uid=uid_of(cohort),
             )
             want["metadata"]["ownerReferences"] = [owner.manifest()]
+        teams = caches.teams_for(self.policy)
+        split = split_pool(want, teams) if teams is not None else None
+        if split is not None:  # docs/teams.md: the pool's teams' queues replace its own
+            kept = {name_of(q) for q in split.team_queues}
+            for team_queue in split.team_queues:
+                await self._put(caches.cluster_queues.indexer.get(name_of(team_queue)), team_queue)
+            return _sooner(await self._delete(have), await self._prune_teams(name, kept))
+        await self._put(have, want)
+        return await self._prune_teams(name, set())
+
+    async def _put(self, have: dict[str, Any] | None, want: dict[str, Any]) -> None:
+        if have is not None and not is_managed_object(have):
+            self.writer.not_ours(self.resource, have)
+            return
+        if have is not None and is_deleting(have):
+            return  # its deletion event brings it back here, to be created anew
         if not is_up_to_date(have, want):
             await self.writer.apply(self.resource, want, existed=have is not None)
-        return None
+
+    async def _prune_teams(self, pool: str, kept: set[str]) -> Result | None:
+        """Delete the team queues of *pool* no team has now, each once nothing is reserved."""
+        result: Result | None = None
+        for queue in self.caches.cluster_queues.indexer.by_index(BY_POOL, pool):
+            if name_of(queue) not in kept and is_managed_object(queue):
+                result = _sooner(result, await self._delete(queue))
+        return result
 
     def _wanted_flavors(self, name: str) -> set[str]:
         """The flavors the managed nodes of queue *name* have in their profiles."""
@@ -164,24 +226,7 @@ class ClusterQueueReconciler:
         }
 
     def _desired(self, name: str, flavors: list[dict[str, Any]]) -> dict[str, Any] | None:
-        caches = self.caches
-        index: dict[str, list[object]] = {
-            name_of(f): list(caches.managed_nodes(BY_FLAVOR, name_of(f))) for f in flavors
-        }
-        nodes = [n for members in index.values() for n in members]
-        want = desired_cluster_queue(
-            name,
-            flavors,
-            nodes,
-            caches.manufacturers,
-            version=caches.kueue.version,
-            flavor_index=index,
-            quota_resources=self.policy.quota_resources,
-        )
-        if want is not None and caches.tenant is not None:
-            # docs/tenants.md, "Quota a tenant may count on"
-            want = tenant_cluster_queue(want, caches.tenant.settings.quota_caps)
-        return want
+        return desired_pool_queue(self.caches, self.policy, name, flavors)
 
     async def _delete(self, have: Mapping[str, Any] | None) -> Result | None:
         if have is None or is_deleting(have):
@@ -240,14 +285,25 @@ def build_cluster_queue_controller(
         waiting_requeue=waiting_requeue,
         policy=policy,
     )
+
     # A queue's quotas are sums over its nodes: while nodes keep arriving, wait for a pause
     # (bounded; longer while nodes still await their labels) rather than write every
     # intermediate sum. Node, flavor, Cohort and the queue's own events share one window per
     # queue (one Coalesce value): an edit in a quiet moment is reconciled at once (the
     # leading edge), but during a burst neither the queue's own writes nor its Cohort's
     # creation may start a write per round trip.
+    def by_team_queue(queue: dict[str, Any]) -> list[str]:
+        pool = pool_of(queue)  # docs/teams.md: a team queue's events reach its pool
+        return [pool] if pool else []
+
+    builder = watch_teams(
+        builder, caches.teams, lambda: caches.flavors.indexer.index_values(BY_QUEUE)
+    )
     return (
         builder.for_(caches.kueue.cluster_queues, METADATA_OR_SPEC_CHANGED, coalesce=coalesce)
+        .watches(
+            caches.kueue.cluster_queues, by_team_queue, METADATA_OR_SPEC_CHANGED, coalesce=coalesce
+        )
         .watches(caches.kueue.cohorts, by_cohort, METADATA_OR_SPEC_CHANGED, coalesce=coalesce)
         .watches(NODES, by_node, NodeChanged(facts), coalesce=coalesce)
         .watches(

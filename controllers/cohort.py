@@ -10,9 +10,10 @@ person made (no managed-by label) is never changed or deleted.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from gpustack_operator.controllers.caches import BY_COHORT, KueueCaches
+from gpustack_operator.controllers.clusterqueue import desired_pool_queue
 from gpustack_operator.controllers.common import (
     METADATA_OR_SPEC_CHANGED,
     NodeChanged,
@@ -20,13 +21,17 @@ from gpustack_operator.controllers.common import (
     is_managed_object,
     is_up_to_date,
 )
-from gpustack_operator.domain.nodeview import is_deleting
+from gpustack_operator.controllers.teams import watch_teams
+from gpustack_operator.domain.labels import QUEUE_ANNOTATION
+from gpustack_operator.domain.nodeview import annotations_of, is_deleting
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.queues import (
     cluster_queue_cohort,
     cohort_may_be_deleted,
     desired_cohort,
+    queue_flavors,
 )
+from gpustack_operator.domain.teams import cohort_resource_groups, split_pool, with_cohort_quota
 from gpustack_operator.runtime.coalesce import Coalesce
 from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request, Result
 from gpustack_operator.runtime.resources import NODES
@@ -62,8 +67,9 @@ class CohortReconciler:
             profiles_of=self.caches.facts.profiles,
         )
         if want is not None:
+            want = self._with_team_remainder(name, have, want)
             if not is_up_to_date(have, want):
-                await self.writer.apply(self.resource, want, existed=have is not None)
+                await self.writer.apply(self.resource, _applied(want), existed=have is not None)
             return None
         if have is None:
             return None
@@ -71,6 +77,38 @@ class CohortReconciler:
         if cohort_may_be_deleted(name, nodes, queues, self.policy.manufacturers):
             await self.writer.delete(self.resource, have, "no node or ClusterQueue references it")
         return None
+
+    def _with_team_remainder(
+        self, name: str, have: dict[str, Any] | None, want: dict[str, Any]
+    ) -> dict[str, Any]:
+        """*want* holding what its pools' teams leave over as its own quota (docs/teams.md);
+        a quota it held before and no longer needs is compared as an empty list."""
+        teams = self.caches.teams_for(self.policy)
+        held = bool(((have or {}).get("spec") or {}).get("resourceGroups"))
+        if teams is None and not held:
+            return want
+        splits = []
+        flavors = self.caches.flavors.indexer.by_index(BY_COHORT, name)
+        pools = sorted({annotations_of(f).get(QUEUE_ANNOTATION, "") for f in flavors} - {""})
+        for pool in pools if teams is not None else ():
+            members = cast("list[dict[str, Any]]", queue_flavors(pool, flavors))
+            queue = desired_pool_queue(self.caches, self.policy, pool, members)
+            split = split_pool(queue, teams) if queue is not None and teams is not None else None
+            if split is not None:
+                splits.append(split)
+        want = with_cohort_quota(want, cohort_resource_groups(splits))
+        if held and "resourceGroups" not in want["spec"]:
+            want["spec"]["resourceGroups"] = []
+        return want
+
+
+def _applied(want: dict[str, Any]) -> dict[str, Any]:
+    """*want* as applied: an empty ``resourceGroups`` (compared, to notice a remainder to
+    drop) is left out, so server-side apply removes the field this manager owned."""
+    spec = want.get("spec") or {}
+    if spec.get("resourceGroups") == []:
+        return {**want, "spec": {k: v for k, v in spec.items() if k != "resourceGroups"}}
+    return want
 
 
 def build_cohort_controller(
@@ -94,6 +132,9 @@ def build_cohort_controller(
         cohort = cluster_queue_cohort(queue)
         return [cohort] if cohort else []
 
+    builder = watch_teams(
+        builder, caches.teams, lambda: caches.flavors.indexer.index_values(BY_COHORT)
+    )
     return (
         builder.for_(caches.kueue.cohorts, METADATA_OR_SPEC_CHANGED)
         .watches(NODES, by_node, NodeChanged(facts), coalesce=coalesce)

@@ -51,6 +51,12 @@ from gpustack_operator.controllers.kueueconfig import (
 )
 from gpustack_operator.controllers.localqueue import NAME as LOCAL_QUEUE
 from gpustack_operator.controllers.localqueue import build_local_queue_controller
+from gpustack_operator.controllers.teams import NAME as TEAMS
+from gpustack_operator.controllers.teams import (
+    LiveTeams,
+    build_teams_controller,
+    teams_configmap_informer,
+)
 from gpustack_operator.controllers.unpooled import setup_unpooled
 from gpustack_operator.domain.kueueconfig import DEFAULT_KUEUE_CONFIGMAP, DEFAULT_KUEUE_NAMESPACE
 from gpustack_operator.domain.labels import MANAGED_BY_VALUE
@@ -239,6 +245,14 @@ class Worker:
         # Caches warm up on standbys too, so a new leader starts with them full; the
         # controllers are the manager's: they run while it leads.
         self.caches = KueueCaches.create(self.manager, self.kueue, self.facts, self.config.tenant)
+        self.caches.teams = LiveTeams(  # docs/teams.md, "Where the declaration lives"
+            teams_configmap_informer(self.manager, self.config.policy.system_namespace),
+            self.config.policy.system_namespace,
+            fallback=self.config.policy.teams,
+            manufacturers=self.config.policy.manufacturers,
+            cluster_queues=self.caches.cluster_queues,
+            namespaces=self.caches.namespaces,
+        )
         self.queue_controllers = self._add_queue_controllers(self.caches)
         self.kueue_found.set()
         return True
@@ -252,7 +266,7 @@ class Worker:
         manager = self.manager
         workers = config.max_concurrent_reconciles
         presets = timing.presets(self.settling)
-        return [
+        controllers = [
             build_flavor_controller(
                 manager.controller(FLAVOR),
                 caches,
@@ -297,6 +311,11 @@ class Worker:
                 name=config.kueue_configmap,
             ),
         ]
+        if caches.teams is not None:  # docs/teams.md, "Refused declarations"
+            controllers.append(
+                build_teams_controller(manager.controller(TEAMS), caches.teams, manager.recorder)
+            )
+        return controllers
 
 
 async def serves_dra(client: Client) -> bool:
