@@ -13,20 +13,24 @@ import asyncio
 import json
 import sys
 from collections.abc import Iterable, Mapping
+from fractions import Fraction
 from typing import Any
 
 from gpustack_operator.apis import KUEUE_GROUP, kueue_resources
 from gpustack_operator.commands.cluster_flags import add_connection_flags, connect
 from gpustack_operator.commands.policy_flags import add_policy_flags, policy_from_args
-from gpustack_operator.domain.nodeview import name_of
+from gpustack_operator.domain.nodeview import annotations_of, labels_of, name_of
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.poolinfo import unit_text
+from gpustack_operator.domain.quantities import parse_quantity
 from gpustack_operator.domain.queues import is_owned
+from gpustack_operator.domain.teams import SHARE_ANNOTATION, TEAM_LABEL
 from gpustack_operator.gateway.pools import pool_entry
 from gpustack_operator.runtime.client import ApiError
 
 HOST_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 COLUMNS = ("LOCALQUEUE", "UNIT", "RESOURCE", "QUOTA", "RESERVED", "USED")
+TEAM_COLUMNS = ("TEAM", "SHARE", "BORROWED")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -97,15 +101,52 @@ def pool_rows(
                 "nominalQuota": entry["nominalQuota"],
                 "reservation": entry["reservation"],
                 "usage": entry["usage"],
+                **team_columns(queues[target], resource),
             }
         )
     return rows
 
 
+def team_columns(cluster_queue: Mapping[str, Any], resource: str) -> dict[str, Any]:
+    """A team queue's team, share of its pool, whether it borrows and lends, and how much of
+    *resource* it borrows now (docs/teams.md, "What plan and queues show"); ``{}`` for a
+    pool without teams."""
+    team = labels_of(cluster_queue).get(TEAM_LABEL)
+    if not team:
+        return {}
+    limits = [
+        r
+        for g in (cluster_queue.get("spec") or {}).get("resourceGroups") or []
+        for f in g.get("flavors") or []
+        for r in f.get("resources") or []
+        if r.get("name") == resource
+    ]
+    borrowed = sum(
+        (
+            parse_quantity(r.get("borrowed", "0")) or Fraction(0)
+            for f in (cluster_queue.get("status") or {}).get("flavorsUsage") or []
+            for r in f.get("resources") or []
+            if r.get("name") == resource
+        ),
+        Fraction(0),
+    )
+    return {
+        "team": team,
+        "share": annotations_of(cluster_queue).get(SHARE_ANNOTATION, ""),
+        "borrows": not any(r.get("borrowingLimit") == "0" for r in limits),
+        "lends": not any(r.get("lendingLimit") == "0" for r in limits),
+        "borrowed": str(int(borrowed)) if borrowed.denominator == 1 else str(float(borrowed)),
+    }
+
+
 def render_table(rows: list[dict[str, Any]]) -> str:
-    keys = ("localQueue", "unit", "resource", "quota", "reserved", "used")
-    table = [list(COLUMNS), *([str(row[k]) for k in keys] for row in rows)]
-    widths = [max(len(line[i]) for line in table) for i in range(len(COLUMNS))]
+    keys: tuple[str, ...] = ("localQueue", "unit", "resource", "quota", "reserved", "used")
+    columns: tuple[str, ...] = COLUMNS
+    if any("team" in row for row in rows):  # docs/teams.md, "What plan and queues show"
+        keys = (*keys, "team", "share", "borrowed")
+        columns = (*columns, *TEAM_COLUMNS)
+    table = [list(columns), *([str(row.get(k, "-")) for k in keys] for row in rows)]
+    widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
     return "\n".join(
         "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
         for line in table

@@ -18,7 +18,11 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "gpustack_operator"
 SIMULATOR = ("gpustack_operator.sim", "gpustack_operator.simcluster")
 # What only the simulator uses: `sim` and what `sim --demo-jobs` submits.
-SIMULATOR_COMMANDS = ("gpustack_operator.commands.sim", "gpustack_operator.commands.demojobs")
+SIMULATOR_COMMANDS = (
+    "gpustack_operator.commands.sim",
+    "gpustack_operator.commands.demojobs",
+    "gpustack_operator.commands.teamdemo",
+)
 
 
 def module_files() -> dict[str, Path]:

@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
+from gpustack_operator.commands.queues import pool_rows, render_table
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.profiles import local_queue_name
 from gpustack_operator.domain.teams import POOL_ANNOTATION, parse_teams
@@ -110,6 +111,19 @@ async def test_a_team_borrows_idle_quota_and_the_owner_reclaims_it() -> None:
             if r["name"] == "nvidia.com/gpu"
         )
         assert gpu == {"name": "nvidia.com/gpu", "total": "6", "borrowed": "2"}
+        # What `queues -n team-a` shows (docs/teams.md, "What plan and queues show").
+        rows = pool_rows(
+            store.list(KUEUE, "ClusterQueue"), store.list(KUEUE, "LocalQueue", namespace="team-a")
+        )
+        row = next(r for r in rows if r["localQueue"] == queue)
+        assert (row["team"], row["share"], row["quota"], row["borrowed"]) == (
+            "team-a",
+            "50%",
+            "4",
+            "2",
+        )
+        assert row["borrows"] and row["lends"]
+        assert render_table(rows).splitlines()[0].split()[-3:] == ["TEAM", "SHARE", "BORROWED"]
 
         # Team B wants its 4 back: A's Job is preempted, B's admitted within its quota.
         store.create(job("b-own", "team-b", queue, 4))

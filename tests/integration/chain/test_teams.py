@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from gpustack_operator.cli import main
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.teams import POOL_ANNOTATION, TEAMS_CONFIGMAP, TEAMS_KEY, parse_teams
 from gpustack_operator.environment import load_manufacturers
@@ -141,3 +142,34 @@ async def test_the_configmap_is_taken_refused_with_its_message_and_removed() -> 
         cluster.policy = plain  # no ConfigMap, no --teams: every pool one queue again
         await cluster.converge(TIMEOUT)
         assert not _team_queues(cluster, H100_POOL)
+
+
+def test_the_documented_team_demo(capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/teams.md, "See it in the simulator": the command there, its outcome."""
+    code = main(
+        [
+            "--log-level",
+            "warning",
+            "sim",
+            "--cluster",
+            str(REPO / "examples" / "cluster.yaml"),
+            "--teams",
+            str(REPO / "examples" / "teams.yaml"),
+            "--namespaces",
+            "research,serving",
+            "-o",
+            "table",
+            "--demo-jobs",
+        ]
+    )
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    demo = out.split(f"Teams (--demo-jobs; docs/teams.md): pool {H100_POOL}\n", 1)[1]
+    lines = [line.strip() for line in demo.splitlines()]
+    assert lines[0].startswith("demo-borrow  queue ") and "in research" in lines[0]
+    assert "nvidia.com/gpu=8" in lines[0]
+    assert lines[1].startswith(f"admitted to ClusterQueue {H100_POOL}-research, flavor ")
+    assert lines[2] == "borrowing 4 nvidia.com/gpu its team does not own"
+    assert "in serving" in lines[3] and "nvidia.com/gpu=2" in lines[3]
+    assert lines[4].startswith(f"admitted to ClusterQueue {H100_POOL}-serving, flavor ")
+    assert lines[5].startswith("demo-borrow  then preempted (InCohortReclamation): Preempted to")
