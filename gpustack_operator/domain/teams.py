@@ -661,7 +661,8 @@ def desired_local_queues_with_teams(
 ) -> dict[tuple[str, str], dict[str, Any]]:
     """*plain* (the LocalQueues of queues without teams, as ``desired_local_queues`` built
     them) plus, in each team's *active* namespaces, one LocalQueue per team queue of that
-    team, under the pool's usual LocalQueue name (docs/teams.md, "What a team sees")."""
+    team, under the pool's usual LocalQueue name (docs/workloads.md, "Teams: what a team
+    sees")."""
     result = dict(plain)
     if teams is None:
         return result
