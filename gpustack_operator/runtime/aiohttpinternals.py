@@ -10,11 +10,18 @@ It subclasses ``aiohttp.client_proto.ResponseHandler`` and is installed through 
 connector's ``_factory`` attribute, and it reads the handler's ``_payload`` (aiohttp 3.14);
 ``tests/unit/runtime/test_aiohttpinternals.py`` fails when an upgrade renames or changes
 them, so such an upgrade is caught before release.
+
+:class:`GuardedConnector` overrides the connector's public ``connect`` to run the request's
+last check (:data:`BEFORE_SEND`, the write fence) once a connection is in hand: in aiohttp
+3.14 nothing awaits between ``connect`` returning and the request's head being written, so
+no wait (the rate limiter, a credential refresh, connection set-up) falls after the check
+(docs/runtime.md, "Write fence").
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -22,10 +29,13 @@ from typing import Any
 import aiohttp
 import structlog
 from aiohttp.client_proto import ResponseHandler
+from aiohttp.client_reqrep import ClientRequest
+from aiohttp.connector import Connection
 from aiohttp.http import RawResponseMessage
 from aiohttp.streams import StreamReader
+from aiohttp.tracing import Trace
 
-__all__ = ["OneAnswerHandler", "guarded_connector"]
+__all__ = ["BEFORE_SEND", "GuardedConnector", "OneAnswerHandler", "guarded_connector"]
 
 log = structlog.get_logger(__name__)
 
@@ -71,12 +81,45 @@ class OneAnswerHandler(ResponseHandler):
         super().data_received(data)
 
 
+BEFORE_SEND: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar(
+    "before_send", default=None
+)
+"""The check of the request being made in this task (set by the transport around one
+request): it runs once the connection is ready, before any byte of the request is written;
+raising refuses the request."""
+
+
+class GuardedConnector(aiohttp.TCPConnector):
+    """A connector that runs :data:`BEFORE_SEND` once it holds the connection.
+
+    The check comes after every wait of the request (the pool, DNS, TCP, TLS, a proxy's
+    CONNECT) and before its head is written. A refused request hands the connection back to
+    the pool unused: nothing was written on it.
+    """
+
+    async def connect(
+        self,
+        req: ClientRequest,
+        traces: list[Trace],
+        timeout: aiohttp.ClientTimeout,  # noqa: ASYNC109 - aiohttp's signature
+    ) -> Connection:
+        connection = await super().connect(req, traces, timeout)
+        check = BEFORE_SEND.get()
+        if check is not None:
+            try:
+                check()
+            except BaseException:
+                connection.release()
+                raise
+        return connection
+
+
 def guarded_connector(
     refuse: Callable[[Mapping[str, str]], str | None], **kwargs: Any
-) -> aiohttp.TCPConnector:
-    """An ``aiohttp.TCPConnector`` (*kwargs* as its own) whose connections use
-    :class:`OneAnswerHandler` with *refuse*. Call it inside the running event loop."""
-    connector = aiohttp.TCPConnector(**kwargs)
+) -> GuardedConnector:
+    """A :class:`GuardedConnector` (*kwargs* as ``aiohttp.TCPConnector``'s) whose connections
+    use :class:`OneAnswerHandler` with *refuse*. Call it inside the running event loop."""
+    connector = GuardedConnector(**kwargs)
     handler = functools.partial(OneAnswerHandler, loop=asyncio.get_running_loop(), refuse=refuse)
     connector._factory = handler  # type: ignore[assignment]
     return connector

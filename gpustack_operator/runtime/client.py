@@ -63,6 +63,7 @@ from .errors import (
     error_from_response,
     error_from_status,
 )
+from .fence import WriteFence
 from .jsondecode import decode_object
 from .metrics import REST_CLIENT_LATENCY, REST_CLIENT_REQUESTS
 from .resources import Resource
@@ -346,10 +347,16 @@ class Client:
         body: Any = None,
         content_type: str = _JSON_CONTENT_TYPE,
         stream: bool = False,
+        fence: WriteFence | None = None,
     ) -> AsyncIterator[Answer | StreamedAnswer]:
         """One HTTP exchange for *path* (already percent-encoded), with limiter, metrics,
         typed errors and one re-read of credentials on 401 (never on 403: RBAC denying one
         request must not rebuild anything).
+
+        *fence* (a leader-only write's) is checked by the transport once the connection is
+        ready: after the limiter, a credential refresh and connection set-up, before any
+        byte is sent, on each attempt. A closed fence raises ``LeaseNotHeld`` and nothing
+        is sent (docs/runtime.md, "Write fence").
 
         A one-shot exchange (the answer read whole) must finish within the client's timeout;
         a stream (a watch) must deliver its head within it and then has no deadline: the
@@ -359,6 +366,7 @@ class Client:
             await self._limiter.acquire()
         target = f"{path}?{urlencode(params, quote_via=quote)}" if params else path
         payload = json.dumps(body, separators=(",", ":")).encode() if body is not None else None
+        before_send = functools.partial(fence.check, f"{method} {path}") if fence else None
         started = self._clock()
         code = "<error>"
         async with contextlib.AsyncExitStack() as stack:
@@ -376,10 +384,14 @@ class Client:
                         async with asyncio.timeout(self._timeout):  # see WatchStream._next_line
                             if stream:
                                 answer = await exchange.enter_async_context(
-                                    transport.stream(method, target, headers)
+                                    transport.stream(
+                                        method, target, headers, before_send=before_send
+                                    )
                                 )
                             else:
-                                answer = await transport.request(method, target, headers, payload)
+                                answer = await transport.request(
+                                    method, target, headers, payload, before_send=before_send
+                                )
                     except TimeoutError as exc:
                         raise ApiUnavailable(
                             f"{method} {path}: no answer within {self._timeout:g}s",
@@ -471,6 +483,7 @@ class Client:
         params: Mapping[str, str] | None = None,
         body: Any = None,
         content_type: str = _JSON_CONTENT_TYPE,
+        fence: WriteFence | None = None,
     ) -> JSON:
         """A non-streaming request on *res*, returning the decoded JSON object."""
         async with self._call(
@@ -479,6 +492,7 @@ class Client:
             params=params,
             body=body,
             content_type=content_type,
+            fence=fence,
         ) as answer:
             return await _decode_large_object(answer)
 
@@ -621,11 +635,13 @@ class Client:
         field_manager: str,
         force: bool = False,
         subresource: str | None = None,
+        fence: WriteFence | None = None,
     ) -> JSON:
         """Server-side apply *body* as *field_manager* (create-or-update of the fields we own).
 
         ``force`` takes over fields another manager owns; use it only for fields that are
-        ours by design. Apply ``/status`` with ``subresource="status"``.
+        ours by design. Apply ``/status`` with ``subresource="status"``. *fence*: a
+        leader-only write, sent only while it holds (see :meth:`_call`).
         """
         params = {"fieldManager": field_manager}
         if force:
@@ -639,6 +655,7 @@ class Client:
             params=params,
             body=_typed_body(res, body),
             content_type=_APPLY_CONTENT_TYPE,
+            fence=fence,
         )
 
     async def patch(
@@ -675,6 +692,7 @@ class Client:
         *,
         preconditions: Mapping[str, str] | None = None,
         propagation_policy: str | None = None,
+        fence: WriteFence | None = None,
     ) -> JSON:
         """DELETE an object; raises :class:`NotFound` when it is already gone.
 
@@ -682,6 +700,7 @@ class Client:
         :class:`Conflict` if the object was replaced or changed meanwhile.
         *propagation_policy* is ``Foreground``, ``Background`` or ``Orphan``. Returns what the
         server answered: the object (still there while finalizers run) or a ``Status``.
+        *fence*: a leader-only write, sent only while it holds (see :meth:`_call`).
         """
         options: JSON = {}
         if preconditions:
@@ -689,7 +708,9 @@ class Client:
         if propagation_policy:
             options["propagationPolicy"] = propagation_policy
         body = {"apiVersion": "v1", "kind": "DeleteOptions", **options} if options else None
-        return await self._json("DELETE", res, namespace=namespace, name=name, body=body)
+        return await self._json(
+            "DELETE", res, namespace=namespace, name=name, body=body, fence=fence
+        )
 
     async def served_versions(self, group: str) -> builtins.list[str]:
         """The versions the server serves for API *group*, preferred first; [] if unserved.

@@ -11,6 +11,8 @@ speaks through a proxy; this module adds what the client needs on top (docs/runt
   asked for) or bytes after a complete answer (``runtime.aiohttpinternals``) end the
   exchange with :class:`ProtocolViolation`, and the connection is not reused;
 - **header values checked before anything is sent** (:class:`UnsendableRequest`);
+- **a last check per request** (*before_send*, the write fence): run once the connection is
+  ready, after every wait, before any byte is written; raising refuses the request;
 - **every failure typed**: aiohttp's exceptions become :class:`ApiUnavailable` subclasses.
 
 Requests are never resent, with one exception aiohttp makes: an idempotent request (GET,
@@ -23,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import re
 import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Final, NoReturn
 
@@ -32,7 +34,7 @@ import structlog
 from aiohttp import http_exceptions
 from yarl import URL
 
-from .aiohttpinternals import guarded_connector
+from .aiohttpinternals import BEFORE_SEND, guarded_connector
 from .errors import (
     ApiUnavailable,
     ProtocolViolation,
@@ -194,48 +196,63 @@ class Transport:
         self._closing = False
 
     async def request(
-        self, method: str, target: str, headers: Mapping[str, str], body: bytes | None = None
+        self,
+        method: str,
+        target: str,
+        headers: Mapping[str, str],
+        body: bytes | None = None,
+        *,
+        before_send: Callable[[], None] | None = None,
     ) -> Answer:
         """Send one request for *target* (``/api/v1/...?query``, already percent-encoded;
-        the server's path prefix is added) and read the whole answer."""
+        the server's path prefix is added) and read the whole answer. *before_send* runs
+        when the connection is ready, before anything is written (and again if aiohttp
+        resends an idempotent request); what it raises refuses the request."""
         where = f"{method} {target.partition('?')[0]}"
         url = self._url(target, headers, where)
         try:
-            async with self._session.request(
-                method,
-                url,
-                headers=headers,
-                data=body,
-                allow_redirects=False,
-                proxy=self._proxy,
-                server_hostname=self._server_hostname,
-            ) as response:
-                _check_framing(response, where, self.limits)
-                content = await _read_body(response, where, self.limits)
-                return Answer(response.status, response.reason or "", response.headers, content)
+            with _checked_before_send(before_send):
+                async with self._session.request(
+                    method,
+                    url,
+                    headers=headers,
+                    data=body,
+                    allow_redirects=False,
+                    proxy=self._proxy,
+                    server_hostname=self._server_hostname,
+                ) as response:
+                    _check_framing(response, where, self.limits)
+                    content = await _read_body(response, where, self.limits)
+                    return Answer(response.status, response.reason or "", response.headers, content)
         except aiohttp.ClientError as exc:
             _raise_typed(exc, where, stream=False)
 
     @contextlib.asynccontextmanager
     async def stream(
-        self, method: str, target: str, headers: Mapping[str, str]
+        self,
+        method: str,
+        target: str,
+        headers: Mapping[str, str],
+        *,
+        before_send: Callable[[], None] | None = None,
     ) -> AsyncIterator[StreamedAnswer]:
         """Send a request without a body and yield the answer once its head is read; the
         body is read as the caller iterates. The connection is the stream's until the block
-        ends; a closed transport keeps it until then."""
+        ends; a closed transport keeps it until then. *before_send* as for :meth:`request`."""
         where = f"{method} {target.partition('?')[0]}"
         url = self._url(target, headers, where)
         self._open_streams += 1
         try:
             try:
-                response = await self._session.request(
-                    method,
-                    url,
-                    headers=headers,
-                    allow_redirects=False,
-                    proxy=self._proxy,
-                    server_hostname=self._server_hostname,
-                )
+                with _checked_before_send(before_send):
+                    response = await self._session.request(
+                        method,
+                        url,
+                        headers=headers,
+                        allow_redirects=False,
+                        proxy=self._proxy,
+                        server_hostname=self._server_hostname,
+                    )
             except aiohttp.ClientError as exc:
                 _raise_typed(exc, where, stream=False)
             try:
@@ -266,6 +283,16 @@ class Transport:
                     reason="UnsendableRequest",
                 )
         return URL(self._prefix + target, encoded=True)
+
+
+@contextlib.contextmanager
+def _checked_before_send(check: Callable[[], None] | None) -> Iterator[None]:
+    """Hand *check* to the connector for the request made inside the block."""
+    token = BEFORE_SEND.set(check)
+    try:
+        yield
+    finally:
+        BEFORE_SEND.reset(token)
 
 
 def refused_coding(headers: Mapping[str, str]) -> str | None:
