@@ -64,7 +64,7 @@ from .errors import (
     error_from_status,
 )
 from .fence import WriteFence
-from .jsondecode import decode_object
+from .jsondecode import decode_object, loads
 from .metrics import REST_CLIENT_LATENCY, REST_CLIENT_REQUESTS
 from .resources import Resource
 from .transport import Answer, Limits, StreamedAnswer, Transport
@@ -134,7 +134,8 @@ class WatchEvent:
     @property
     def resource_version(self) -> str:
         """The object's resourceVersion: where a re-watch resumes after this event."""
-        return str(self.object.get("metadata", {}).get("resourceVersion") or "")
+        meta = self.object.get("metadata")
+        return str(meta.get("resourceVersion") or "") if isinstance(meta, dict) else ""
 
 
 class WatchStream:
@@ -182,7 +183,7 @@ class WatchStream:
     @staticmethod
     def _decode(line: bytes) -> WatchEvent:
         try:
-            raw = json.loads(line)
+            raw = loads(line)
         except ValueError as exc:
             raise ApiError(
                 f"undecodable watch event: {line[:200]!r}", reason="InvalidWatchEvent"
@@ -196,7 +197,11 @@ class WatchStream:
                 obj if isinstance(obj, dict) else None,
                 fallback_message="watch ERROR event without a Status",
             )
-        if kind not in WATCH_EVENT_TYPES or not isinstance(obj, dict):
+        if (
+            kind not in WATCH_EVENT_TYPES
+            or not isinstance(obj, dict)
+            or not isinstance(obj.get("metadata", {}), dict)
+        ):
             raise ApiError(f"malformed watch event: {line[:200]!r}", reason="InvalidWatchEvent")
         return WatchEvent(str(kind), obj)
 
@@ -365,7 +370,7 @@ class Client:
         if self._limiter is not None:
             await self._limiter.acquire()
         target = f"{path}?{urlencode(params, quote_via=quote)}" if params else path
-        payload = json.dumps(body, separators=(",", ":")).encode() if body is not None else None
+        payload = _encoded(method, path, body) if body is not None else None
         before_send = functools.partial(fence.check, f"{method} {path}") if fence else None
         started = self._clock()
         code = "<error>"
@@ -525,9 +530,11 @@ class Client:
         elif resource_version is not None:
             params["resourceVersion"] = resource_version
         data = await self._json("GET", res, namespace=namespace, params=params)
-        raw_items = data.get("items") or []
-        items = [_with_type(res, item) for item in raw_items if isinstance(item, dict)]
-        meta = data.get("metadata") or {}
+        raw_items = _field(data, "items", list, f"a LIST of {res.kind}")
+        if not all(_is_object(item) for item in raw_items):
+            raise _shape_error(f"a LIST of {res.kind} holds an item that is not an object")
+        items = [_with_type(res, item) for item in raw_items]
+        meta = _field(data, "metadata", dict, f"a LIST of {res.kind}")
         return ListResult(
             items=items,
             resource_version=str(meta.get("resourceVersion") or ""),
@@ -719,18 +726,20 @@ class Client:
         """
         if not group:
             async with self._call("GET", "/api") as answer:
-                return [str(v) for v in _decode_object(answer).get("versions") or []]
+                listed = _field(_decode_object(answer), "versions", list, "the core API's versions")
+                return [str(v) for v in listed if isinstance(v, str)]
         try:
             async with self._call("GET", f"/apis/{_segment(group)}") as answer:
                 data = _decode_object(answer)
         except NotFound:
             return []
+        what = f"API group {group}"
         versions = [
             str(v["version"])
-            for v in data.get("versions") or []
+            for v in _field(data, "versions", list, what)
             if isinstance(v, dict) and v.get("version")
         ]
-        preferred = (data.get("preferredVersion") or {}).get("version")
+        preferred = _field(data, "preferredVersion", dict, what).get("version")
         if preferred in versions:
             versions.remove(preferred)
             versions.insert(0, preferred)
@@ -791,7 +800,7 @@ async def _decode_large_object(answer: Answer | StreamedAnswer) -> JSON:
 def _decode_object(answer: Answer | StreamedAnswer) -> JSON:
     """Decode a JSON object body; anything else is a protocol error, not a crash."""
     try:
-        data = json.loads(answer.content)
+        data = loads(answer.content)
     except ValueError as exc:
         raise ApiError(
             f"the API server answered {answer.status_code} with a body that is not JSON",
@@ -809,6 +818,42 @@ def _ensure_object(answer: Answer | StreamedAnswer, data: Any) -> JSON:
             reason="InvalidResponse",
         )
     return data
+
+
+def _encoded(method: str, path: str, body: Any) -> bytes:
+    """*body* as compact JSON; a body JSON cannot hold (nested too deeply, say, when it
+    echoes an object the server sent) is refused as :class:`UnsendableRequest`."""
+    try:
+        return json.dumps(body, separators=(",", ":")).encode()
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise UnsendableRequest(
+            f"{method} {path}: the request body cannot be encoded as JSON ({exc}); nothing "
+            "was sent",
+            reason="UnsendableRequest",
+        ) from exc
+
+
+def _shape_error(what: str) -> ApiError:
+    return ApiError(
+        f"the API server answered with {what}; retrying (check the server or a proxy between)",
+        reason="InvalidResponse",
+    )
+
+
+def _field(data: JSON, key: str, kind: type[Any], what: str) -> Any:
+    """``data[key]`` if it is a *kind* (an empty one when absent or null); any other value
+    is a typed error, never a ``TypeError`` later on."""
+    value = data.get(key)
+    if value is None:
+        return kind()
+    if not isinstance(value, kind):
+        raise _shape_error(f"{what} whose {key} is a {type(value).__name__}")
+    return value
+
+
+def _is_object(item: Any) -> bool:
+    """An API object as a list holds it: a JSON object whose metadata, if any, is one too."""
+    return isinstance(item, dict) and isinstance(item.get("metadata", {}), dict)
 
 
 def _with_type(res: Resource, obj: JSON) -> JSON:

@@ -18,6 +18,7 @@ import anyio
 import pytest
 
 from gpustack_operator.runtime.client import (
+    ApiError,
     ApiUnavailable,
     Client,
     Limits,
@@ -26,7 +27,11 @@ from gpustack_operator.runtime.client import (
     UnsendableRequest,
 )
 from gpustack_operator.runtime.informer import Informer, ReflectorSettings
-from gpustack_operator.runtime.leaderelection import LeaderElectionConfig, LeaderElector
+from gpustack_operator.runtime.leaderelection import (
+    LeaderElectionConfig,
+    LeaderElectionLost,
+    LeaderElector,
+)
 from gpustack_operator.runtime.resources import CONFIGMAPS
 
 from .hostile import HostileServer, Writer, answer, chunked, hostile_server
@@ -454,3 +459,144 @@ async def test_an_informer_relists_with_backoff_after_a_watch_event_beyond_the_b
     verbs = ["WATCH" if "watch=true" in t else t.split()[0] for t in server.targets()]
     assert verbs[:4] == ["GET", "WATCH", "GET", "WATCH"]
     assert len(delays) == 1 and delays[0] > 0
+
+
+# --- 9: answers of the wrong shape ----------------------------------------------------------
+
+NESTED = b"[" * 10_000 + b"]" * 10_000
+"""10 KB of nested arrays: deeper than ``json`` decodes (it raised ``RecursionError``)."""
+NESTED_OBJECT = b'{"a":' * 2_000 + b"1" + b"}" * 2_000
+
+
+def lease(**spec: object) -> bytes:
+    return json.dumps(
+        {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": "l", "namespace": "default", "resourceVersion": "1"},
+            "spec": spec,
+        }
+    ).encode()
+
+
+def watch_of(*lines: bytes) -> bytes:
+    return chunked(*(line + b"\n" for line in lines))
+
+
+LIST_HEAD = answer(b'{"metadata":{"resourceVersion":"5"},"items":[]}')
+
+
+@pytest.mark.parametrize(
+    ("replies", "verb"),
+    [
+        pytest.param([answer(NESTED)], "get", id="get-nested-array"),
+        pytest.param([answer(NESTED_OBJECT)], "get", id="get-nested-object"),
+        pytest.param([answer(b'{"items":5}')], "list", id="list-items-a-number"),
+        pytest.param([answer(b'{"items":[],"metadata":"x"}')], "list", id="list-metadata-a-string"),
+        pytest.param([answer(b'{"items":[{"metadata":"x"}]}')], "list", id="list-item-metadata"),
+        pytest.param([answer(b'{"items":[7]}')], "list", id="list-item-a-number"),
+        pytest.param([answer(NESTED, status="500 Oops")], "get", id="error-body-nested"),
+        pytest.param(
+            [answer(b'{"details":{"retryAfterSeconds":1%s}}' % (b"0" * 400), status="429 No")],
+            "get",
+            id="retry-after-beyond-a-float",
+        ),
+        pytest.param([LIST_HEAD, watch_of(NESTED)], "watch", id="watch-nested"),
+        pytest.param(
+            [LIST_HEAD, watch_of(b'{"type":"ADDED","object":{"metadata":"x"}}')],
+            "watch",
+            id="watch-metadata-a-string",
+        ),
+        pytest.param([answer(b'{"versions":7}')], "versions", id="discovery-versions-a-number"),
+        pytest.param(
+            [answer(b'{"versions":[],"preferredVersion":"v1"}')],
+            "versions",
+            id="discovery-preferred-a-string",
+        ),
+    ],
+)
+async def test_every_answer_the_client_cannot_read_is_a_typed_error(
+    server: HostileServer, tmp_path: Path, replies: list[bytes], verb: str
+) -> None:
+    """Before: ``RecursionError`` (deep nesting), ``TypeError``/``AttributeError`` (a LIST's
+    ``items`` a number or its ``metadata`` a string, also through
+    ``WatchEvent.resource_version``) and ``OverflowError`` (a huge ``retryAfterSeconds``)
+    left the client untyped."""
+    server.replies += [*replies, answer(data("second"))]
+    async with await connect(server, tmp_path) as client:
+        with pytest.raises(ApiError):
+            if verb == "get":
+                await get_body(client)
+            elif verb == "list":
+                await client.list(CONFIGMAPS)
+            elif verb == "versions":
+                await client.served_versions("example.com")
+            else:
+                rv = (await client.list(CONFIGMAPS)).resource_version
+                async with client.watch(CONFIGMAPS, resource_version=rv) as stream:
+                    async for event in stream:
+                        assert event.resource_version is not None
+        assert await get_body(client) == "second"
+
+
+def election(
+    lease_duration: float = 15.0, renew_deadline: float = 10.0, retry_period: float = 2.0
+) -> LeaderElectionConfig:
+    return LeaderElectionConfig(
+        lease_name="l",
+        lease_namespace="default",
+        identity="a",
+        lease_duration=lease_duration,
+        renew_deadline=renew_deadline,
+        retry_period=retry_period,
+    )
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        pytest.param(answer(NESTED), id="nested"),
+        pytest.param(answer(b'{"metadata":"x","spec":{}}'), id="metadata-a-string"),
+        pytest.param(answer(b'{"spec":"x"}'), id="spec-a-string"),
+        pytest.param(answer(lease(holderIdentity=["b"])), id="holder-a-list"),
+        pytest.param(answer(lease(leaseDurationSeconds="15")), id="duration-a-string"),
+        pytest.param(answer(lease(leaseDurationSeconds=10**400)), id="duration-huge"),
+        pytest.param(answer(lease(leaseTransitions={"n": 1})), id="transitions-an-object"),
+        pytest.param(answer(lease(renewTime=json.loads(b"[" * 500 + b"]" * 500))), id="deep"),
+    ],
+)
+async def test_a_lease_the_elector_cannot_read_is_a_failed_attempt(
+    server: HostileServer, tmp_path: Path, reply: bytes
+) -> None:
+    """Before: a 10 KB nested answer to the Lease GET ended the elector (and the process)
+    with ``RecursionError``; a Lease of the wrong shape with ``TypeError``/``ValueError``
+    (or ``OverflowError``)."""
+    server.replies += [reply]
+    async with await connect(server, tmp_path) as client:
+        elector = LeaderElector(client, election())
+        assert await elector.try_acquire_or_renew() is False
+        assert not elector.is_leader
+        assert elector.observed_holder == ""
+    assert [t.split()[0] for t in server.targets()] == ["GET"]  # nothing written
+
+
+async def test_a_leader_whose_lease_answers_turn_unreadable_steps_down_cleanly(
+    server: HostileServer, tmp_path: Path
+) -> None:
+    """The leader acquires the Lease, then every renewal reads 10 KB of nesting: it keeps
+    trying until ``renew_deadline``, closes its fence and raises ``LeaderElectionLost``.
+    Before: the first such answer ended ``run()`` with ``RecursionError``."""
+    not_found = answer(b'{"kind":"Status","code":404,"reason":"NotFound"}', status="404 No")
+    server.replies += [not_found, answer(lease(holderIdentity="a", leaseDurationSeconds=1))]
+    server.replies += [answer(NESTED)] * 200
+    async with await connect(server, tmp_path) as client:
+        elector = LeaderElector(
+            client, election(lease_duration=1.0, renew_deadline=0.5, retry_period=0.1)
+        )
+        with anyio.fail_after(10), pytest.raises(LeaderElectionLost, match="could not renew"):
+            await elector.run()
+        assert elector.elected.is_set()
+        assert not elector.is_leader
+        assert not elector.fence.held()
+    verbs = [t.split()[0] for t in server.targets()]
+    assert verbs[:2] == ["GET", "POST"] and set(verbs[2:]) == {"GET"} and len(verbs) > 3
