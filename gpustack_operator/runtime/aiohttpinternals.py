@@ -4,8 +4,9 @@ aiohttp keeps a kept-alive connection's parser running while the connection wait
 pool: bytes a server sends after a complete answer (a stray or late second answer) are
 parsed and queued, and the next request on that connection receives them as its answer.
 :class:`OneAnswerHandler` closes such a connection instead (docs/runtime.md, "Transport").
-It also marks a connection not reusable the moment an answer's head is refused: a short
-body is read, and the connection back in the pool, before the caller sees the head.
+It also marks a connection not reusable the moment an answer's head is refused (a status
+code that is no final answer, a coding the transport does not accept): a short body is
+read, and the connection back in the pool, before the caller sees the head.
 It subclasses ``aiohttp.client_proto.ResponseHandler`` and is installed through the
 connector's ``_factory`` attribute, and it reads the handler's ``_payload`` (aiohttp 3.14);
 ``tests/unit/runtime/test_aiohttpinternals.py`` fails when an upgrade renames or changes
@@ -45,8 +46,8 @@ class OneAnswerHandler(ResponseHandler):
 
     Between the end of that answer and the next request (:meth:`set_response_params`), any
     byte received means the server is out of step: the connection is closed, never handed
-    to another request. An answer whose head *refuse* names a reason for (a coding the
-    transport does not accept) closes the connection once it is released.
+    to another request. An answer whose head *refuse* (given the status code and headers)
+    names a reason for closes the connection once it is released.
     """
 
     _final_answer = False
@@ -54,7 +55,7 @@ class OneAnswerHandler(ResponseHandler):
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
-        refuse: Callable[[Mapping[str, str]], str | None],
+        refuse: Callable[[int, Mapping[str, str]], str | None],
     ) -> None:
         super().__init__(loop)
         self._refuse = refuse
@@ -65,9 +66,9 @@ class OneAnswerHandler(ResponseHandler):
 
     def feed_data(self, data: tuple[RawResponseMessage, StreamReader], size: int = 0) -> None:
         message = data[0]
-        if message.code >= 200:  # 1xx answers are interim; the final one follows
-            self._final_answer = True
-        if self._refuse(message.headers) is not None:
+        if message.code == 101 or not 100 <= message.code < 200:
+            self._final_answer = True  # aiohttp skips the other 1xx: interim, the final follows
+        if self._refuse(message.code, message.headers) is not None:
             self.force_close()  # the caller raises; the connection must not be reused
         super().feed_data(data, size)
 
@@ -115,7 +116,7 @@ class GuardedConnector(aiohttp.TCPConnector):
 
 
 def guarded_connector(
-    refuse: Callable[[Mapping[str, str]], str | None], **kwargs: Any
+    refuse: Callable[[int, Mapping[str, str]], str | None], **kwargs: Any
 ) -> GuardedConnector:
     """A :class:`GuardedConnector` (*kwargs* as ``aiohttp.TCPConnector``'s) whose connections
     use :class:`OneAnswerHandler` with *refuse*. Call it inside the running event loop."""

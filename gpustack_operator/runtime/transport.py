@@ -7,9 +7,11 @@ speaks through a proxy; this module adds what the client needs on top (docs/runt
 - **bounds** (:class:`Limits`): the largest one-shot body, the largest watch line, the
   largest head line and the most headers. Exceeding one raises :class:`ResponseTooLarge`
   and closes the connection; nothing grows past the bound;
-- **strict framing**: a transfer coding other than ``chunked``, a content coding (none is
-  asked for) or bytes after a complete answer (``runtime.aiohttpinternals``) end the
-  exchange with :class:`ProtocolViolation`, and the connection is not reused;
+- **strict framing**: a status code that is no final answer (outside 200-599; 1xx other than
+  101 are interim answers, skipped), a transfer coding other than ``chunked``, a content
+  coding (none is asked for), a malformed chunk (raised when it arrives) or bytes after a
+  complete answer (``runtime.aiohttpinternals``) end the exchange with
+  :class:`ProtocolViolation`, and the connection is not reused;
 - **header values checked before anything is sent** (:class:`UnsendableRequest`);
 - **a last check per request** (*before_send*, the write fence): run once the connection is
   ready, after every wait, before any byte is written; raising refuses the request;
@@ -182,7 +184,7 @@ class Transport:
         self.limits = limits or Limits()
         self._session = aiohttp.ClientSession(
             connector=guarded_connector(
-                refused_coding, ssl=ssl_context if self._tls else False, limit=0
+                refused_answer, ssl=ssl_context if self._tls else False, limit=0
             ),
             skip_auto_headers=("Accept-Encoding",),
             auto_decompress=False,
@@ -295,9 +297,18 @@ def _checked_before_send(check: Callable[[], None] | None) -> Iterator[None]:
         BEFORE_SEND.reset(token)
 
 
-def refused_coding(headers: Mapping[str, str]) -> str | None:
-    """Why an answer's codings are refused, or None: only ``chunked`` framing is decoded,
-    and no content coding was asked for (no ``Accept-Encoding`` is sent)."""
+FINAL_STATUS_CODES: Final = range(200, 600)
+"""The status codes of a final answer. 1xx other than 101 are interim (aiohttp skips them);
+101 switches protocols, which no request asks for; codes below 100 and from 600 are not
+HTTP's."""
+
+
+def refused_answer(code: int, headers: Mapping[str, str]) -> str | None:
+    """Why an answer's head is refused, or None: its status code is no final answer (an
+    interim 1xx passes), or a coding it uses is not accepted (only ``chunked`` framing is
+    decoded, and no content coding was asked for: no ``Accept-Encoding`` is sent)."""
+    if code not in FINAL_STATUS_CODES and (code == 101 or not 100 <= code < 200):
+        return f"status code {code:03d}, which is no final answer (200-599)"
     coding = headers.get("Transfer-Encoding")
     if coding is not None and coding.strip().lower() != "chunked":
         return f"transfer coding {coding!r} (only chunked is accepted)"
@@ -308,8 +319,9 @@ def refused_coding(headers: Mapping[str, str]) -> str | None:
 
 
 def _check_framing(response: aiohttp.ClientResponse, where: str, limits: Limits) -> None:
-    """Refuse codings that were not asked for and a declared body beyond the bound."""
-    refusal = refused_coding(response.headers)
+    """Refuse a status code that is no final answer, codings that were not asked for and a
+    declared body beyond the bound."""
+    refusal = refused_answer(response.status, response.headers)
     if refusal is not None:
         response.close()
         raise ProtocolViolation(f"{where}: the answer uses {refusal}", reason="ProtocolViolation")

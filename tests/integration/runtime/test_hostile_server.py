@@ -153,6 +153,26 @@ async def test_bytes_arriving_later_close_the_idle_connection(
         assert await get_body(client) == "second"
 
 
+@pytest.mark.parametrize("status", [b"099 Early", b"101 Switching Protocols", b"000 X", b"600 X"])
+@pytest.mark.parametrize("when", ["same-write", "later"])
+async def test_a_status_code_that_is_no_final_answer_is_refused_and_the_connection_dropped(
+    server: HostileServer, tmp_path: Path, status: bytes, when: str
+) -> None:
+    """Before: 099, 000 and 101 were taken as the answer, and an answer the server wrote
+    after them on that connection became the next request's answer (``stale``); 600 was
+    a ``ServerError``."""
+    first = b"HTTP/1.1 %s\r\nContent-Length: 2\r\n\r\n{}" % status
+    server.replies += [
+        first + STALE if when == "same-write" else late(first, STALE),
+        answer(data("second")),
+    ]
+    async with await connect(server, tmp_path) as client:
+        with pytest.raises(ProtocolViolation, match=f"status code {status[:3].decode()}"):
+            await get_body(client)
+        assert await get_body(client) == "second"
+    assert len({r.connection for r in server.received if "configmaps" in r.request_line}) == 2
+
+
 # --- 4: header values and paths -------------------------------------------------------------
 
 

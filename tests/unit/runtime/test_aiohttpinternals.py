@@ -34,7 +34,7 @@ def test_the_overridden_methods_keep_their_signatures() -> None:
 
 
 async def test_the_connector_builds_the_guarded_handler() -> None:
-    connector = guarded_connector(lambda headers: None)
+    connector = guarded_connector(lambda code, headers: None)
     try:
         handler = connector._factory()
         assert isinstance(handler, OneAnswerHandler)
