@@ -7,8 +7,10 @@ parsed and queued, and the next request on that connection receives them as its 
 It also marks a connection not reusable the moment an answer's head is refused (a status
 code that is no final answer, a coding the transport does not accept): a short body is
 read, and the connection back in the pool, before the caller sees the head.
-It subclasses ``aiohttp.client_proto.ResponseHandler`` and is installed through the
-connector's ``_factory`` attribute, and it reads the handler's ``_payload`` (aiohttp 3.14);
+It also hands a framing error in the middle of a body (a malformed chunk) to the body's
+reader at once; aiohttp left the reader waiting for the deadline. It subclasses
+``aiohttp.client_proto.ResponseHandler`` and is installed through the connector's
+``_factory`` attribute, and it reads the handler's ``_payload`` (aiohttp 3.14);
 ``tests/unit/runtime/test_aiohttpinternals.py`` fails when an upgrade renames or changes
 them, so such an upgrade is caught before release.
 
@@ -80,6 +82,24 @@ class OneAnswerHandler(ResponseHandler):
                 self.transport.close()
             return
         super().data_received(data)
+        self._fail_the_body_on_a_framing_error()
+
+    def _fail_the_body_on_a_framing_error(self) -> None:
+        """aiohttp records a parse error in the middle of a body (a malformed chunk) on the
+        connection and closes it, but the body's reader learns of it only if the parser
+        complains again at end of input, which llhttp, already failed, does not: the reader
+        waited for the request's deadline. Hand the error to the reader now."""
+        error = self.exception()
+        payload = self._payload
+        if (
+            error is not None
+            and payload is not None
+            and not payload.is_eof()
+            and payload.exception() is None
+        ):
+            broken = aiohttp.ClientPayloadError(f"the answer's body broke off: {error}")
+            broken.__cause__ = error  # the transport finds the parser's complaint here
+            payload.set_exception(broken, error)
 
 
 BEFORE_SEND: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar(

@@ -389,5 +389,6 @@ def _parser_error(exc: BaseException) -> BaseException | None:
 
 
 def _first_line(exc: BaseException | None) -> str:
-    text = str(exc) or type(exc).__name__
-    return text.splitlines()[0][:300]
+    """*exc*'s message on one line (aiohttp's parser errors span several), cut at 300."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text[:300]

@@ -308,6 +308,44 @@ async def test_lenient_framing_is_refused_and_the_connection_dropped(
     assert len({r.connection for r in server.received if "configmaps" in r.request_line}) == 2
 
 
+CHUNKED_HEAD = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+EVENT = b'{"type":"ADDED","object":{"metadata":{"name":"a","resourceVersion":"6"}}}\n'
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        pytest.param(b"zz\r\n1\r\n}\r\n0\r\n\r\n", id="chunk-size-not-hex"),
+        pytest.param(b"1\r\n}XX0\r\n\r\n", id="no-line-end-after-the-data"),
+        pytest.param(b"1;\x00\r\n}\r\n0\r\n\r\n", id="control-byte-in-an-extension"),
+    ],
+)
+@pytest.mark.parametrize("verb", ["get", "watch"])
+async def test_a_framing_error_in_the_middle_of_a_body_is_raised_when_it_arrives(
+    server: HostileServer, tmp_path: Path, broken: bytes, verb: str
+) -> None:
+    """The body's first chunk arrives, then a malformed one; the server keeps the
+    connection open. Before: the error surfaced only at the deadline (the request's 30 s,
+    the watch's 70 s of inactivity), as a timeout."""
+    if verb == "get":
+        first = CHUNKED_HEAD + b"5\r\n" + b'{"a":' + b"\r\n"
+    else:
+        first = CHUNKED_HEAD + b"%x\r\n%s\r\n" % (len(EVENT), EVENT)
+    server.replies += [late(first, broken), answer(data("second"))]
+    kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+    events = []
+    async with await Client.connect(kubeconfig) as client:  # the default deadlines
+        with anyio.fail_after(1), pytest.raises(ProtocolViolation, match="not a valid HTTP"):
+            if verb == "get":
+                await get_body(client)
+            else:
+                async with client.watch(CONFIGMAPS, resource_version="5") as stream:
+                    async for event in stream:
+                        events.append(event.type)
+        assert await get_body(client) == "second"
+    assert events == ([] if verb == "get" else ["ADDED"])
+
+
 # --- 8: bounds ------------------------------------------------------------------------------
 
 

@@ -39,5 +39,6 @@ async def test_the_connector_builds_the_guarded_handler() -> None:
         handler = connector._factory()
         assert isinstance(handler, OneAnswerHandler)
         assert handler._payload is None  # read by OneAnswerHandler.data_received
+        assert handler.exception() is None  # a parse error, read after data_received
     finally:
         await connector.close()
