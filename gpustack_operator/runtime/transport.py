@@ -24,9 +24,11 @@ on a new connection; POST and PATCH never are.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
 import ssl
+import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Final, NoReturn
@@ -61,7 +63,11 @@ class Limits:
     max_body_bytes: int = 256 * _MIB
     """Largest one-shot body (an unpaged LIST of tens of thousands of objects fits)."""
     max_watch_line_bytes: int = 16 * _MIB
-    """Largest watch event (one object; etcd stores at most 1.5 MiB per object)."""
+    """Largest watch event (one object; etcd stores at most 1.5 MiB per object), and the
+    most whitespace (blank lines) a watch may send between two events."""
+    watch_loop_budget: float = 0.005
+    """Longest a watch stream keeps the event loop before handing it back (seconds): a
+    flood of blank lines or of tiny events shares the loop with Lease renewals."""
     max_head_line_bytes: int = 8190
     """Largest status line and header line (aiohttp's ``max_line_size``/``max_field_size``)."""
     max_headers: int = 128
@@ -97,21 +103,42 @@ class StreamedAnswer:
         return self.content
 
     async def lines(self) -> AsyncIterator[bytes]:
-        """The body split at ``\\n`` as it arrives (without the newline); the last piece is
-        handed out when the body ends. A line longer than ``max_watch_line_bytes`` raises
-        :class:`ResponseTooLarge`, a broken stream :class:`WatchInterrupted` (or
-        :class:`ProtocolViolation`); a body that ends cleanly ends the iteration."""
+        """The body's non-blank lines as they arrive (split at ``\\n``, without it); the
+        last piece is handed out when the body ends. Bounded whatever the content
+        (docs/runtime.md, "Bounds"):
+
+        - a line longer than ``max_watch_line_bytes``, or more whitespace than that between
+          two lines (blank lines are skipped, not handed out), raises
+          :class:`ResponseTooLarge` and closes the stream;
+        - the event loop is handed back whenever this stream (with the caller's work
+          between lines) has run ``watch_loop_budget`` seconds since it last was, so a
+          flood of blank lines or tiny events never holds it longer.
+
+        A broken stream raises :class:`WatchInterrupted` (or :class:`ProtocolViolation`);
+        a body that ends cleanly ends the iteration."""
         limit = self._limits.max_watch_line_bytes
+        budget = self._limits.watch_loop_budget
         pending: list[bytes] = []
         pending_size = 0
+        blank = 0
+        """Whitespace read since the last line handed out."""
         content = self._response.content
+        resumed = time.perf_counter()
         while True:
+            if time.perf_counter() - resumed >= budget:
+                await asyncio.sleep(0)
+                resumed = time.perf_counter()
             try:
                 chunk = await content.readany()
             except aiohttp.ClientError as exc:
                 _raise_typed(exc, self._where, stream=True)
             if not chunk:
                 break
+            if not pending and chunk.isspace():  # blank lines only: one C-level test
+                blank += len(chunk)
+                if blank > limit:
+                    self._too_long(blank, blank=True)
+                continue
             if b"\n" not in chunk:
                 pending.append(chunk)
                 pending_size += len(chunk)
@@ -124,26 +151,35 @@ class StreamedAnswer:
                 first = b"".join(pending)
                 pending = []
                 pending_size = 0
-            if len(first) > limit:
-                self._too_long(len(first))
-            yield first
-            for line in middle:
+            for line in (first, *middle):
+                if not line or line.isspace():
+                    blank += len(line) + 1
+                    if blank > limit:
+                        self._too_long(blank, blank=True)
+                    continue
                 if len(line) > limit:
                     self._too_long(len(line))
+                blank = 0
                 yield line
+                if time.perf_counter() - resumed >= budget:
+                    await asyncio.sleep(0)
+                    resumed = time.perf_counter()
             if last:
                 pending.append(last)
                 pending_size = len(last)
                 if pending_size > limit:
                     self._too_long(pending_size)
         if pending:
-            yield b"".join(pending)
+            line = b"".join(pending)
+            if not line.isspace():
+                yield line
 
-    def _too_long(self, size: int) -> NoReturn:
+    def _too_long(self, size: int, *, blank: bool = False) -> NoReturn:
         self._response.close()
+        what = "of blank lines without an event" if blank else "read without a line end"
         raise ResponseTooLarge(
             f"{self._where}: a watch event exceeds {self._limits.max_watch_line_bytes} bytes "
-            f"({size} read without a line end); the stream is closed",
+            f"({size} {what}); the stream is closed",
             reason="ResponseTooLarge",
         )
 
