@@ -618,10 +618,18 @@ class Client:
             finally:
                 await stream.aclose()
 
-    async def create(self, res: Resource, body: JSON, namespace: str | None = None) -> JSON:
-        """POST a new object; raises :class:`AlreadyExists` when the name is taken."""
+    async def create(
+        self,
+        res: Resource,
+        body: JSON,
+        namespace: str | None = None,
+        *,
+        fence: WriteFence | None = None,
+    ) -> JSON:
+        """POST a new object; raises :class:`AlreadyExists` when the name is taken. *fence*:
+        a leader-only write, sent only while it holds (see :meth:`_call`)."""
         ns = namespace or _namespace_of(res, body)
-        return await self._json("POST", res, namespace=ns, body=_typed_body(res, body))
+        return await self._json("POST", res, namespace=ns, body=_typed_body(res, body), fence=fence)
 
     async def replace(self, res: Resource, body: JSON, *, subresource: str | None = None) -> JSON:
         """PUT the whole object (optimistic concurrency on ``metadata.resourceVersion``)."""
@@ -675,8 +683,10 @@ class Client:
         patch_type: PatchType = "merge",
         subresource: str | None = None,
         field_manager: str | None = None,
+        fence: WriteFence | None = None,
     ) -> JSON:
-        """PATCH with a JSON merge patch (dict), JSON patch (list) or strategic merge patch."""
+        """PATCH with a JSON merge patch (dict), JSON patch (list) or strategic merge patch.
+        *fence*: a leader-only write, sent only while it holds (see :meth:`_call`)."""
         if patch_type not in _PATCH_CONTENT_TYPES:
             raise ValueError(f"unknown patch type {patch_type!r}: use merge, json or strategic")
         params = {"fieldManager": field_manager} if field_manager else None
@@ -689,6 +699,7 @@ class Client:
             params=params,
             body=patch,
             content_type=_PATCH_CONTENT_TYPES[patch_type],
+            fence=fence,
         )
 
     async def delete(
