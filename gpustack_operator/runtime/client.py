@@ -198,7 +198,8 @@ class WatchStream:
                 fallback_message="watch ERROR event without a Status",
             )
         if (
-            kind not in WATCH_EVENT_TYPES
+            not isinstance(kind, str)  # a list or an object is no set member
+            or kind not in WATCH_EVENT_TYPES
             or not isinstance(obj, dict)
             or not isinstance(obj.get("metadata", {}), dict)
         ):

@@ -634,6 +634,9 @@ LIST_HEAD = answer(b'{"metadata":{"resourceVersion":"5"},"items":[]}')
             "watch",
             id="watch-metadata-a-string",
         ),
+        pytest.param(
+            [LIST_HEAD, watch_of(b'{"type":[],"object":{}}')], "watch", id="watch-type-a-list"
+        ),
         pytest.param([answer(b'{"versions":7}')], "versions", id="discovery-versions-a-number"),
         pytest.param(
             [answer(b'{"versions":[],"preferredVersion":"v1"}')],
