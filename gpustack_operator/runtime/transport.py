@@ -120,8 +120,7 @@ class StreamedAnswer:
         budget = self._limits.watch_loop_budget
         pending: list[bytes] = []
         pending_size = 0
-        blank = 0
-        """Whitespace read since the last line handed out."""
+        blank = 0  # whitespace read since the last line handed out
         content = self._response.content
         resumed = time.perf_counter()
         while True:
@@ -156,11 +155,11 @@ class StreamedAnswer:
                     blank += len(line) + 1
                     if blank > limit:
                         self._too_long(blank, blank=True)
-                    continue
-                if len(line) > limit:
-                    self._too_long(len(line))
-                blank = 0
-                yield line
+                else:
+                    if len(line) > limit:
+                        self._too_long(len(line))
+                    blank = 0
+                    yield line
                 if time.perf_counter() - resumed >= budget:
                     await asyncio.sleep(0)
                     resumed = time.perf_counter()

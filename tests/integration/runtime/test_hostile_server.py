@@ -467,6 +467,7 @@ async def longest_hold(stop: anyio.Event, holds: list[float]) -> None:
         pytest.param(b" \n" * (1 << 19), id="blank-lines-of-spaces"),
         pytest.param(b"\r\n" * (1 << 19), id="crlf"),
         pytest.param(BOOKMARK * ((1 << 20) // len(BOOKMARK)), id="tiny-events"),
+        pytest.param((BOOKMARK + b"\n" * 4096) * 256, id="events-between-blank-lines"),
     ],
 )
 async def test_a_watch_flood_never_holds_the_event_loop_long(
