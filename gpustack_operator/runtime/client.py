@@ -14,6 +14,11 @@ re-exported here):
   for its head and then an inactivity timeout of its own (:class:`WatchStalled`);
 - ``rest_client_requests_total`` / ``rest_client_request_duration_seconds`` metrics;
 - an optional client-side QPS/burst limiter, as client-go has;
+- the write fence of a leader-only write (``fence=``), checked by the transport once the
+  connection is ready, after the limiter and every other wait (docs/runtime.md, "Write
+  fence");
+- every answer typed, whatever its body holds: not JSON, nested too deeply or of the wrong
+  shape is an :class:`ApiError` (reason ``InvalidResponse``), never a ``TypeError``;
 - no retries, except one after re-reading credentials on 401: callers (the informer, the
   work queue) own retry policy, so a failure is never retried twice over.
   ``TooManyRequests.retry_after`` carries the server's ``Retry-After``.
