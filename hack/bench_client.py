@@ -12,6 +12,9 @@ Prints the per-operation figure of every round and the medians.
 
 It uses only ``Client.connect``, ``apply``, ``get`` and ``watch``, so the same file measures
 an older checkout of the project with that checkout's interpreter (before/after figures).
+``--kr8s`` adds the same GETs sent through kr8s's own HTTP client (httpx) with the same
+credentials: what sending the runtime's requests through kr8s would cost (docs/performance.md,
+"Cluster access through kr8s").
 """
 
 from __future__ import annotations
@@ -104,6 +107,21 @@ async def one_round(
     started = time.process_time()
     await in_parallel(requests, get)
     result["get"] = per_op_us(started, requests)
+    if args.kr8s:
+        from gpustack_operator.kubeconfig import connect_kr8s
+
+        api = await connect_kr8s(args.kubeconfig, None)
+
+        async def get_kr8s(i: int) -> None:
+            async with api.call_api("GET", url=f"namespaces/default/configmaps/cm-{i % 200}") as r:
+                r.json()
+
+        try:
+            started = time.process_time()
+            await in_parallel(requests, get_kr8s)
+            result["get through kr8s"] = per_op_us(started, requests)
+        finally:
+            await api._session.aclose()
 
     rv = (await client.list(CONFIGMAPS, "events", limit=1)).resource_version
     async with client.watch(CONFIGMAPS, "events", resource_version=rv) as stream:
@@ -134,6 +152,7 @@ async def main(args: argparse.Namespace) -> None:
         try:
             assert child.stdout is not None
             await until_line(child, "ready")
+            args.kubeconfig = kubeconfig
             client = await Client.connect(kubeconfig)
             rounds: list[dict[str, float]] = []
             try:
@@ -158,6 +177,7 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--events", type=int, default=2000)
+    parser.add_argument("--kr8s", action="store_true", help="also GET through kr8s's client")
     parser.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
     parsed = parser.parse_args()
     if parsed.serve:
