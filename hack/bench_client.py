@@ -12,6 +12,12 @@ Prints the per-operation figure of every round and the medians.
 
 It uses only ``Client.connect``, ``apply``, ``get`` and ``watch``, so the same file measures
 an older checkout of the project with that checkout's interpreter (before/after figures).
+``--ab COMMIT`` runs this file under COMMIT's own checkout and environment too
+(``hack/abcompare.py``), ``--rounds`` times each, interleaved, and prints the median ratio
+per operation (this tree / COMMIT):
+
+    .venv/bin/python hack/bench_client.py --ab main --rounds 5 --requests 1000 --events 1000
+
 ``--kr8s`` adds the same GETs sent through kr8s's own HTTP client (httpx) with the same
 credentials: what sending the runtime's requests through kr8s would cost (docs/performance.md,
 "Cluster access through kr8s").
@@ -170,6 +176,27 @@ async def main(args: argparse.Namespace) -> None:
         "medians (µs of client CPU per operation):",
         json.dumps({k: round(v, 1) for k, v in medians.items()}),
     )
+    if args.json_out:
+        args.json_out.write_text(json.dumps(medians))
+
+
+def compare(args: argparse.Namespace) -> None:
+    """A/B against ``--ab``: each round runs this file once under each side's interpreter
+    (one round of each operation), interleaved; the median ratios printed."""
+    from abcompare import Side, both, interleave, report
+
+    sides = both(args.ab, sys.executable)
+
+    def measure(side: Side) -> dict[str, float]:
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "medians.json"
+            command = [str(side.python), __file__, "--rounds", "1", "--json-out", str(out)]
+            command += ["--requests", str(args.requests), "--events", str(args.events)]
+            subprocess.run(command, cwd=side.repo, check=True, capture_output=True)
+            return {k: float(v) for k, v in json.loads(out.read_text()).items()}
+
+    results = interleave(args.rounds, sides, measure)
+    report(results, sides, ("apply", "get", "watch event"))
 
 
 if __name__ == "__main__":
@@ -178,9 +205,15 @@ if __name__ == "__main__":
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--events", type=int, default=2000)
     parser.add_argument("--kr8s", action="store_true", help="also GET through kr8s's client")
+    parser.add_argument(
+        "--ab", metavar="COMMIT", help="also run COMMIT (own checkout and environment); ratios"
+    )
+    parser.add_argument("--json-out", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
     parsed = parser.parse_args()
     if parsed.serve:
         asyncio.run(serve(parsed.serve))
+    elif parsed.ab:
+        compare(parsed)
     else:
         anyio.run(main, parsed)
