@@ -45,7 +45,10 @@ CONCURRENCY = 8
 
 async def serve(kubeconfig: Path) -> None:
     """The child: a simulated API server; ``events N`` on stdin creates N ConfigMaps."""
-    from gpustack_operator.sim.server import SimServer
+    try:
+        from gpustack_sim.apiserver.server import SimServer
+    except ImportError:  # an --ab baseline from before the simulator had its own package
+        from gpustack_operator.sim.server import SimServer  # type: ignore[no-redef]
 
     sim = SimServer(watch_history=100_000)
     await sim.start()

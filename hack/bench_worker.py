@@ -283,7 +283,7 @@ async def bench(
     from gpustack_operator.domain.plan import apply_sim_devices
     from gpustack_operator.environment import load_manufacturers
     from gpustack_operator.runtime.logs import configure_logging
-    from gpustack_operator.simcluster.cluster import SimCluster
+    from gpustack_sim.cluster.cluster import SimCluster
 
     configure_logging("warning")
     nodes = mixed_nodes(count)

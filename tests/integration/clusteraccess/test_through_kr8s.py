@@ -21,9 +21,9 @@ from gpustack_operator.commands.queues import _list, fetch_queues
 from gpustack_operator.kubeconfig import connect_kr8s
 from gpustack_operator.runtime import kubeconfigfiles
 from gpustack_operator.runtime.resources import NAMESPACES
-from gpustack_operator.sim.authn import TokenAuthenticator
-from gpustack_operator.sim.crds import stand_in_crds
-from gpustack_operator.sim.server import SimServer
+from gpustack_sim.apiserver.authn import TokenAuthenticator
+from gpustack_sim.apiserver.server import SimServer
+from gpustack_sim.standins.crds import stand_in_crds
 
 pytestmark = pytest.mark.anyio
 
