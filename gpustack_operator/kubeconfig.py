@@ -33,6 +33,7 @@ __all__ = [
     "KubeconfigError",
     "Located",
     "choose_context",
+    "close_kr8s",
     "connect",
     "connect_kr8s",
     "describe_connect_error",
@@ -148,3 +149,11 @@ async def connect_kr8s(kubeconfig: str | Path | None, context: str | None) -> Ap
         located = locate(kubeconfig, context)
         raise KubeconfigError(describe_connect_error(exc, located, credentials.server)) from exc
     return api
+
+
+async def close_kr8s(api: Api) -> None:
+    """Close the HTTP session of an ``Api`` from :func:`connect_kr8s` (kr8s 0.20 has no public
+    close; its session otherwise lingers until the process ends)."""
+    session = getattr(api, "_session", None)
+    if session is not None:
+        await session.aclose()

@@ -117,7 +117,7 @@ async def one_round(
     await in_parallel(requests, get)
     result["get"] = per_op_us(started, requests)
     if args.kr8s:
-        from gpustack_operator.kubeconfig import connect_kr8s
+        from gpustack_operator.kubeconfig import close_kr8s, connect_kr8s
 
         api = await connect_kr8s(args.kubeconfig, None)
 
@@ -130,7 +130,7 @@ async def one_round(
             await in_parallel(requests, get_kr8s)
             result["get through kr8s"] = per_op_us(started, requests)
         finally:
-            await api._session.aclose()
+            await close_kr8s(api)
 
     rv = (await client.list(CONFIGMAPS, "events", limit=1)).resource_version
     async with client.watch(CONFIGMAPS, "events", resource_version=rv) as stream:

@@ -24,7 +24,7 @@ from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.poolinfo import unit_text
 from gpustack_operator.domain.queues import is_owned
 from gpustack_operator.gateway.pools import pool_entry
-from gpustack_operator.kubeconfig import KubeconfigError, connect_kr8s
+from gpustack_operator.kubeconfig import KubeconfigError, close_kr8s, connect_kr8s
 from gpustack_operator.runtime.resources import Resource
 
 HOST_RESOURCES = ("cpu", "memory", "ephemeral-storage")
@@ -114,13 +114,15 @@ def render_table(rows: list[dict[str, Any]]) -> str:
     )
 
 
-async def _served_versions(api: Any, group: str) -> list[str]:
+async def served_versions(api: Any, group: str) -> list[str]:
     """The versions of *group* the cluster serves (kr8s's discovery of API versions)."""
     prefix = f"{group}/"
     return [v.removeprefix(prefix) async for v in api.api_versions() if v.startswith(prefix)]
 
 
-async def _list(api: Any, res: Resource, namespace: str | None = None) -> list[dict[str, Any]]:
+async def list_objects(
+    api: Any, res: Resource, namespace: str | None = None
+) -> list[dict[str, Any]]:
     """Every object of *res* (in *namespace*) as plain dicts, through a kr8s object class."""
     from kr8s.asyncio.objects import new_class
 
@@ -138,7 +140,7 @@ async def fetch_queues(
     except KubeconfigError as exc:  # one line naming the file and the fix
         return f"cannot connect to the cluster: {exc}"
     try:
-        served = await _served_versions(api, KUEUE_GROUP)
+        served = await served_versions(api, KUEUE_GROUP)
         version = policy.kueue_version_among(served)
         if version is None:
             if served:
@@ -148,14 +150,13 @@ async def fetch_queues(
                 )
             return "Kueue is not installed in this cluster: install Kueue, then the worker"
         kueue = kueue_resources(version)
-        cluster_queues = await _list(api, kueue.cluster_queues)
-        local_queues = await _list(api, kueue.local_queues, args.namespace)
+        cluster_queues = await list_objects(api, kueue.cluster_queues)
+        local_queues = await list_objects(api, kueue.local_queues, args.namespace)
         return cluster_queues, local_queues
     except Exception as exc:  # kr8s's ServerError, httpx's transport errors
         return f"cannot read the queues: {exc}"
     finally:
-        if api._session is not None:
-            await api._session.aclose()
+        await close_kr8s(api)
 
 
 def run_queues(args: argparse.Namespace) -> int:

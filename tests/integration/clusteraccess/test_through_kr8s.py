@@ -17,8 +17,8 @@ import yaml
 from gpustack_operator.cli import build_parser
 from gpustack_operator.commands.cluster_flags import connect
 from gpustack_operator.commands.policy_flags import policy_from_args
-from gpustack_operator.commands.queues import _list, fetch_queues
-from gpustack_operator.kubeconfig import connect_kr8s
+from gpustack_operator.commands.queues import fetch_queues, list_objects
+from gpustack_operator.kubeconfig import close_kr8s, connect_kr8s
 from gpustack_operator.runtime import kubeconfigfiles
 from gpustack_operator.runtime.resources import NAMESPACES
 from gpustack_sim.apiserver.authn import TokenAuthenticator
@@ -162,8 +162,8 @@ async def test_a_changed_token_file_is_read_again_by_kr8s_objects(
     api = await connect_kr8s(token_file(sim, tmp_path, monkeypatch), None)
     try:
         await rotate(sim, tmp_path)
-        namespaces = await _list(api, NAMESPACES)
+        namespaces = await list_objects(api, NAMESPACES)
         assert "default" in {n["metadata"]["name"] for n in namespaces}
         assert api.auth.token == "second"
     finally:
-        await api._session.aclose()
+        await close_kr8s(api)
