@@ -1,9 +1,9 @@
 """Kubernetes API access: one client per process, plain-dict objects, typed errors.
 
-``runtime.credentials`` reads the configuration and credentials (kubeconfig / ``--context`` /
-``KUBECONFIG`` / ``~/.kube/config`` / in-cluster service account, exec plugins, token
-re-reads); every request and watch then goes over ``runtime.transport`` (aiohttp) with the
-kubeconfig's TLS settings, proxy and token.
+``runtime.credentials`` (kr8s) reads the configuration and credentials (kubeconfig /
+``--context`` / ``KUBECONFIG`` / ``~/.kube/config`` / in-cluster service account, exec plugins,
+token re-reads); every request and watch then goes over ``runtime.transport`` (aiohttp) with
+the kubeconfig's TLS settings, proxy and token (docs/performance.md says why aiohttp).
 
 What this module adds over raw HTTP (the errors live in ``runtime.errors`` and are
 re-exported here):
@@ -285,14 +285,16 @@ class Client:
         timeout: float = DEFAULT_TIMEOUT,  # noqa: ASYNC109 - per-request timeout, kept by the client
         watch_inactivity_timeout: float | None = DEFAULT_WATCH_INACTIVITY_TIMEOUT,
         limits: Limits | None = None,
+        credentials: Credentials | None = None,
     ) -> Client:
-        """Load credentials and check the server answers ``/version``.
+        """Load credentials (unless given) and check the server answers ``/version``.
 
         Credentials come from *kubeconfig* (a path, or ``a:b`` paths), else ``KUBECONFIG``,
         else ``~/.kube/config``, else the in-cluster service account; *context* picks a
         kubeconfig context (``runtime.credentials``).
         """
-        credentials = await load_credentials(kubeconfig, context)
+        if credentials is None:
+            credentials = await load_credentials(kubeconfig, context)
         client = cls(
             credentials,
             qps=qps,
@@ -452,7 +454,9 @@ class Client:
             self._transport_tls_generation = credentials.tls_generation
             self._transport = Transport(
                 server,
-                ssl_context=credentials.ssl_context() if server.startswith("https:") else True,
+                ssl_context=(await credentials.ssl_context())
+                if server.startswith("https:")
+                else True,
                 server_hostname=credentials.tls_server_name,
                 proxy=credentials.proxy,
                 limits=self.limits,

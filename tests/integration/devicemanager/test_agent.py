@@ -24,7 +24,7 @@ from gpustack_operator.runtime.client import Client, NotFound
 from gpustack_operator.runtime.manager import Manager, ManagerOptions
 from gpustack_operator.runtime.metrics import REGISTRY
 from gpustack_operator.runtime.resources import NODES
-from gpustack_operator.sim.server import SimServer
+from gpustack_sim.apiserver.server import SimServer
 from tests.unit.devicemanager.fakes import FakeNvml, a10g, tesla_t4
 
 pytestmark = [

@@ -24,8 +24,8 @@ from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.leaderelection import LeaderElectionConfig
 from gpustack_operator.runtime.manager import Manager, ManagerOptions
-from gpustack_operator.sim.nfdmaster import NfdMaster
-from gpustack_operator.sim.server import SimServer
+from gpustack_sim.apiserver.server import SimServer
+from gpustack_sim.standins.nfdmaster import NfdMaster
 
 NS = "gpustack-system"
 KUEUE = "kueue.x-k8s.io/v1beta2"
