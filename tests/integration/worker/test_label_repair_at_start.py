@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from gpustack_operator.domain.labels import LABEL_REPAIR_ANNOTATION
-from gpustack_operator.sim.server import SimServer
+from gpustack_sim.apiserver.server import SimServer
 from tests.integration.worker.support import (
     KUEUE,
     NFD,
