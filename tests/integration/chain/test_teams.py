@@ -15,7 +15,7 @@ from gpustack_operator.cli import main
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.teams import POOL_ANNOTATION, TEAMS_CONFIGMAP, TEAMS_KEY, parse_teams
 from gpustack_operator.environment import load_manufacturers
-from gpustack_operator.simcluster.cluster import SimCluster
+from gpustack_sim.cluster.cluster import SimCluster
 from tests.integration.chain.support import example_nodes
 from tests.integration.worker.support import eventually, fast_config
 

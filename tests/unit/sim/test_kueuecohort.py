@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from gpustack_operator.sim.kueueadmission import ClusterQueueView, assign
-from gpustack_operator.sim.kueuecohort import (
+from gpustack_sim.standins.kueueadmission import ClusterQueueView, assign
+from gpustack_sim.standins.kueuecohort import (
     Admitted,
     borrows,
     cohort_quotas,
