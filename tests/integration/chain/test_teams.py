@@ -22,7 +22,7 @@ from tests.integration.worker.support import eventually, fast_config
 pytestmark = pytest.mark.anyio
 
 REPO = Path(__file__).resolve().parents[3]
-DECLARATION = (REPO / "examples" / "teams.yaml").read_text()
+DECLARATION = (REPO / "examples" / "teams" / "teams.yaml").read_text()
 TIMEOUT = 30.0
 H100_POOL = "gpustack--generic-16c-256g--nvidia-h100-80gb-hbm3-1d"
 SYSTEM = "gpustack-system"
@@ -154,7 +154,7 @@ def test_the_documented_team_demo(capsys: pytest.CaptureFixture[str]) -> None:
             "--cluster",
             str(REPO / "examples" / "cluster.yaml"),
             "--teams",
-            str(REPO / "examples" / "teams.yaml"),
+            str(REPO / "examples" / "teams" / "teams.yaml"),
             "--namespaces",
             "research,serving",
             "-o",

@@ -35,7 +35,7 @@ from . import test_crd_schemas as crds
 
 REPO = Path(__file__).resolve().parents[3]
 NODES = yaml.safe_load((REPO / "examples" / "cluster.yaml").read_text())["items"]
-DECLARATION = (REPO / "examples" / "teams.yaml").read_text()
+DECLARATION = (REPO / "examples" / "teams" / "teams.yaml").read_text()
 NAMESPACES: list[str | Mapping[str, Any]] = [
     "default",
     "research",
@@ -295,7 +295,7 @@ def test_team_chain_validates_against_kueue_crds(version: KueueVersion) -> None:
 
 def test_plan_takes_teams_from_a_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     example = str(REPO / "examples" / "cluster.yaml")
-    teams = str(REPO / "examples" / "teams.yaml")
+    teams = str(REPO / "examples" / "teams" / "teams.yaml")
     code = main(["plan", "--nodes", example, "--teams", teams, "--namespaces", "research,serving"])
     out, err = capsys.readouterr()
     assert code == 0, err
