@@ -62,15 +62,16 @@ class Member:
     state: DesiredState
 
 
-async def _member(*, kueue: bool) -> SimServer:
-    """HTTPS with its own CA; tokens: ``reader`` (the read-only role above), ``nobody`` (no
-    role: discovery only); an unknown token is a 401."""
+async def _member(*, kueue_kinds: tuple[str, ...] = ("ClusterQueue", "LocalQueue", "Cohort",
+                    "ResourceFlavor")) -> SimServer:  # fmt: skip
+    """HTTPS with its own CA serving Kueue's *kueue_kinds*; tokens: ``reader`` (the read-only
+    role above), ``nobody`` (no role: discovery only); an unknown token is a 401."""
     auth = TokenAuthenticator()
     auth.add("reader-token", "reader")
     auth.add("nobody-token", "nobody")
     sim = SimServer(authenticator=auth, tls=True, bookmark_interval=0.2)
-    if kueue:
-        sim.load_crds(kueue_crds(("v1beta2",)))
+    crds = kueue_crds(("v1beta2",))
+    sim.load_crds(c for c in crds if c["spec"]["names"]["kind"] in kueue_kinds)
     sim.store.create(READ_ONLY_ROLE)
     sim.store.create(READ_ONLY_BINDING)
     return await sim.start()
@@ -78,7 +79,7 @@ async def _member(*, kueue: bool) -> SimServer:
 
 @pytest.fixture
 async def member(anyio_backend: str) -> AsyncIterator[Member]:
-    sim = await _member(kueue=True)
+    sim = await _member()
     try:
         yield Member(sim, seed_chain(sim, ("cpu-epyc-1", "gpu-t4-1"), KueueVersion.V1BETA2))
     finally:
@@ -206,8 +207,22 @@ async def test_a_member_that_fails_a_check_is_refused_with_the_fix(
             assert fixed.status_code == 201, fixed.text
 
 
-async def test_a_member_without_kueue_is_refused(anyio_backend: str, tmp_path: Path) -> None:
-    sim = await _member(kueue=False)
+@pytest.mark.parametrize(
+    ("kinds", "problem", "fix"),
+    [
+        ((), "serves no Kueue API", "install Kueue there"),
+        (
+            ("ClusterQueue", "Cohort", "ResourceFlavor"),
+            "does not serve localqueues.kueue.x-k8s.io/v1beta2 (404)",
+            "install Kueue's CRDs there",
+        ),
+    ],
+    ids=["no Kueue", "one of Kueue's kinds missing"],
+)
+async def test_a_member_without_kueue_is_refused(
+    anyio_backend: str, tmp_path: Path, kinds: tuple[str, ...], problem: str, fix: str
+) -> None:
+    sim = await _member(kueue_kinds=kinds)
     try:
         api = ApiOptions(allow_registration=True, allowed_servers=[sim.url])
         async with (
@@ -218,8 +233,7 @@ async def test_a_member_without_kueue_is_refused(anyio_backend: str, tmp_path: P
             assert refused.status_code == 422, refused.text
             status = refused.json()
             assert status["reason"] == "KueueNotServed"
-            assert "serves no Kueue API" in status["message"]
-            assert "install Kueue there" in status["message"]
+            assert problem in status["message"] and fix in status["message"], status
             assert await clusters_list(client) == []
     finally:
         await sim.stop()
