@@ -4,7 +4,8 @@ For each LocalQueue the worker made in the namespace: the pool's device and unit
 resource that counts (the device resource, or cpu for CPU-only pools), its quota, and what
 Kueue reports as reserved and in use in the ClusterQueue's status (docs/workloads.md,
 "Finding a pool"). Read-only: it reads a few objects, so it goes through kr8s's objects
-(``new_class``, ``api.get``) rather than the runtime's informers (docs/runtime.md, "Credentials").
+(:mod:`gpustack_operator.kr8sobjects`) rather than the runtime's informers (docs/runtime.md,
+"Credentials").
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.poolinfo import unit_text
 from gpustack_operator.domain.queues import is_owned
 from gpustack_operator.gateway.pools import pool_entry
+from gpustack_operator.kr8sobjects import list_objects, served_versions
 from gpustack_operator.kubeconfig import KubeconfigError, close_kr8s, connect_kr8s
-from gpustack_operator.runtime.resources import Resource
 
 HOST_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 COLUMNS = ("LOCALQUEUE", "UNIT", "RESOURCE", "QUOTA", "RESERVED", "USED")
@@ -112,22 +113,6 @@ def render_table(rows: list[dict[str, Any]]) -> str:
         "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
         for line in table
     )
-
-
-async def served_versions(api: Any, group: str) -> list[str]:
-    """The versions of *group* the cluster serves (kr8s's discovery of API versions)."""
-    prefix = f"{group}/"
-    return [v.removeprefix(prefix) async for v in api.api_versions() if v.startswith(prefix)]
-
-
-async def list_objects(
-    api: Any, res: Resource, namespace: str | None = None
-) -> list[dict[str, Any]]:
-    """Every object of *res* (in *namespace*) as plain dicts, through a kr8s object class."""
-    from kr8s.asyncio.objects import new_class
-
-    kind = new_class(res.kind, res.api_version, namespaced=res.namespaced, plural=res.plural)
-    return [obj.raw.to_dict() async for obj in api.async_get(kind, namespace=namespace)]
 
 
 async def fetch_queues(
