@@ -10,7 +10,6 @@ one-line form (docs/configuration.md, "Kubeconfig errors").
 from __future__ import annotations
 
 import ssl
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -92,12 +91,10 @@ def describe_connect_error(exc: BaseException, located: Located, server: str) ->
 def _kr8s_unreachable(exc: BaseException) -> str | None:
     """What kr8s's HTTP client (httpx) said when no answer came: a refused or reset
     connection, a timeout; None for anything else."""
+    import httpx
     from kr8s import APITimeoutError
 
-    # httpx is kr8s's dependency, not one of ours: its errors can only come from the module
-    # kr8s already imported.
-    httpx = sys.modules.get("httpx")
-    transport = _find_in_chain(exc, httpx.TransportError) if httpx is not None else None
+    transport = _find_in_chain(exc, httpx.TransportError)
     if transport is not None:
         return f"{type(transport).__name__}: {_first_line(transport)}"
     if _find_in_chain(exc, APITimeoutError) is not None:
