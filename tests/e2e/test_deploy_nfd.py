@@ -23,8 +23,8 @@ import pytest
 from gpustack_operator.domain.bootstrap import render_nfd_crds
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.resources import CRDS, DAEMONSETS, DEPLOYMENTS, Resource
-from gpustack_operator.sim.server import SimServer
 from gpustack_operator.sim.authn import TokenAuthenticator
+from gpustack_operator.sim.server import SimServer
 from tests.integration.bootstrap.support import (
     ADMIN_TOKEN,
     NS,
