@@ -370,3 +370,25 @@ def test_configuration_doc_lists_every_flag() -> None:
         if f"`{option}`" not in sections.get(title, ""):
             missing.append(f"{title} {option}")
     assert not missing, "docs/configuration.md does not list:\n" + "\n".join(missing)
+
+
+# --- the Makefile -------------------------------------------------------------------------
+
+
+def test_make_help_aligns_its_columns() -> None:
+    if shutil.which("make") is None:
+        pytest.skip("make not found")
+    out = subprocess.run(
+        ["make", "-s", "--no-print-directory", "help"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    lines = [line for line in out.splitlines() if line.strip()]
+    targets = set(re.findall(r"^([a-z-]+):.*## ", (REPO / "Makefile").read_text(), re.M))
+    assert {line.split()[0] for line in lines} == targets
+    # Every description starts in the same column, past the longest target's name.
+    starts = {len(line) - len(line.lstrip()[len(line.split()[0]) :].lstrip()) for line in lines}
+    assert len(starts) == 1, out
+    assert starts.pop() > max(len(t) for t in targets) + 2
