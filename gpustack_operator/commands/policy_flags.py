@@ -12,7 +12,7 @@ import argparse
 import os
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import TypeVar
+from typing import Final, TypeVar
 
 from gpustack_operator.commands.argtypes import comma_list
 from gpustack_operator.commands.envflags import SHARED_ENV
@@ -31,6 +31,11 @@ from gpustack_operator.environment import load_manufacturers
 
 AUTO = "auto"
 TENANCY_CHOICES = (AUTO, *(t.value for t in Tenancy))
+READING_FLAGS: Final = frozenset(
+    {"--manufacturer", "--system-namespace", "--excluded-namespaces", "--kueue-version"}
+)
+"""The flags a command that only reads the chain (``queues``) takes: the others change what
+the worker builds, not what a reader finds."""
 
 _Choice = TypeVar("_Choice", bound=StrEnum)
 
@@ -115,8 +120,26 @@ def _shared(action: argparse.Action) -> argparse.Action:
     return action
 
 
-def add_policy_flags(parser: argparse._ActionsContainer) -> None:
-    """Every flag of the chain policy (docs/configuration.md, "Chain policy")."""
+class _Only:
+    """A parser proxy that adds only the flags named in *only* (every one with None)."""
+
+    def __init__(self, parser: argparse._ActionsContainer, only: frozenset[str] | None) -> None:
+        self.parser = parser
+        self.only = only
+
+    def add_argument(self, *names: str, **kwargs: object) -> argparse.Action:
+        if self.only is not None and not set(names) & self.only:
+            return argparse.Action(names, dest="_skipped")
+        return self.parser.add_argument(*names, **kwargs)  # type: ignore[arg-type]
+
+
+def add_policy_flags(
+    parser: argparse._ActionsContainer, *, only: frozenset[str] | None = None
+) -> None:
+    """Every flag of the chain policy (docs/configuration.md, "Chain policy"); with *only*,
+    just those (a flag left out takes its default in :func:`policy_from_args`)."""
+    if only is not None:
+        parser = _Only(parser, only)  # type: ignore[assignment]
     default_ns = os.environ.get("KUBERNETES_POD_NAMESPACE") or DEFAULT_SYSTEM_NAMESPACE
     _shared(
         parser.add_argument(
@@ -216,11 +239,11 @@ def policy_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = N
         system_namespace=args.system_namespace,
         excluded_namespaces=tuple(args.excluded_namespaces),
         kueue_version=args.kueue_version,
-        quota_resources=args.quota_resources,
-        flavor_tolerations=args.flavor_tolerations,
-        tenancy=args.tenancy,
-        virtual_scheduler=args.virtual_scheduler,
-        tenant_quota_caps=args.tenant_quota_cap,
+        quota_resources=getattr(args, "quota_resources", DEFAULT_QUOTA_RESOURCES),
+        flavor_tolerations=getattr(args, "flavor_tolerations", None),
+        tenancy=getattr(args, "tenancy", None),
+        virtual_scheduler=getattr(args, "virtual_scheduler", False),
+        tenant_quota_caps=getattr(args, "tenant_quota_cap", {}),
     )
     if args.manufacturer:
         policy = policy.with_manufacturers(args.manufacturer)
