@@ -14,13 +14,13 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Final, TypeVar
 
-from gpustack_operator.commands.argtypes import comma_list
+from gpustack_operator.commands.argtypes import comma_list, parse_duration
 from gpustack_operator.commands.envflags import SHARED_ENV
 from gpustack_operator.domain.flavors import TolerationPolicy
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.manufacturers import KNOWN_MANUFACTURERS
 from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
-from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.policy import DEFAULT_UNPOOLED_SETTLING, ChainPolicy
 from gpustack_operator.domain.queues import (
     DEFAULT_EXCLUDED_NAMESPACES,
     DEFAULT_QUOTA_RESOURCES,
@@ -75,6 +75,14 @@ def tolerations_policy(raw: str) -> TolerationPolicy:
 def tenancy(raw: str) -> Tenancy | None:
     """``auto`` (None: told from the Nodes) or a kind of cluster (docs/tenants.md)."""
     return _auto_or(raw, Tenancy)
+
+
+def non_negative_duration(raw: str) -> float:
+    """``0``, ``30s``, ``5m``: seconds, at least 0."""
+    value = parse_duration(raw)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a duration of at least 0, got {raw!r}")
+    return value
 
 
 def quota_caps(raw: str) -> dict[str, int]:
@@ -192,6 +200,17 @@ def add_policy_flags(
         )
     )
     _add_tenant_flags(parser)
+    _shared(
+        parser.add_argument(
+            "--unpooled-settling",
+            type=non_negative_duration,
+            default=DEFAULT_UNPOOLED_SETTLING,
+            metavar="DURATION",
+            help="how long a new node's device sources (our agent, GFD, a device plugin) get "
+            "before its devices are reported as feeding no pool, unless our agent has "
+            "published for it (default: 5m)",
+        )
+    )
 
 
 def _add_tenant_flags(parser: argparse._ActionsContainer) -> None:
@@ -244,6 +263,7 @@ def policy_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = N
         tenancy=getattr(args, "tenancy", None),
         virtual_scheduler=getattr(args, "virtual_scheduler", False),
         tenant_quota_caps=getattr(args, "tenant_quota_cap", {}),
+        unpooled_settling=getattr(args, "unpooled_settling", DEFAULT_UNPOOLED_SETTLING),
     )
     if args.manufacturer:
         policy = policy.with_manufacturers(args.manufacturer)
