@@ -52,7 +52,7 @@ from gpustack_operator.sim.errors import (
 from gpustack_operator.sim.faults import Fault, Faults
 from gpustack_operator.sim.gc import BackgroundControllers
 from gpustack_operator.sim.health import add_health_routes
-from gpustack_operator.sim.kinds import BUILTIN_KINDS, KindInfo, KindRegistry
+from gpustack_operator.sim.kinds import BUILTIN_KINDS, KUBERNETES_VERSION, KindInfo, KindRegistry
 from gpustack_operator.sim.patches import json_patch, merge_patch
 from gpustack_operator.sim.rbac import CURRENT_REQUEST, RbacAuthorizer, request_attributes
 from gpustack_operator.sim.reviews import add_review_routes
@@ -208,6 +208,9 @@ class SimServer:
         tls: bool = False,
     ) -> None:
         self.registry = KindRegistry.with_builtins()
+        self.kubernetes_version: tuple[int, int, int] = KUBERNETES_VERSION
+        """What ``/version`` reports; a test sets an older release to see what the operator
+        says about it (the kinds served stay those of the newest)."""
         self.store = Store(self.registry, watch_history)
         self.store.cel_rules = cel_rules  # CRDs' x-kubernetes-validations (sim/celrules.py)
         self.authenticator = authenticator

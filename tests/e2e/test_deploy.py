@@ -37,7 +37,7 @@ from gpustack_operator.domain.bootstrap import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-OVERLAYS = ("release", "dev")
+OVERLAYS = ("release", "dev", "release-k8s-1.30")
 # A widely deployed release among those kubernetes-validate bundles (it works offline).
 KUBERNETES_VERSION = "1.33.0"
 RELEASE_IMAGE = "docker.io/gpustack/gpustack-operator:v0.1.0"
@@ -103,7 +103,7 @@ def test_overlay_renders_the_worker(rendered: dict[str, Any], overlay: str) -> N
     deployment = find(objects, "Deployment", "gpustack-operator-worker")
     pod = deployment["spec"]["template"]["spec"]
     container = pod["containers"][0]
-    expected_image = RELEASE_IMAGE if overlay == "release" else "gpustack-operator:dev"
+    expected_image = "gpustack-operator:dev" if overlay == "dev" else RELEASE_IMAGE
     assert container["image"] == expected_image
     security = container["securityContext"]
     assert security["runAsNonRoot"] and security["readOnlyRootFilesystem"]
@@ -122,6 +122,22 @@ def test_overlay_renders_the_worker(rendered: dict[str, Any], overlay: str) -> N
     assert args.handler.__name__ == "run_worker"
     env = {e["name"] for e in container["env"]}
     assert {"KUBERNETES_POD_NAME", "KUBERNETES_POD_NAMESPACE"} <= env
+
+
+def test_the_pre_1_32_overlay_is_the_release_without_the_node_bound_policy(
+    rendered: dict[str, Any],
+) -> None:
+    """deploy/overlays/release-k8s-1.30 (docs/deploy.md, "Prerequisites")."""
+
+    def names(overlay: str) -> set[tuple[str, str]]:
+        return {(o["kind"], o["metadata"]["name"]) for o in rendered[overlay]}
+
+    bound = "gpustack-operator-device-manager-own-node"
+    assert names("release") - names("release-k8s-1.30") == {
+        ("ValidatingAdmissionPolicy", bound),
+        ("ValidatingAdmissionPolicyBinding", bound),
+    }
+    assert names("release-k8s-1.30") <= names("release")
 
 
 @pytest.mark.parametrize("source", [*OVERLAYS, "bootstrap"])
