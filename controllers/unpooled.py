@@ -128,7 +128,8 @@ class UnpooledReconciler:
                 continue
             what = diagnostic.resource or diagnostic.reason
             message = (
-                f"resolved: {what} no longer left out (it feeds a pool, or is gone); "
+                f"resolved: {what} no longer left out (it feeds a pool, is gone, or the node "
+                "is no longer managed); "
                 f"was {diagnostic.reason}: {diagnostic}"
             )
             log.info("devices no longer left out", node=key, devices=devices, reason=message)

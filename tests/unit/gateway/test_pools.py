@@ -45,7 +45,7 @@ def test_a_sliced_device_queue() -> None:
         "nominalQuota": {
             "cpu": "48",
             # 4 cards x 8 time-slicing replicas, as the device plugin advertises them
-            # (examples/cluster.yaml; docs/devices.md, "Sharing").
+            # (examples/cluster.yaml; docs/devices.md, "NVIDIA").
             "nvidia.com/gpu": "32",
             "ephemeral-storage": "196Gi",
             "memory": "188Gi",
