@@ -51,6 +51,13 @@ async def test_a_namespace_that_does_not_exist_is_one_line_and_exit_1(
     code, out, err = await queues(capsys, "--kubeconfig", str(sim_kubeconfig), "-n", "empty")
     assert code == 0 and out == ""
     assert "no pools in namespace empty" in err
+    assert "is it running?" in err
+    # The policy's namespaces say why one gets no pools.
+    code, _, err = await queues(
+        capsys, "--kubeconfig", str(sim_kubeconfig), "-n", "empty", "--excluded-namespaces", "empty"
+    )
+    assert code == 0
+    assert "it is the system namespace or an excluded one" in err
 
 
 async def test_an_unreachable_cluster_is_one_line_and_exit_1(
