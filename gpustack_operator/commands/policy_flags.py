@@ -129,7 +129,8 @@ def _shared(action: argparse.Action) -> argparse.Action:
 
 
 class _Only:
-    """A parser proxy that adds only the flags named in *only* (every one with None)."""
+    """A parser proxy that adds only the flags named in *only* (every one with None); any
+    other becomes a detached Action that no parser knows, so callers may still mark it."""
 
     def __init__(self, parser: argparse._ActionsContainer, only: frozenset[str] | None) -> None:
         self.parser = parser
