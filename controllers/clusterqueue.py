@@ -9,6 +9,9 @@ With no flavor left the queue is deleted, but only once Kueue reports nothing re
 used in it (``status.flavorsReservation`` / ``flavorsUsage`` / workload counts, read from
 the cache and then from the API); otherwise it is looked at again after
 ``reserved_requeue`` seconds. Queues without the managed-by label are never touched.
+A queue the reconciler creates gets a Normal Event ``PoolCreated`` naming its unit, so the
+Events that tell a person about devices (``DeviceNotPooled`` and its resolution on Nodes) are
+followed by the pool they ended in.
 
 Node, flavor and the queue's own events are coalesced per queue (``runtime.coalesce``): the
 first after a quiet batch window is reconciled at once; later ones once the events pause for
@@ -38,7 +41,7 @@ from gpustack_operator.controllers.common import (
 )
 from gpustack_operator.controllers.teams import watch_teams
 from gpustack_operator.domain.kueue import OwnerReference
-from gpustack_operator.domain.labels import QUEUE_ANNOTATION
+from gpustack_operator.domain.labels import QUEUE_ANNOTATION, UNIT_ANNOTATION
 from gpustack_operator.domain.nodeview import (
     annotations_of,
     is_deleting,
@@ -47,6 +50,7 @@ from gpustack_operator.domain.nodeview import (
     uid_of,
 )
 from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.poolinfo import local_queue_metadata
 from gpustack_operator.domain.quantities import parse_quantity
 from gpustack_operator.domain.queues import (
     cluster_queue_cohort,
@@ -61,6 +65,7 @@ from gpustack_operator.runtime.controller import Controller, ControllerBuilder, 
 from gpustack_operator.runtime.resources import NODES
 
 NAME: Final = "clusterqueue"
+POOL_CREATED: Final = "PoolCreated"
 _USAGE_FIELDS: Final = ("flavorsReservation", "flavorsUsage")
 _WORKLOAD_COUNTS: Final = ("reservingWorkloads", "admittedWorkloads")
 
@@ -200,13 +205,18 @@ class ClusterQueueReconciler:
             kept = {name_of(q) for q in split.team_queues}
             for team_queue in split.team_queues:
                 have_team = caches.cluster_queues.indexer.get(name_of(team_queue))
-                await self._put(have_team, team_queue, team=True)
+                await self._put(have_team, team_queue, len(flavors), team=True)
             return _sooner(await self._delete(have), await self._prune_teams(name, kept))
-        await self._put(have, want)
+        await self._put(have, want, len(flavors))
         return await self._prune_teams(name, set())
 
     async def _put(
-        self, have: dict[str, Any] | None, want: dict[str, Any], *, team: bool = False
+        self,
+        have: dict[str, Any] | None,
+        want: dict[str, Any],
+        flavors: int,
+        *,
+        team: bool = False,
     ) -> None:
         if have is not None and not is_managed_object(have):
             self.writer.not_ours(self.resource, have)
@@ -222,7 +232,9 @@ class ClusterQueueReconciler:
             # cache shows is the version this very write replaced (docs/teams.md, "Shares
             # follow the hardware": one write per queue).
             return
-        await self.writer.apply(self.resource, want, existed=have is not None)
+        applied = await self.writer.apply(self.resource, want, existed=have is not None)
+        if have is None:
+            self._created(applied, flavors)
         if team:
             self._team_writes[name_of(want)] = (seen, want)
 
@@ -233,6 +245,15 @@ class ClusterQueueReconciler:
             if name_of(queue) not in kept and is_managed_object(queue):
                 result = _sooner(result, await self._delete(queue))
         return result
+
+    def _created(self, queue: Mapping[str, Any], flavors: int) -> None:
+        """A Normal Event ``PoolCreated`` on a new pool: what one unit is, and its flavors."""
+        if self.writer.recorder is None:
+            return
+        _, annotations = local_queue_metadata(queue)
+        unit = annotations.get(UNIT_ANNOTATION) or "its unit"
+        message = f"pool created: {unit}, from {flavors} flavor(s) of the managed nodes"
+        self.writer.recorder.event(queue, "Normal", POOL_CREATED, message, resource=self.resource)
 
     def _wanted_flavors(self, name: str) -> set[str]:
         """The flavors the managed nodes of queue *name* have in their profiles."""
