@@ -258,8 +258,8 @@ class Worker:
         return True
 
     def _add_queue_controllers(self, caches: KueueCaches) -> list[Controller]:
-        """Add the four queue controllers and the Kueue configuration check to the manager
-        (started at once when it leads)."""
+        """Add the four queue controllers, the Kueue configuration check and the teams
+        reporter to the manager (started at once when it leads)."""
         config = self.config
         policy = config.policy
         timing = config.timing
