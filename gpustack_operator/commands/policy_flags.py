@@ -27,6 +27,7 @@ from gpustack_operator.domain.queues import (
     QuotaResources,
 )
 from gpustack_operator.domain.tenancy import Tenancy
+from gpustack_operator.domain.topology import TopologyPolicy
 from gpustack_operator.environment import load_manufacturers
 
 AUTO = "auto"
@@ -65,6 +66,25 @@ def tolerations_policy(raw: str) -> TolerationPolicy:
             f"{raw!r}: expected common, none or a comma-separated list of taint keys"
         )
     return keys
+
+
+def topology_policy(raw: str) -> TopologyPolicy:
+    """``auto`` (the published level sets), ``off``, or a comma-separated level list, coarse
+    to fine (docs/topology.md, "The switch")."""
+    value = raw.strip()
+    if value == AUTO:
+        return TopologyPolicy()
+    if value == "off":
+        return TopologyPolicy(enabled=False, reason="turned off by --topology=off")
+    levels = tuple(k for k in comma_list(value) if k)
+    try:
+        if not levels:
+            raise ValueError("no level given")
+        return TopologyPolicy(levels=levels)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(
+            f"{raw!r}: {err}; expected auto, off or a comma-separated list of node-label keys"
+        ) from None
 
 
 def tenancy(raw: str) -> Tenancy | None:
@@ -168,6 +188,18 @@ def add_policy_flags(parser: argparse._ActionsContainer) -> None:
             "never (default: common)",
         )
     )
+    _shared(
+        parser.add_argument(
+            "--topology",
+            type=topology_policy,
+            default=TopologyPolicy(),
+            metavar="auto|off|LEVEL,...",
+            help="Kueue Topology-Aware Scheduling: auto builds TAS flavors for nodes that "
+            "publish topology labels (GKE, EKS, GFD clique, Topograph); off keeps every flavor "
+            "non-TAS; a list of node-label keys, coarse to fine, is used instead of the "
+            "published sets (kubernetes.io/hostname is always the last level) (default: auto)",
+        )
+    )
     _add_tenant_flags(parser)
 
 
@@ -221,6 +253,7 @@ def policy_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = N
         tenancy=args.tenancy,
         virtual_scheduler=args.virtual_scheduler,
         tenant_quota_caps=args.tenant_quota_cap,
+        topology=args.topology,
     )
     if args.manufacturer:
         policy = policy.with_manufacturers(args.manufacturer)

@@ -21,6 +21,7 @@ from gpustack_operator.domain.queues import (
     QuotaResources,
 )
 from gpustack_operator.domain.tenancy import Tenancy, TenantSettings, detect_tenancy
+from gpustack_operator.domain.topology import TopologyPolicy
 
 NEWEST_FIRST: tuple[KueueVersion, ...] = (KueueVersion.V1BETA2, KueueVersion.V1BETA1)
 """The Kueue versions the chain can be written in, preferred first."""
@@ -53,6 +54,9 @@ class ChainPolicy:
     tenant_quota_caps: Mapping[str, int] = field(default_factory=dict)
     """A shared-node tenant's declared share per device resource (docs/tenants.md, "Quota a
     tenant may count on")."""
+    topology: TopologyPolicy = field(default_factory=TopologyPolicy)
+    """Kueue Topology-Aware Scheduling: on/off and a person's level list (docs/topology.md,
+    "The switch")."""
 
     def __post_init__(self) -> None:
         if not self.manufacturers:
