@@ -130,8 +130,8 @@ def published_levels(labels: Mapping[str, str]) -> tuple[str, ...]:
         tree = _prefix(labels, keys[:3])
         if tree or labels.get(keys[3]):
             return tree + ((keys[3],) if labels.get(keys[3]) else ())
-    for keys in (_GKE, _EKS):
-        found = _prefix(labels, keys)
+    for cloud in (_GKE, _EKS):
+        found = _prefix(labels, cloud)
         if found:
             return found + ((CLIQUE_LABEL,) if labels.get(CLIQUE_LABEL) else ())
     if labels.get(CLIQUE_LABEL):
@@ -284,3 +284,18 @@ def domain_tree(
         key = levels[len(path) - 1].rpartition("/")[2]
         lines.append(f"{'  ' * (len(path) - 1)}{key}={path[-1]}: {totals[path]}")
     return lines
+
+
+def explain_topology(node: object, policy: TopologyPolicy) -> str:
+    """One line for ``plan --explain``: the Topology the node is in (and a level it lacks
+    that would have put it in a larger set), or why it is in none."""
+    if not policy.enabled:
+        return f"none: Topology-Aware Scheduling is off ({policy.reason or 'policy'})"
+    levels = node_levels(node, policy)
+    lacking = missing_level(node, policy)
+    if not levels:  # no level published: nothing to say, its pools are as without TAS
+        return f"none: it lacks {lacking}" if lacking else ""
+    text = f"{topology_name(levels)} (levels: {' > '.join(levels)})"
+    if lacking:
+        text += f"; lacks {lacking}, so it is grouped apart from nodes that carry it"
+    return text
