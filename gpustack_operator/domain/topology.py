@@ -139,6 +139,29 @@ def published_levels(labels: Mapping[str, str]) -> tuple[str, ...]:
     return ()
 
 
+PUBLISHED_LEVEL_LABELS: Final = frozenset(
+    {
+        HOSTNAME_LABEL,
+        CLIQUE_LABEL,
+        *_GKE,
+        *_EKS,
+        *_TOPOGRAPH_ACCELERATOR,
+        *_TOPOGRAPH_05,
+        *_TOPOGRAPH_01,
+    }
+)
+
+
+def is_level_label(key: str, policy: TopologyPolicy | None = None) -> bool:
+    """Whether a node label can place a node in a level set (the worker then looks again
+    at a node whose value of it changes)."""
+    return (
+        key in PUBLISHED_LEVEL_LABELS
+        or key.startswith(_TOPOGRAPH_TIER)
+        or (policy is not None and key in policy.levels)
+    )
+
+
 def node_levels(node: object, policy: TopologyPolicy) -> tuple[str, ...]:
     """The node's level set, ending in ``kubernetes.io/hostname``; ``()`` when the node is
     not scheduled by TAS (TAS off, no hostname label, or it publishes no level and the policy
@@ -180,7 +203,12 @@ def levels_digest(levels: Sequence[str]) -> str:
 
 def tolerations_digest(tolerations: Iterable[Toleration]) -> str:
     """8 hex digits over a flavor's tolerations, in order."""
-    text = json.dumps([t.manifest() for t in tolerations], sort_keys=True)
+    return manifests_digest([t.manifest() for t in tolerations])
+
+
+def manifests_digest(tolerations: Sequence[Mapping[str, Any]]) -> str:
+    """:func:`tolerations_digest` of tolerations as a flavor's spec holds them."""
+    text = json.dumps(list(tolerations), sort_keys=True)
     return f"{fnv1a_64(text.encode()) & 0xFFFFFFFF:08x}"
 
 

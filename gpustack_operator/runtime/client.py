@@ -715,6 +715,21 @@ class Client:
             versions.insert(0, preferred)
         return versions
 
+    async def served_resources(self, group: str, version: str) -> builtins.list[str]:
+        """The resource names (plurals, no subresources) served at *group*/*version*; []
+        if that version is not served. Tells apart kinds added to a group in a later
+        release (Kueue's ``topologies``)."""
+        try:
+            async with self._call("GET", f"/apis/{_segment(group)}/{_segment(version)}") as answer:
+                data = _decode_object(answer)
+        except NotFound:
+            return []
+        return [
+            str(r["name"])
+            for r in data.get("resources") or []
+            if isinstance(r, dict) and r.get("name") and "/" not in str(r["name"])
+        ]
+
 
 # --- helpers --------------------------------------------------------------------------------
 

@@ -41,7 +41,7 @@ from gpustack_operator.sim.admissionpolicy import PolicyAdmission
 from gpustack_operator.sim.authn import ADMIN, ANONYMOUS, TokenAuthenticator, UserInfo
 from gpustack_operator.sim.bootstrappolicy import bootstrap_objects
 from gpustack_operator.sim.certificates import check_conditions, set_requestor
-from gpustack_operator.sim.counters import RequestCounters
+from gpustack_operator.sim.counters import REJECTED, RequestCounters
 from gpustack_operator.sim.errors import (
     ApiError,
     bad_request,
@@ -395,6 +395,8 @@ class SimServer:
         try:
             return await handler(request)
         except ApiError as err:
+            if request.method not in ("GET", "HEAD"):  # a write the server turned down
+                self.counters.record(REJECTED, str(err.code))
             return _error_response(err)
         except web.HTTPException as exc:
             if exc.status < 400:
