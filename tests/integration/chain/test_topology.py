@@ -16,8 +16,6 @@ from typing import Any
 import pytest
 
 from gpustack_operator.commands.plan import read_cluster_file
-from gpustack_operator.runtime.client import Client
-from gpustack_operator.runtime.errors import Invalid
 from gpustack_operator.sim.counters import REJECTED
 from gpustack_operator.simcluster.chain import differences
 from gpustack_operator.simcluster.cluster import SimCluster
