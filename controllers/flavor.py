@@ -18,7 +18,7 @@ from typing import Any, Final
 
 import structlog
 
-from gpustack_operator.controllers.caches import BY_FLAVOR, BY_TOPOLOGY, KueueCaches
+from gpustack_operator.controllers.caches import BY_FLAVOR, BY_QUEUE, BY_TOPOLOGY, KueueCaches
 from gpustack_operator.controllers.common import (
     METADATA_OR_SPEC_CHANGED,
     NodeChanged,
@@ -30,9 +30,10 @@ from gpustack_operator.domain.flavors import desired_resource_flavor
 from gpustack_operator.domain.labels import QUEUE_ANNOTATION, TOPOLOGY_LABEL
 from gpustack_operator.domain.nodeview import annotations_of, is_deleting, name_of
 from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.profiles import strip_tas_suffix
 from gpustack_operator.domain.quantities import parse_quantity
 from gpustack_operator.domain.tenancy import tenant_flavor
-from gpustack_operator.domain.topology import manifests_digest, parse_group
+from gpustack_operator.domain.topology import manifests_digest, parse_group, tas_queue_name
 from gpustack_operator.runtime.coalesce import Coalesce
 from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request
 from gpustack_operator.runtime.predicates import Predicate
@@ -82,12 +83,18 @@ class FlavorReconciler:
             await self.writer.apply(self.resource, want, existed=have is not None)
 
     def _in_use(self, flavor: Mapping[str, Any]) -> bool:
-        """Kueue reports usage or reservations of *flavor* in its ClusterQueue: the flavor
-        stays (listed, with no quota) until that is zero, so no admitted workload loses the
-        flavor it was admitted to (docs/topology.md, "Upgrading a chain built without TAS")."""
+        """*flavor*'s nodes may feed the TAS queue of its profile now (its nodes moved to
+        TAS, or to another TAS group) and Kueue reports usage or reservations of *flavor*
+        in its ClusterQueue: it stays (listed, with no quota) until that is zero, so no
+        admitted workload loses the flavor it was admitted to (docs/topology.md, "Upgrading
+        a chain built without TAS")."""
+        name = name_of(flavor)
         queue = annotations_of(flavor).get(QUEUE_ANNOTATION, "")
-        have = self.caches.cluster_queues.indexer.get(queue) if queue else None
-        return have is not None and flavor_in_use(have, name_of(flavor))
+        moved_to = tas_queue_name(strip_tas_suffix(queue)) if queue else ""
+        if not moved_to or not self.caches.managed_nodes(BY_QUEUE, moved_to):
+            return False  # its nodes left the pools: it goes at once, as it always did
+        have = self.caches.cluster_queues.indexer.get(queue)
+        return have is not None and flavor_in_use(have, name)
 
     def _tas_ready(
         self, name: str, have: Mapping[str, Any] | None, want: Mapping[str, Any]
