@@ -12,7 +12,7 @@ writes nothing else.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Final
+from typing import Any, Final
 
 import structlog
 from prometheus_client import Gauge
@@ -22,6 +22,7 @@ from gpustack_operator.controllers.common import NodeChanged
 from gpustack_operator.controllers.nodefacts import NodeFacts
 from gpustack_operator.domain.devicesources import Diagnostic, unpooled_devices
 from gpustack_operator.domain.flavors import is_managed
+from gpustack_operator.domain.topology import missing_level
 from gpustack_operator.runtime.controller import EventRecorderLike, Request
 from gpustack_operator.runtime.informer import Informer
 from gpustack_operator.runtime.manager import Manager
@@ -30,6 +31,7 @@ from gpustack_operator.runtime.resources import NODES, RESOURCE_SLICES
 
 NAME: Final = "unpooled"
 EVENT_REASON: Final = "DeviceNotPooled"
+LEVEL_EVENT_REASON: Final = "TopologyLevelMissing"
 
 log = structlog.get_logger(__name__)
 
@@ -55,12 +57,16 @@ class UnpooledReconciler:
         self.nodes = nodes
         self.recorder = recorder
         self.manufacturers = facts.manufacturers
+        self.topology = facts.topology
         self.slices = slices
+        self.lacking: dict[str, str] = {}
+        """Per node, the topology level label last reported missing (docs/topology.md)."""
         self.reported: dict[str, Report] = {}
         """Per node, what was last reported (nodes with nothing left out are absent)."""
 
     async def __call__(self, request: Request) -> None:
         node = self.nodes.indexer.get(request.key)
+        self._report_missing_level(request.key, node)
         found: Report = ()
         if node is not None and is_managed(node):
             slices = (
@@ -87,6 +93,28 @@ class UnpooledReconciler:
             log.warning("devices feed no pool", node=request.key, devices=devices, reason=message)
             if self.recorder is not None:
                 self.recorder.event(node, "Warning", EVENT_REASON, message, resource=NODES)
+
+    def _report_missing_level(self, key: str, node: dict[str, Any] | None) -> None:
+        """A Warning Event ``TopologyLevelMissing`` once per node and label: the node
+        carries a coarser level of a set but not this one, so it is grouped apart (its
+        own Topology and flavor) from the nodes that carry it (docs/topology.md, "Seeing
+        it")."""
+        lacking = ""
+        if node is not None and self.topology is not None and is_managed(node):
+            lacking = missing_level(node, self.topology)
+        if lacking == self.lacking.get(key, ""):
+            return
+        if not lacking:
+            self.lacking.pop(key, None)
+            return
+        self.lacking[key] = lacking
+        message = (
+            f"node lacks the topology level label {lacking}: it is grouped apart from the "
+            "nodes that carry it, in a Topology without that level; label it to join them"
+        )
+        log.warning("topology level missing", node=key, label=lacking)
+        if self.recorder is not None and node is not None:
+            self.recorder.event(node, "Warning", LEVEL_EVENT_REASON, message, resource=NODES)
 
     def _set_gauge(self, also: set[str]) -> None:
         """The gauge from every node's report; reasons in *also* drop to 0 when gone."""

@@ -22,8 +22,9 @@ from gpustack_operator.domain.nodeview import name_of
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.poolinfo import unit_text
 from gpustack_operator.domain.queues import is_owned
+from gpustack_operator.domain.topology import topology_levels
 from gpustack_operator.gateway.pools import pool_entry
-from gpustack_operator.runtime.client import ApiError
+from gpustack_operator.runtime.client import ApiError, NotFound
 
 HOST_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 COLUMNS = ("LOCALQUEUE", "UNIT", "RESOURCE", "QUOTA", "RESERVED", "USED")
@@ -60,10 +61,35 @@ def _counted_resource(entry: Mapping[str, Any]) -> str:
     return devices[0] if devices else "cpu"
 
 
+def queue_levels(
+    cluster_queues: Iterable[Mapping[str, Any]],
+    flavors: Iterable[Mapping[str, Any]],
+    topologies: Iterable[Mapping[str, Any]],
+) -> dict[str, list[list[str]]]:
+    """Per ClusterQueue, the level sets of its TAS flavors' Topologies (docs/topology.md,
+    "Seeing it"): the keys a workload may name in ``podset-required-topology``."""
+    levels = {name_of(t): list(topology_levels(t)) for t in topologies}
+    named = {name_of(f): str((f.get("spec") or {}).get("topologyName") or "") for f in flavors}
+    out: dict[str, list[list[str]]] = {}
+    for queue in cluster_queues:
+        sets: list[list[str]] = []
+        for group in (queue.get("spec") or {}).get("resourceGroups") or []:
+            for flavor in group.get("flavors") or []:
+                found = levels.get(named.get(str(flavor.get("name")), ""))
+                if found and found not in sets:
+                    sets.append(found)
+        if sets:
+            out[name_of(queue)] = sets
+    return out
+
+
 def pool_rows(
-    cluster_queues: Iterable[Mapping[str, Any]], local_queues: Iterable[Mapping[str, Any]]
+    cluster_queues: Iterable[Mapping[str, Any]],
+    local_queues: Iterable[Mapping[str, Any]],
+    levels: Mapping[str, list[list[str]]] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per LocalQueue of the worker's whose ClusterQueue is known, by name."""
+    """One row per LocalQueue of the worker's whose ClusterQueue is known, by name;
+    *levels* (:func:`queue_levels`) adds the topology levels each offers."""
     queues = {name_of(q): q for q in cluster_queues if is_owned(q)}
     rows = []
     for local in sorted(local_queues, key=name_of):
@@ -97,15 +123,25 @@ def pool_rows(
                 "nominalQuota": entry["nominalQuota"],
                 "reservation": entry["reservation"],
                 "usage": entry["usage"],
+                **({"levels": levels[target]} if levels and target in levels else {}),
             }
         )
     return rows
 
 
+def _levels_text(row: Mapping[str, Any]) -> str:
+    return " | ".join(",".join(s) for s in row.get("levels") or []) or "-"
+
+
 def render_table(rows: list[dict[str, Any]]) -> str:
     keys = ("localQueue", "unit", "resource", "quota", "reserved", "used")
-    table = [list(COLUMNS), *([str(row[k]) for k in keys] for row in rows)]
-    widths = [max(len(line[i]) for line in table) for i in range(len(COLUMNS))]
+    columns = list(COLUMNS)
+    table = [columns, *([str(row[k]) for k in keys] for row in rows)]
+    if any(row.get("levels") for row in rows):  # TAS pools: the levels they offer
+        columns.append("LEVELS")
+        for line, row in zip(table[1:], rows, strict=True):
+            line.append(_levels_text(row))
+    widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
     return "\n".join(
         "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
         for line in table
@@ -114,9 +150,9 @@ def render_table(rows: list[dict[str, Any]]) -> str:
 
 async def fetch_queues(
     args: argparse.Namespace, policy: ChainPolicy
-) -> tuple[list[Any], list[Any]] | str:
-    """Every ClusterQueue and the namespace's LocalQueues in the Kueue version *policy*
-    chooses, or why they cannot be read."""
+) -> tuple[list[Any], list[Any], dict[str, list[list[str]]]] | str:
+    """Every ClusterQueue, the namespace's LocalQueues and each queue's topology levels in
+    the Kueue version *policy* chooses, or why they cannot be read."""
     client = await connect(args)
     if client is None:
         return "cannot connect to the cluster"
@@ -133,7 +169,16 @@ async def fetch_queues(
         kueue = kueue_resources(version)
         cluster_queues = (await client.list_all(kueue.cluster_queues)).items
         local_queues = (await client.list_all(kueue.local_queues, args.namespace)).items
-        return cluster_queues, local_queues
+        levels: dict[str, list[list[str]]] = {}
+        if kueue.topologies is not None and policy.topology.enabled:
+            try:
+                topologies = (await client.list_all(kueue.topologies)).items
+            except NotFound:  # a Kueue without topologies: no TAS pool
+                topologies = []
+            if topologies:
+                flavors = (await client.list_all(kueue.resource_flavors)).items
+                levels = queue_levels(cluster_queues, flavors, topologies)
+        return cluster_queues, local_queues, levels
     except ApiError as err:
         return f"cannot read the queues: {err}"
     finally:

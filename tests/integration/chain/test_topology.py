@@ -20,6 +20,7 @@ from gpustack_operator.sim.counters import REJECTED
 from gpustack_operator.simcluster.chain import differences
 from gpustack_operator.simcluster.cluster import SimCluster
 from tests.conftest import REAL_CRDS_MISSING, shared_crds_dir
+from tests.integration.worker.support import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -99,3 +100,28 @@ async def test_frozen_fields_change_by_new_objects_under_the_real_cel_rules() ->
         assert (
             differences(await cluster.read_back(), cluster.expected(), server_defaults=True) == []
         )
+
+
+def _level_warnings(cluster: SimCluster, node: str) -> list[dict[str, Any]]:
+    return [
+        e
+        for e in cluster.sim.store.list("v1", "Event", "default")
+        if e.get("reason") == "TopologyLevelMissing"
+        and e.get("type") == "Warning"
+        and e["involvedObject"].get("name") == node
+    ]
+
+
+async def test_a_node_missing_a_level_gets_a_warning_event() -> None:
+    """docs/topology.md, "Seeing it": the mixed dump's gke-mix-3 and -4 carry a block and a
+    sub-block but no host; the nodes with every level and those with none get no Event."""
+    async with SimCluster(_nodes("topology-mixed.yaml"), ["default"]) as cluster:
+        await cluster.converge(60)
+        await eventually(lambda: _level_warnings(cluster, "gke-mix-3"), "an Event on gke-mix-3")
+        (event,) = _level_warnings(cluster, "gke-mix-4")
+        assert HOST in event["message"]
+        for other in ("gke-mix-1", "gke-mix-2", "gke-mix-5", "gke-mix-6"):
+            assert _level_warnings(cluster, other) == []
+        cluster.edit_node("gke-mix-3", labels={HOST: "h3-77c0e5d2"})
+        await cluster.converge(60)
+        assert len(_level_warnings(cluster, "gke-mix-3")) == 1  # said once, not repeated

@@ -20,6 +20,7 @@ import pytest
 
 from gpustack_operator.commands.plan import read_cluster_file
 from gpustack_operator.commands.policy_flags import topology_policy
+from gpustack_operator.commands.queues import pool_rows, queue_levels, render_table
 from gpustack_operator.domain.desired import DesiredState, desired_state
 from gpustack_operator.domain.flavors import flavor_nodes
 from gpustack_operator.domain.labels import TOPOLOGY_LABEL
@@ -275,3 +276,24 @@ def test_tas_names_parse_as_their_profile() -> None:
     state = _state("topology-gke-a3-ultra.yaml")
     for obj in (*state.resource_flavors, *state.cluster_queues):
         assert parse_node_profile(obj["metadata"]["name"]) is not None
+
+
+def test_queues_shows_the_levels_a_local_queue_offers() -> None:
+    state = _state("topology-mixed.yaml")
+    levels = queue_levels(state.cluster_queues, state.resource_flavors, state.topologies)
+    rows = pool_rows(state.cluster_queues, state.local_queues, levels)
+    table = render_table(rows).splitlines()
+    assert table[0].split()[-1] == "LEVELS"
+    tas = [line for line in table[1:] if "gce-topology-block" in line]
+    plain = [line for line in table[1:] if line.rstrip().endswith(" -")]
+    assert len(tas) == 2 and len(plain) == 2  # the TAS pools and the two without levels
+    assert (
+        f"{GKE[0]},{GKE[1]},{GKE[2]},{HOSTNAME_LABEL} | {GKE[0]},{GKE[1]},{HOSTNAME_LABEL}"
+        in tas[0]
+    )
+    # without TAS pools the table is as it always was
+    off = _state(
+        "topology-mixed.yaml",
+        ChainPolicy(manufacturers=MFRS, topology=TopologyPolicy(enabled=False)),
+    )
+    assert "LEVELS" not in render_table(pool_rows(off.cluster_queues, off.local_queues))
