@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from gpustack_operator.commands.demojobs import DemoJob, job_manifest
@@ -20,6 +21,7 @@ from gpustack_operator.domain.profiles import local_queue_name
 from gpustack_operator.sim.kueuetas import REQUIRED, assignment_placement
 from gpustack_operator.simcluster.cluster import SimCluster
 from tests.integration.worker.support import eventually
+from tests.unit.domain.test_workloads_doc import tas_job_example
 
 pytestmark = pytest.mark.anyio
 
@@ -102,3 +104,20 @@ async def test_admitted_into_one_domain_held_without_one_and_cordoned_capacity()
         cordoned = _reserved(cluster, "after-cordon")
         assert cordoned is not None and cordoned["status"] == "False"
         assert cordoned["message"].endswith("allows to fit only 1 out of 2 pod(s)")
+
+
+async def test_the_documented_tas_job_is_admitted_into_one_subblock() -> None:
+    """docs/workloads.md, "Asking for a domain": its Job, posted as written to the GKE dump's
+    simulated cluster, is admitted and its two pods share one sub-block."""
+    job = tas_job_example()
+    nodes = [dict(n) for n in read_cluster_file(DUMP)[0]]
+    subblock = {n["metadata"]["name"]: n["metadata"]["labels"][SUBBLOCK] for n in nodes}
+    name = str(job["metadata"]["name"])  # type: ignore[index]
+    async with SimCluster(nodes, ["default"]) as cluster:
+        await cluster.converge(60)
+        async with httpx.AsyncClient(base_url=cluster.sim.url, timeout=10) as http:
+            jobs = "/apis/batch/v1/namespaces/default/jobs"
+            (await http.post(jobs, json=job)).raise_for_status()
+        await eventually(lambda: all(_bound(cluster, name)) and _bound(cluster, name), "bound")
+        bound = _bound(cluster, name)
+        assert len(bound) == 2 and len({subblock[n] for n in bound}) == 1
