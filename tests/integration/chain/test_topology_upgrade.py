@@ -90,22 +90,27 @@ async def test_an_admitted_workload_survives_the_move_to_tas() -> None:
         async with worker_running(cluster.kubeconfig, config) as running:
             await eventually(
                 lambda: any(
-                    q["metadata"]["name"].endswith(".tas")
+                    "nvidia" in q["metadata"]["name"] and q["metadata"]["name"].endswith(".tas")
                     for q in cluster.sim.store.list(KUEUE, "ClusterQueue")
                 ),
-                "the TAS pool",
+                "the TAS device pool",
             )
             tas_queue = _device_queue(cluster, tas=True)["metadata"]["name"]
             await eventually(
                 lambda: _listed(_device_queue(cluster, tas=True)), "a TAS flavor listed"
             )
+
             # Meanwhile: still admitted, its flavor still there and listed, with no quota.
+            def old_queue_holds_only_the_used_flavor() -> bool:
+                old = cluster.sim.store.get(KUEUE, "ClusterQueue", old_queue)
+                if old is None or _listed(old) != [old_flavor]:
+                    return False
+                quotas = old["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
+                return {r["nominalQuota"] for r in quotas} == {"0"}
+
+            await eventually(old_queue_holds_only_the_used_flavor, "the old queue at no quota")
             assert _admitted_to(cluster, "before") == old_flavor
             assert cluster.sim.store.get(KUEUE, "ResourceFlavor", old_flavor) is not None
-            old = cluster.sim.store.get(KUEUE, "ClusterQueue", old_queue)
-            assert old is not None and _listed(old) == [old_flavor]
-            quotas = old["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
-            assert {r["nominalQuota"] for r in quotas} == {"0"}
 
             _submit(cluster, "after", tas_queue)  # new work goes to the TAS flavors
             await eventually(
