@@ -167,6 +167,8 @@ def _profile(
     if group:  # docs/topology.md, "Names": TAS flavors and queues have names of their own
         names[0] = tas_flavor_name(names[0], group)
         names[1] = tas_queue_name(names[1])
+        if not all(is_valid_dns_subdomain(n) for n in names[:2]):
+            return None
     return Profile(
         node=node,
         flavor=names[0],
