@@ -7,6 +7,7 @@ UV := $(shell command -v uv 2>/dev/null || echo .tools/bin/uv)
 VENV := .venv
 BIN := $(VENV)/bin
 CLUSTER ?= examples/cluster.yaml
+TAS_CLUSTER ?= examples/topology-gke-a3-ultra.yaml
 PYTEST_ARGS ?=
 RUN_ARGS ?=
 
@@ -55,6 +56,7 @@ run: install ## run the worker against the current kubeconfig
 
 demo: install ## run the worker on a simulated cluster, print the Kueue chain, submit demo Jobs
 	$(BIN)/gpustack-operator --log-level warning sim --cluster $(CLUSTER) -o table --demo-jobs
+	$(BIN)/gpustack-operator --log-level warning sim --cluster $(TAS_CLUSTER) -o table --demo-jobs
 
 clean: ## remove the virtual environment and caches
 	rm -rf $(VENV) .tools .mypy_cache .ruff_cache .pytest_cache .hypothesis

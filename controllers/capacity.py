@@ -116,7 +116,14 @@ class CapacityReconciler:
             else ()
         )
         if slices:
-            want = worker_node_feature(node, self.system_namespace, self.manufacturers, slices)
+            want = worker_node_feature(
+                node,
+                self.system_namespace,
+                self.manufacturers,
+                slices,
+                topology=self.facts.topology,
+                tolerations=self.facts.tolerations,
+            )
         else:
             labels = self.facts.capacity_labels(node)
             want = worker_node_feature_with(node, labels, self.system_namespace)

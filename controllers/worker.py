@@ -57,6 +57,8 @@ from gpustack_operator.controllers.teams import (
     build_teams_controller,
     teams_configmap_informer,
 )
+from gpustack_operator.controllers.topology import NAME as TOPOLOGY
+from gpustack_operator.controllers.topology import build_topology_controller
 from gpustack_operator.controllers.unpooled import setup_unpooled
 from gpustack_operator.domain.kueueconfig import DEFAULT_KUEUE_CONFIGMAP, DEFAULT_KUEUE_NAMESPACE
 from gpustack_operator.domain.labels import MANAGED_BY_VALUE
@@ -203,6 +205,8 @@ class Worker:
             manager.informer(NODES),
             config.policy.manufacturers,
             publishes_labels=not config.tenant.is_tenant,
+            topology=None if config.tenant.is_tenant else config.policy.topology,
+            tolerations=config.policy.flavor_tolerations,
         )
         """Per-Node derived data shared by all five controllers and the Node indexes."""
         self.settling = fleet_settling(manager.informer(NODES))
@@ -302,6 +306,19 @@ class Worker:
                 policy=policy,
                 coalesce=presets.deletes_at_once(),
             ),
+            *(
+                [
+                    build_topology_controller(
+                        manager.controller(TOPOLOGY),
+                        caches,
+                        self.writer,
+                        workers=workers,
+                        policy=policy.topology,
+                    )
+                ]
+                if caches.topologies is not None
+                else []
+            ),
             build_kueue_config_controller(
                 manager.controller(KUEUE_CONFIG),
                 caches,
@@ -328,6 +345,37 @@ async def serves_dra(client: Client) -> bool:
             "cannot discover resource.k8s.io; DRA ResourceSlices are not read", error=str(exc)
         )
         return False
+
+
+TAS_UNSERVED: Final = (
+    "Kueue serves no topologies in v1beta2 or v1beta1 (Kueue older than 0.14): "
+    "Topology-Aware Scheduling is off, the chain is built without it"
+)
+
+
+async def detect_topology_at_start(client: Client, policy: ChainPolicy) -> ChainPolicy:
+    """*policy* with TAS turned off, said once, when the Kueue installed serves no
+    ``topologies`` in a version this project writes (docs/topology.md, "The switch"). With
+    no Kueue yet, TAS stays as the policy says (a Kueue installed now is 0.14 or later)."""
+    topology = policy.topology
+    if not topology.enabled:
+        if topology.reason:
+            log.info("topology-aware scheduling off", reason=topology.reason)
+        return policy
+    try:
+        served = await client.served_versions(KUEUE_GROUP)
+        found = [
+            v
+            for v in ("v1beta2", "v1beta1")
+            if v in served and "topologies" in await client.served_resources(KUEUE_GROUP, v)
+        ]
+    except ApiError as exc:
+        log.warning("cannot discover Kueue's topologies; TAS stays on", error=str(exc))
+        return policy
+    if served and not found:
+        log.warning(TAS_UNSERVED)
+        return replace(policy, topology=topology.off(TAS_UNSERVED))
+    return policy
 
 
 async def detect_tenancy_at_start(client: Client, policy: ChainPolicy) -> ChainPolicy:

@@ -13,6 +13,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from gpustack_operator.domain.nodeview import (
     name_of,
 )
 from gpustack_operator.domain.plan import plan_state
+from gpustack_operator.domain.topology import explain_topology
 from gpustack_operator.domain.validation import is_valid_dns_subdomain
 from gpustack_operator.environment import load_group_id_with_memory
 from gpustack_operator.kubeconfig import KubeconfigError
@@ -287,6 +289,10 @@ def run(args: argparse.Namespace) -> int:
                 raise PlanInputError(
                     f"node {args.explain} is not in the input: give one of the Node names it holds"
                 )
+            merged = next(n for n in state.nodes if name_of(n) == args.explain)
+            found_explanation = replace(
+                found_explanation, topology=explain_topology(merged, policy.topology)
+            )
             sys.stdout.write(render_explanation(found_explanation, args.output))
             return 0
     except (PlanInputError, ValueError) as exc:

@@ -30,12 +30,19 @@ from gpustack_operator.domain.queues import (
 )
 from gpustack_operator.domain.teams import Teams, TeamsError, parse_teams
 from gpustack_operator.domain.tenancy import Tenancy
+from gpustack_operator.domain.topology import TopologyPolicy
 from gpustack_operator.environment import load_manufacturers
 
 AUTO = "auto"
 TENANCY_CHOICES = (AUTO, *(t.value for t in Tenancy))
 READING_FLAGS: Final = frozenset(
-    {"--manufacturer", "--system-namespace", "--excluded-namespaces", "--kueue-version"}
+    {
+        "--manufacturer",
+        "--system-namespace",
+        "--excluded-namespaces",
+        "--kueue-version",
+        "--topology",
+    }
 )
 """The flags a command that only reads the chain (``queues``) takes: the others change what
 the worker builds, not what a reader finds."""
@@ -73,6 +80,25 @@ def tolerations_policy(raw: str) -> TolerationPolicy:
             f"{raw!r}: expected common, none or a comma-separated list of taint keys"
         )
     return keys
+
+
+def topology_policy(raw: str) -> TopologyPolicy:
+    """``auto`` (the published level sets), ``off``, or a comma-separated level list, coarse
+    to fine (docs/topology.md, "The switch")."""
+    value = raw.strip()
+    if value == AUTO:
+        return TopologyPolicy()
+    if value == "off":
+        return TopologyPolicy(enabled=False, reason="turned off by --topology=off")
+    levels = tuple(k for k in comma_list(value) if k)
+    try:
+        if not levels:
+            raise ValueError("no level given")
+        return TopologyPolicy(levels=levels)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(
+            f"{raw!r}: {err}; expected auto, off or a comma-separated list of node-label keys"
+        ) from None
 
 
 def tenancy(raw: str) -> Tenancy | None:
@@ -203,6 +229,18 @@ def add_policy_flags(
             "never (default: common)",
         )
     )
+    _shared(
+        parser.add_argument(
+            "--topology",
+            type=topology_policy,
+            default=TopologyPolicy(),
+            metavar="auto|off|LEVEL,...",
+            help="Kueue Topology-Aware Scheduling: auto builds TAS flavors for nodes that "
+            "publish topology labels (GKE, EKS, GFD clique, Topograph); off keeps every flavor "
+            "non-TAS; a list of node-label keys, coarse to fine, is used instead of the "
+            "published sets (kubernetes.io/hostname is always the last level) (default: auto)",
+        )
+    )
     _add_tenant_flags(parser)
     _shared(
         parser.add_argument(
@@ -278,6 +316,7 @@ def policy_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = N
         virtual_scheduler=getattr(args, "virtual_scheduler", False),
         tenant_quota_caps=getattr(args, "tenant_quota_cap", {}),
         unpooled_settling=getattr(args, "unpooled_settling", DEFAULT_UNPOOLED_SETTLING),
+        topology=getattr(args, "topology", TopologyPolicy()),
     )
     if args.manufacturer:
         policy = policy.with_manufacturers(args.manufacturer)

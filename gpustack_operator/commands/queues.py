@@ -36,6 +36,7 @@ from gpustack_operator.domain.poolinfo import unit_text
 from gpustack_operator.domain.quantities import parse_quantity
 from gpustack_operator.domain.queues import is_owned
 from gpustack_operator.domain.teams import SHARE_ANNOTATION, TEAM_LABEL
+from gpustack_operator.domain.topology import topology_levels
 from gpustack_operator.gateway.pools import pool_entry
 from gpustack_operator.kr8sobjects import list_objects, served_versions
 from gpustack_operator.kubeconfig import KubeconfigError, close_kr8s, connect_kr8s
@@ -77,13 +78,38 @@ def _counted_resource(entry: Mapping[str, Any]) -> str:
     return devices[0] if devices else "cpu"
 
 
+def queue_levels(
+    cluster_queues: Iterable[Mapping[str, Any]],
+    flavors: Iterable[Mapping[str, Any]],
+    topologies: Iterable[Mapping[str, Any]],
+) -> dict[str, list[list[str]]]:
+    """Per ClusterQueue, the level sets of its TAS flavors' Topologies (docs/topology.md,
+    "Seeing it"): the keys a workload may name in ``podset-required-topology``."""
+    levels = {name_of(t): list(topology_levels(t)) for t in topologies}
+    named = {name_of(f): str((f.get("spec") or {}).get("topologyName") or "") for f in flavors}
+    out: dict[str, list[list[str]]] = {}
+    for queue in cluster_queues:
+        sets: list[list[str]] = []
+        for group in (queue.get("spec") or {}).get("resourceGroups") or []:
+            for flavor in group.get("flavors") or []:
+                found = levels.get(named.get(str(flavor.get("name")), ""))
+                if found and found not in sets:
+                    sets.append(found)
+        if sets:
+            out[name_of(queue)] = sets
+    return out
+
+
 def pool_rows(
     cluster_queues: Iterable[Mapping[str, Any]],
     local_queues: Iterable[Mapping[str, Any]],
+    levels: Mapping[str, list[list[str]]] | None = None,
+    *,
     manufacturers: Iterable[str] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per LocalQueue of the worker's whose ClusterQueue is known, by name; with
-    *manufacturers*, device pools of other manufacturers are left out (CPU pools stay)."""
+    *manufacturers*, device pools of other manufacturers are left out (CPU pools stay);
+    *levels* (:func:`queue_levels`) adds the topology levels each offers."""
     queues = {name_of(q): q for q in cluster_queues if is_owned(q)}
     wanted = None if manufacturers is None else set(manufacturers)
     rows = []
@@ -121,6 +147,7 @@ def pool_rows(
                 "reservation": entry["reservation"],
                 "usage": entry["usage"],
                 **team_columns(queues[target], resource),
+                **({"levels": levels[target]} if levels and target in levels else {}),
             }
         )
     return rows
@@ -158,13 +185,21 @@ def team_columns(cluster_queue: Mapping[str, Any], resource: str) -> dict[str, A
     }
 
 
+def _levels_text(row: Mapping[str, Any]) -> str:
+    return " | ".join(",".join(s) for s in row.get("levels") or []) or "-"
+
+
 def render_table(rows: list[dict[str, Any]]) -> str:
     keys: tuple[str, ...] = ("localQueue", "unit", "resource", "quota", "reserved", "used")
-    columns: tuple[str, ...] = COLUMNS
+    columns = list(COLUMNS)
     if any("team" in row for row in rows):  # docs/teams.md, "What plan and queues show"
         keys = (*keys, "team", "share", "borrowed")
-        columns = (*columns, *TEAM_COLUMNS)
-    table = [list(columns), *([str(row.get(k, "-")) for k in keys] for row in rows)]
+        columns.extend(TEAM_COLUMNS)
+    table = [columns, *([str(row.get(k, "-")) for k in keys] for row in rows)]
+    if any(row.get("levels") for row in rows):  # TAS pools: the levels they offer
+        columns.append("LEVELS")
+        for line, row in zip(table[1:], rows, strict=True):
+            line.append(_levels_text(row))
     widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
     return "\n".join(
         "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
@@ -174,9 +209,9 @@ def render_table(rows: list[dict[str, Any]]) -> str:
 
 async def fetch_queues(
     args: argparse.Namespace, policy: ChainPolicy
-) -> tuple[list[Any], list[Any]] | str:
-    """Every ClusterQueue and the namespace's LocalQueues in the Kueue version *policy*
-    chooses, or why they cannot be read (one line)."""
+) -> tuple[list[Any], list[Any], dict[str, list[list[str]]]] | str:
+    """Every ClusterQueue, the namespace's LocalQueues and each queue's topology levels in
+    the Kueue version *policy* chooses, or why they cannot be read (one line)."""
     try:
         api = await connect_kr8s(args.kubeconfig, args.context)
     except KubeconfigError as exc:  # one line naming the file and the fix
@@ -199,7 +234,13 @@ async def fetch_queues(
                 f"namespace {args.namespace} does not exist: pass an existing one with -n "
                 "(kubectl get namespaces)"
             )
-        return cluster_queues, local_queues
+        levels: dict[str, list[list[str]]] = {}
+        if kueue.topologies is not None and policy.topology.enabled:
+            topologies = await _list_if_served(api, kueue.topologies)
+            if topologies:
+                flavors = await list_objects(api, kueue.resource_flavors)
+                levels = queue_levels(cluster_queues, flavors, topologies)
+        return cluster_queues, local_queues, levels
     except Exception as exc:  # kr8s's ServerError, httpx's transport errors
         return f"cannot read the queues: {exc}"
     finally:
@@ -219,6 +260,19 @@ async def _namespace_exists(api: Any, namespace: str) -> bool:
     return True
 
 
+async def _list_if_served(api: Any, res: Any) -> list[dict[str, Any]]:
+    """Every object of *res*, or none where the server does not serve the kind (a Kueue
+    without topologies has no TAS pool)."""
+    from kr8s import ServerError
+
+    try:
+        return await list_objects(api, res)
+    except ServerError as exc:
+        if exc.response is not None and exc.response.status_code == 404:
+            return []
+        raise
+
+
 def run_queues(args: argparse.Namespace) -> int:
     try:
         policy = policy_from_args(args)
@@ -229,7 +283,13 @@ def run_queues(args: argparse.Namespace) -> int:
     if isinstance(fetched, str):
         sys.stderr.write(f"gpustack-operator queues: error: {fetched}\n")
         return 1
-    rows = pool_rows(*fetched, manufacturers=policy.manufacturers if args.manufacturer else None)
+    cluster_queues, local_queues, levels = fetched
+    rows = pool_rows(
+        cluster_queues,
+        local_queues,
+        manufacturers=policy.manufacturers if args.manufacturer else None,
+        levels=levels,
+    )
     if args.output == "json":
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
     elif rows:

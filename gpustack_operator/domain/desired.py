@@ -15,7 +15,7 @@ from typing import Any
 
 from gpustack_operator.domain.devicesources.dra import node_slices
 from gpustack_operator.domain.explain import NodeExplanation
-from gpustack_operator.domain.flavors import desired_resource_flavors, flavor_nodes
+from gpustack_operator.domain.flavors import desired_resource_flavors, flavor_nodes, is_managed
 from gpustack_operator.domain.nodefeature import merge_node_features, worker_node_feature
 from gpustack_operator.domain.nodeview import name_of
 from gpustack_operator.domain.policy import ChainPolicy
@@ -40,6 +40,7 @@ from gpustack_operator.domain.tenancy import (
     tenant_flavor,
     tenant_fleet,
 )
+from gpustack_operator.domain.topology import desired_topologies
 
 
 @dataclass
@@ -47,6 +48,8 @@ class DesiredState:
     """Every object of the chain, each group sorted by name."""
 
     node_features: list[dict[str, Any]] = field(default_factory=list)
+    topologies: list[dict[str, Any]] = field(default_factory=list)
+    """Kueue Topologies of the TAS flavors (docs/topology.md), created before them."""
     resource_flavors: list[dict[str, Any]] = field(default_factory=list)
     cohorts: list[dict[str, Any]] = field(default_factory=list)
     cluster_queues: list[dict[str, Any]] = field(default_factory=list)
@@ -63,9 +66,11 @@ class DesiredState:
     """Per Cohort, its pools divided among teams (docs/teams.md; not part of :meth:`objects`)."""
 
     def objects(self) -> list[dict[str, Any]]:
-        """NodeFeatures, ResourceFlavors, Cohorts, ClusterQueues, LocalQueues, in that order."""
+        """NodeFeatures, Topologies, ResourceFlavors, Cohorts, ClusterQueues, LocalQueues, in
+        that order (each before what refers to it)."""
         return [
             *self.node_features,
+            *self.topologies,
             *self.resource_flavors,
             *self.cohorts,
             *self.cluster_queues,
@@ -125,7 +130,14 @@ def desired_state(
     else:
         for node in ordered:
             slices = node_slices(name_of(node), resource_slices) if resource_slices else ()
-            feature = worker_node_feature(node, policy.system_namespace, manufacturers, slices)
+            feature = worker_node_feature(
+                node,
+                policy.system_namespace,
+                manufacturers,
+                slices,
+                topology=policy.topology,
+                tolerations=policy.flavor_tolerations,
+            )
             own = [feature] if feature is not None else []
             features.extend(own)
             merged.append(merge_node_features(node, own, owned="worker"))
@@ -176,8 +188,14 @@ def desired_state(
             version=kueue_version,
             active=active,
         )
+    topologies = (
+        {}
+        if tenant.is_tenant
+        else desired_topologies(merged, policy.topology, kueue_version, is_member=is_managed)
+    )
     return DesiredState(
         node_features=_unique_by_name([*extra_node_features, *features]),
+        topologies=list(topologies.values()),
         resource_flavors=list(flavors.values()),
         cohorts=list(cohorts.values()),
         cluster_queues=list(queues.values()),

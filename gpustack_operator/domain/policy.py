@@ -22,6 +22,7 @@ from gpustack_operator.domain.queues import (
 )
 from gpustack_operator.domain.teams import Teams
 from gpustack_operator.domain.tenancy import Tenancy, TenantSettings, detect_tenancy
+from gpustack_operator.domain.topology import TopologyPolicy
 
 DEFAULT_UNPOOLED_SETTLING = 300.0
 """Five minutes: a first install pulls the agent's image and starts a Pod per node."""
@@ -61,6 +62,9 @@ class ChainPolicy:
     """Seconds a node's device sources get, from when the worker first sees the node, before
     its devices are judged to feed no pool, unless our agent has published for it already
     (docs/devices.md, "Why a device gets no pool")."""
+    topology: TopologyPolicy = field(default_factory=TopologyPolicy)
+    """Kueue Topology-Aware Scheduling: on/off and a person's level list (docs/topology.md,
+    "The switch")."""
     teams: Teams | None = None
     """Each team's share of the pools (docs/teams.md); ``None``: no teams, every pool one
     ClusterQueue with a LocalQueue in every namespace."""

@@ -278,9 +278,12 @@ def _flavor_quotas(
             amounts.append(sum(pool_amount(n, akey, credits_source) for n in nodes))
     else:
         amounts = [0] * len(resources)
-    if credits_source is not None and amounts[-1] == 0:
+    if credits_source is not None and count and amounts[-1] == 0:
         # docs/devices.md, "Quota resources": a device resource is never covered with a
         # zero quota; a flavor whose nodes advertise none of it is left out of the queue.
+        # A flavor with no node left at all is one Kueue still reports usage on: it stays
+        # listed with no quota until that is zero (docs/topology.md, "Upgrading a chain
+        # built without TAS").
         return None
     formats = (format_decimal_quantity, format_binary_quantity, format_binary_quantity)
     quotas = []

@@ -73,6 +73,7 @@ def chain_of(
     cohorts: Iterable[Mapping[str, Any]],
     cluster_queues: Iterable[Mapping[str, Any]],
     local_queues: Iterable[Mapping[str, Any]],
+    topologies: Iterable[Mapping[str, Any]] = (),
 ) -> DesiredState:
     """A :class:`DesiredState` of read-back objects: operator-managed ones, sorted like plan."""
 
@@ -81,6 +82,7 @@ def chain_of(
 
     return DesiredState(
         node_features=group(node_features),
+        topologies=group(topologies),
         resource_flavors=group(resource_flavors),
         cohorts=group(cohorts),
         cluster_queues=group(cluster_queues),
@@ -105,6 +107,7 @@ def read_chain_from_store(
         objs(kueue.cohorts),
         objs(kueue.cluster_queues),
         objs(kueue.local_queues),
+        objs(kueue.topologies) if kueue.topologies is not None else [],
     )
 
 
@@ -125,6 +128,7 @@ async def read_chain(
         await objs(kueue.cohorts),
         await objs(kueue.cluster_queues),
         await objs(kueue.local_queues),
+        await objs(kueue.topologies) if kueue.topologies is not None else [],
     )
 
 

@@ -32,6 +32,7 @@ from gpustack_operator.controllers.worker import (
     Worker,
     WorkerConfig,
     detect_tenancy_at_start,
+    detect_topology_at_start,
     new_worker_manager,
     serves_dra,
     setup_worker,
@@ -306,6 +307,7 @@ class SimCluster:
             self.worker_config.dra = await serves_dra(client)
             config = self.worker_config
             config.policy = await detect_tenancy_at_start(client, config.policy)
+            config.policy = await detect_topology_at_start(client, config.policy)
             self.worker = setup_worker(manager, self.worker_config)
             self.worker_manager = manager
             tg.start_soon(self._run_manager, manager)

@@ -27,6 +27,8 @@ FLAGS = [
     "kube-system,ops,batch",
     "--kueue-version",
     "v1beta1",
+    "--topology",
+    "off",
     "--quota-resources",
     "credits",
     "--flavor-tolerations",
