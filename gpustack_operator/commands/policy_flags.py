@@ -12,10 +12,11 @@ import argparse
 import os
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import TypeVar
+from typing import Final, TypeVar
 
 from gpustack_operator.commands.argtypes import comma_list
 from gpustack_operator.commands.envflags import SHARED_ENV
+from gpustack_operator.domain.availability import LifecycleTimers
 from gpustack_operator.domain.flavors import TolerationPolicy
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.manufacturers import KNOWN_MANUFACTURERS
@@ -169,6 +170,52 @@ def add_policy_flags(parser: argparse._ActionsContainer) -> None:
         )
     )
     _add_tenant_flags(parser)
+    _add_lifecycle_flags(parser)
+
+
+def seconds(raw: str) -> float:
+    """A number of seconds >= 0 (``90``, ``0.5``)."""
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{raw!r}: expected a number of seconds >= 0, e.g. 120")
+    return value
+
+
+_LIFECYCLE_FLAGS: Final = (
+    (
+        "soft_grace",
+        "how long a cordoned or NotReady node keeps counting in its queues' quotas",
+    ),
+    (
+        "maintenance_grace",
+        "how long a node in a GPU driver upgrade or MIG change keeps counting, with its "
+        "installed devices",
+    ),
+    ("join_window", "how long a withheld node must look usable before it counts again"),
+    (
+        "device_grace",
+        "how long devices missing from allocatable while capacity still reports them keep "
+        "counting (a device plugin restarting)",
+    ),
+)
+
+
+def _add_lifecycle_flags(parser: argparse._ActionsContainer) -> None:
+    """The availability rule's timers (docs/node-lifecycle.md, "Timers")."""
+    defaults = LifecycleTimers()
+    for name, help_ in _LIFECYCLE_FLAGS:
+        _shared(
+            parser.add_argument(
+                "--" + name.replace("_", "-"),
+                type=seconds,
+                default=getattr(defaults, name),
+                metavar="SECONDS",
+                help=f"{help_} (default: {getattr(defaults, name):g}; docs/node-lifecycle.md)",
+            )
+        )
 
 
 def _add_tenant_flags(parser: argparse._ActionsContainer) -> None:
@@ -221,6 +268,7 @@ def policy_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = N
         tenancy=args.tenancy,
         virtual_scheduler=args.virtual_scheduler,
         tenant_quota_caps=args.tenant_quota_cap,
+        lifecycle=LifecycleTimers(**{name: getattr(args, name) for name, _ in _LIFECYCLE_FLAGS}),
     )
     if args.manufacturer:
         policy = policy.with_manufacturers(args.manufacturer)
