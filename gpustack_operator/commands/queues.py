@@ -12,18 +12,25 @@ import argparse
 import asyncio
 import json
 import sys
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpustack_operator.apis import KUEUE_GROUP, kueue_resources
 from gpustack_operator.commands.cluster_flags import add_connection_flags, connect
 from gpustack_operator.commands.policy_flags import add_policy_flags, policy_from_args
+from gpustack_operator.domain.availability import (
+    NodeAvailability,
+    explain_availability,
+    node_availability,
+)
 from gpustack_operator.domain.nodeview import name_of
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.poolinfo import unit_text
-from gpustack_operator.domain.queues import is_owned
+from gpustack_operator.domain.queues import is_owned, withheld_by_queue
 from gpustack_operator.gateway.pools import pool_entry
 from gpustack_operator.runtime.client import ApiError
+from gpustack_operator.runtime.resources import NODES
 
 HOST_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 COLUMNS = ("LOCALQUEUE", "UNIT", "RESOURCE", "QUOTA", "RESERVED", "USED")
@@ -61,9 +68,13 @@ def _counted_resource(entry: Mapping[str, Any]) -> str:
 
 
 def pool_rows(
-    cluster_queues: Iterable[Mapping[str, Any]], local_queues: Iterable[Mapping[str, Any]]
+    cluster_queues: Iterable[Mapping[str, Any]],
+    local_queues: Iterable[Mapping[str, Any]],
+    withheld: Mapping[str, list[NodeAvailability]] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per LocalQueue of the worker's whose ClusterQueue is known, by name."""
+    """One row per LocalQueue of the worker's whose ClusterQueue is known, by name; with
+    *withheld* (queue -> verdicts), the nodes each pool does not count now and why
+    (docs/node-lifecycle.md, "Seeing why")."""
     queues = {name_of(q): q for q in cluster_queues if is_owned(q)}
     rows = []
     for local in sorted(local_queues, key=name_of):
@@ -97,9 +108,26 @@ def pool_rows(
                 "nominalQuota": entry["nominalQuota"],
                 "reservation": entry["reservation"],
                 "usage": entry["usage"],
+                "stopPolicy": (queues[target].get("spec") or {}).get("stopPolicy", ""),
+                "nodes": [
+                    {"node": v.node, **v.as_dict()} for v in (withheld or {}).get(target, [])
+                ],
             }
         )
     return rows
+
+
+def render_nodes(rows: list[dict[str, Any]], withheld: Mapping[str, list[NodeAvailability]]) -> str:
+    """Lines under the table: held pools and the nodes a pool does not count, and why."""
+    lines = []
+    for row in rows:
+        if row["stopPolicy"] in ("Hold", "HoldAndDrain"):
+            lines.append(f"{row['localQueue']}: stopPolicy {row['stopPolicy']}")
+        for verdict in withheld.get(row["clusterQueue"], []):
+            said = explain_availability(verdict)
+            if said is not None:
+                lines.append(f"{row['localQueue']}: node {verdict.node} {said[0]}: {said[1]}")
+    return "".join(line + "\n" for line in lines)
 
 
 def render_table(rows: list[dict[str, Any]]) -> str:
@@ -140,6 +168,20 @@ async def fetch_queues(
         await client.close()
 
 
+async def fetch_nodes(args: argparse.Namespace) -> list[Any]:
+    """The cluster's Nodes, to say which a pool does not count now ([] if unreadable: the
+    pools are still listed)."""
+    client = await connect(args)
+    if client is None:
+        return []
+    try:
+        return list((await client.list_all(NODES)).items)
+    except ApiError:
+        return []
+    finally:
+        await client.close()
+
+
 def run_queues(args: argparse.Namespace) -> int:
     try:
         policy = policy_from_args(args)
@@ -150,11 +192,19 @@ def run_queues(args: argparse.Namespace) -> int:
     if isinstance(fetched, str):
         sys.stderr.write(f"gpustack-operator queues: error: {fetched}\n")
         return 1
-    rows = pool_rows(*fetched)
+    cluster_queues, local_queues = fetched
+    nodes = asyncio.run(fetch_nodes(args))
+    now = time.time()
+    withheld = withheld_by_queue(
+        nodes,
+        policy.manufacturers,
+        lambda n: node_availability(n, policy.lifecycle, now),
+    )
+    rows = pool_rows(cluster_queues, local_queues, withheld)
     if args.output == "json":
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
     elif rows:
-        sys.stdout.write(render_table(rows) + "\n")
+        sys.stdout.write(render_table(rows) + "\n" + render_nodes(rows, withheld))
     elif args.namespace in policy.namespaces_without_queues:
         sys.stderr.write(
             f"no pools in namespace {args.namespace}: it is the system namespace or an "

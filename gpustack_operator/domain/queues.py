@@ -19,7 +19,9 @@ from gpustack_operator.domain.flavors import (
     ProfilesOf,
     first_profile,
     flavor_nodes,
+    is_managed,
     managed_profiles,
+    node_profiles,
 )
 from gpustack_operator.domain.kueue import (
     MAX_FLAVORS_PER_GROUP,
@@ -519,6 +521,23 @@ def quota_below_usage(want: Mapping[str, Any], have: Mapping[str, Any] | None) -
         and after[(flavor, resource)] < used
         and before.get((flavor, resource), used) >= used
     ]
+
+
+def withheld_by_queue(
+    nodes: Iterable[object],
+    manufacturers: Mapping[str, Manufacturer],
+    availability: AvailabilityOf,
+) -> dict[str, list[NodeAvailability]]:
+    """Queue name -> the verdicts of its managed nodes that are withheld or in a grace, by
+    node name (``queues`` prints them; docs/node-lifecycle.md, "Seeing why")."""
+    result: dict[str, list[NodeAvailability]] = {}
+    for node in sorted((n for n in nodes if is_managed(n)), key=name_of):
+        verdict = availability(node)
+        if not verdict.reason or verdict.reason == "no-conditions":
+            continue
+        for queue in sorted({p.queue for p in node_profiles(node, manufacturers)}):
+            result.setdefault(queue, []).append(verdict)
+    return result
 
 
 def pool_hold(views: list[NodeAvailability]) -> str:
