@@ -270,6 +270,13 @@ def node_signals(node: object) -> tuple[Signal, ...]:
     return tuple(sorted(signals, key=lambda s: order[s.severity]))
 
 
+def in_planned_maintenance(node: object) -> bool:
+    """Whether *node* shows a driver upgrade or MIG change in progress: its device facts are
+    not to be trusted now (docs/node-lifecycle.md, "Devices: identity from what is
+    installed, quota from what is healthy")."""
+    return any(s.severity is Severity.PLANNED for s in node_signals(node))
+
+
 def ready_since(node: object) -> float | None:
     """When the Node's Ready condition last became True (None: unknown or not Ready)."""
     ready = ready_condition(node)

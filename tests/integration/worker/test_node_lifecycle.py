@@ -213,3 +213,47 @@ async def test_a_withheld_node_says_why_in_an_event_and_the_gauge() -> None:
             )
 
         await life.settled(withheld_event)
+
+
+def gfd_pool(clock: Any) -> list[dict[str, Any]]:
+    from gpustack_operator.commands.plan import read_nodes_file
+    from tests.integration.chain.support import REPO
+
+    nodes, _ = read_nodes_file(REPO / "examples" / "gfd-a100.yaml")
+    return [dict(n) for n in nodes]
+
+
+async def test_a_mig_change_keeps_the_last_good_device_facts() -> None:
+    """GFD publishes MIG-INVALID with count 0 while mig-manager is mid-change, and the device
+    plugin is paused: the worker keeps the labels it published before, so the flavor keeps
+    its name and, during the grace, the node its installed cards."""
+    async with lifecycle_cluster(gfd_pool) as life:
+        flavors, before = life.flavors(), life.gpus()
+        assert before == 16
+        feature = life.cluster.sim.store.get(
+            "nfd.k8s-sigs.io/v1alpha1",
+            "NodeFeature",
+            "dgx-a100-1-gpustack-worker",
+            "gpustack-system",
+        )
+        assert feature is not None
+
+        def mid_change(n: dict[str, Any]) -> None:
+            labels = n["metadata"]["labels"]
+            labels[MIG] = "pending"
+            labels["nvidia.com/gpu.product"] = "NVIDIA-A100-SXM4-40GB-MIG-INVALID"
+            labels["nvidia.com/gpu.count"] = "0"
+            n["status"]["allocatable"][GPU] = "0"
+
+        life.edit("dgx-a100-1", mid_change)
+        await life.settled()
+        assert life.flavors() == flavors and life.gpus() == 16
+        kept = life.cluster.sim.store.get(
+            "nfd.k8s-sigs.io/v1alpha1",
+            "NodeFeature",
+            "dgx-a100-1-gpustack-worker",
+            "gpustack-system",
+        )
+        assert kept is not None and kept["spec"] == feature["spec"]
+        await life.advance(TIMERS.maintenance_grace + 1)
+        assert life.flavors() == flavors and life.gpus() == 8
