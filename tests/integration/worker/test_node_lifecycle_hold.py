@@ -113,3 +113,75 @@ async def test_a_pool_in_a_driver_upgrade_is_held_with_its_quota_and_reopens() -
         assert "note.gpustack.ai/hold" not in life.device_queue()["metadata"]["annotations"]
         await life.settled(lambda: admitted(life, "waiting") is True)
         assert admitted(life, "running") is True and evicted(life) == []
+
+
+async def test_a_queue_whose_nodes_are_gone_is_held_until_nothing_is_reserved() -> None:
+    async with lifecycle_cluster(pool) as life:
+        queue = local_queue(life)
+        name = life.device_queue()["metadata"]["name"]
+        life.cluster.sim.store.create(
+            {
+                **job("running", queue, 1),
+                "metadata": {
+                    "name": "running",
+                    "namespace": "default",
+                    "labels": {"kueue.x-k8s.io/queue-name": queue},
+                },
+            }
+        )
+        await life.settled(lambda: admitted(life, "running") is True)
+        for node_name in ("gpu-a", "gpu-b"):
+            life.cluster.sim.store.delete("v1", "Node", node_name)
+
+        def held() -> bool:
+            found = life.cluster.sim.store.get(KUEUE, "ClusterQueue", name)
+            return found is not None and found["spec"].get("stopPolicy") == "Hold"
+
+        await life.settled(held)
+        assert admitted(life, "running") is True and evicted(life) == []
+        life.cluster.sim.store.delete("batch/v1", "Job", "running", "default")
+        await life.settled(lambda: life.cluster.sim.store.get(KUEUE, "ClusterQueue", name) is None)
+
+
+async def test_a_shrink_below_usage_is_said_in_an_event_and_a_counter() -> None:
+    from gpustack_operator.controllers.clusterqueue import QUOTA_BELOW_USAGE
+
+    async with lifecycle_cluster(pool) as life:
+        queue = local_queue(life)
+        name = life.device_queue()["metadata"]["name"]
+        life.cluster.sim.store.create(
+            {
+                **job("big", queue, 3),
+                "metadata": {
+                    "name": "big",
+                    "namespace": "default",
+                    "labels": {"kueue.x-k8s.io/queue-name": queue},
+                },
+            }
+        )
+        await life.settled(lambda: admitted(life, "big") is True)
+
+        def used() -> bool:
+            status = life.device_queue().get("status") or {}
+            return any(
+                r["name"] == GPU and r.get("total") == "3"
+                for f in status.get("flavorsUsage") or []
+                for r in f["resources"]
+            )
+
+        await life.settled(used)
+        before = QUOTA_BELOW_USAGE.labels(clusterqueue=name)._value.get()
+        life.edit("gpu-a", lambda n: n["spec"].update(unschedulable=True))
+        await life.settled()
+        await life.advance(TIMERS.soft_grace + 1)
+        assert life.gpus() == 2
+        assert QUOTA_BELOW_USAGE.labels(clusterqueue=name)._value.get() == before + 1
+
+        def said() -> bool:
+            return any(
+                e.get("reason") == "QuotaBelowUsage" and e["involvedObject"]["name"] == name
+                for e in life.cluster.sim.store.list("v1", "Event", "default")
+            )
+
+        await life.settled(said)
+        assert admitted(life, "big") is True and evicted(life) == []
