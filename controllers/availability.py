@@ -30,7 +30,7 @@ from gpustack_operator.domain.availability import (
     node_availability,
     remember,
 )
-from gpustack_operator.domain.nodeview import name_of, uid_of
+from gpustack_operator.domain.nodeview import metadata, name_of, uid_of
 from gpustack_operator.runtime.controller import EventRecorderLike
 from gpustack_operator.runtime.metrics import REGISTRY
 from gpustack_operator.runtime.resources import NODES
@@ -65,20 +65,37 @@ class AvailabilityTracker:
         self.recorder = recorder
         self._memory: dict[str, tuple[str, Observed]] = {}
         self._verdicts: dict[str, NodeAvailability] = {}
+        self._versions: dict[str, tuple[str, str]] = {}
+        """Node name -> (uid, resourceVersion) its last verdict was computed from."""
         self._withheld: dict[str, str] = {}
         """Node name -> reason, for the nodes withheld at their last look."""
         self._reasons: Counter[str] = Counter()
 
     def look(self, node: Mapping[str, Any]) -> NodeAvailability:
-        """*node*'s verdict now, remembering what it shows."""
+        """*node*'s verdict now, remembering what it shows.
+
+        A verdict changes only with the Node or when its ``until`` passes: the same version
+        of a Node gets the verdict it got before, until then (every queue reconcile looks at
+        each of its nodes; deriving the verdict anew each time would grow with both)."""
         now = self.clock()
         name, uid = name_of(node), uid_of(node)
+        version = metadata(node).get("resourceVersion")
+        last = self._verdicts.get(name)
+        if (
+            last is not None
+            and isinstance(version, str)
+            and version
+            and self._versions.get(name) == (uid, version)
+            and (last.until is None or now < last.until)
+        ):
+            return last
         known = self._memory.get(name)
         previous = known[1] if known is not None and known[0] == uid else None
         observed = remember(node, previous, now)
         verdict = node_availability(node, self.timers, now, observed)
         self._memory[name] = (uid, after_verdict(observed, verdict))
         self._verdicts[name] = verdict
+        self._versions[name] = (uid, version if isinstance(version, str) else "")
         self._report(node, verdict)
         return verdict
 
@@ -87,6 +104,7 @@ class AvailabilityTracker:
         name = name_of(node)
         self._memory.pop(name, None)
         self._verdicts.pop(name, None)
+        self._versions.pop(name, None)
         reason = self._withheld.pop(name, None)
         if reason is not None:
             self._count(reason, -1)
