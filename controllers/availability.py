@@ -25,10 +25,8 @@ from gpustack_operator.domain.availability import (
     LifecycleTimers,
     NodeAvailability,
     Observed,
-    after_verdict,
     format_time,
-    node_availability,
-    remember,
+    look_at,
 )
 from gpustack_operator.domain.nodeview import metadata, name_of, uid_of
 from gpustack_operator.runtime.controller import EventRecorderLike
@@ -71,7 +69,7 @@ class AvailabilityTracker:
         """Node name -> reason, for the nodes withheld at their last look."""
         self._reasons: Counter[str] = Counter()
 
-    def look(self, node: Mapping[str, Any]) -> NodeAvailability:
+    def look(self, node: object) -> NodeAvailability:
         """*node*'s verdict now, remembering what it shows.
 
         A verdict changes only with the Node or when its ``until`` passes: the same version
@@ -91,9 +89,8 @@ class AvailabilityTracker:
             return last
         known = self._memory.get(name)
         previous = known[1] if known is not None and known[0] == uid else None
-        observed = remember(node, previous, now)
-        verdict = node_availability(node, self.timers, now, observed)
-        self._memory[name] = (uid, after_verdict(observed, verdict))
+        verdict, kept = look_at(node, self.timers, now, previous)
+        self._memory[name] = (uid, kept)
         self._verdicts[name] = verdict
         self._versions[name] = (uid, version if isinstance(version, str) else "")
         self._report(node, verdict)
@@ -126,7 +123,7 @@ class AvailabilityTracker:
         self._reasons[reason] += delta
         NODES_WITHHELD.labels(reason=reason).set(self._reasons[reason])
 
-    def _report(self, node: Mapping[str, Any], verdict: NodeAvailability) -> None:
+    def _report(self, node: object, verdict: NodeAvailability) -> None:
         name = verdict.node
         before = self._withheld.get(name)
         after = verdict.reason if verdict.withheld else None
@@ -153,6 +150,6 @@ class AvailabilityTracker:
         log.info("node withheld", node=name, reason=after, message=verdict.message)
         self._event(node, "Warning", WITHHELD_REASON, message)
 
-    def _event(self, node: Mapping[str, Any], type_: Any, reason: str, message: str) -> None:
-        if self.recorder is not None:
+    def _event(self, node: object, type_: Any, reason: str, message: str) -> None:
+        if self.recorder is not None and isinstance(node, Mapping):
             self.recorder.event(node, type_, reason, message, resource=NODES)

@@ -220,7 +220,7 @@ class ClusterQueueReconciler:
         if tracker is not None:
 
             def availability(node: object) -> NodeAvailability:
-                verdict = tracker.look(node)  # type: ignore[arg-type]
+                verdict = tracker.look(node)
                 if verdict.until is not None:
                     untils.append(verdict.until)
                 return verdict

@@ -344,8 +344,38 @@ def node_availability(
     (``plan``: None, so a signal the Node does not date is taken as run out, and there is no
     join window).
     """
-    name = name_of(node)
+    return _judge(node, node_signals(node), device_shortfall(node), timers, now, observed)
+
+
+def look_at(
+    node: object, timers: LifecycleTimers, now: float, previous: Observed | None
+) -> tuple[NodeAvailability, Observed]:
+    """The worker's look at *node* at *now*: :func:`remember`, :func:`node_availability`
+    and :func:`after_verdict` in one, reading the Node once. *previous* None: the first
+    look. Returns the verdict and the memory to keep."""
     signals = node_signals(node)
+    short = device_shortfall(node)
+    observed = _remember(signals, short, previous, now)
+    verdict = _judge(node, signals, short, timers, now, observed)
+    return verdict, after_verdict(observed, verdict)
+
+
+def _judge(
+    node: object,
+    signals: tuple[Signal, ...],
+    short: bool,
+    timers: LifecycleTimers,
+    now: float | None,
+    observed: Observed | None,
+) -> NodeAvailability:
+    name = name_of(node)
+    if not signals and not short and (observed is None or not observed.withheld):
+        # The common case: nothing to say (a Node without conditions says so).
+        if _conditions(node) is None and metadata(node):
+            return NodeAvailability(
+                name, True, COUNTED_AS_TODAY, message="reports no conditions: counted as it is"
+            )
+        return NodeAvailability(name, True)
     definite = [s for s in signals if s.severity is Severity.DEFINITE]
     if definite:
         first = definite[0]
@@ -364,7 +394,7 @@ def node_availability(
     deciding = planned or [s for s in signals if s.severity is Severity.SOFT]
     if deciding:
         return _in_grace(name, deciding, timers, now, observed, signals)
-    return _usable(node, name, timers, now, observed, signals)
+    return _usable(node, name, timers, now, observed, signals, short)
 
 
 def _in_grace(
@@ -418,6 +448,7 @@ def _usable(
     now: float | None,
     observed: Observed | None,
     signals: tuple[Signal, ...],
+    short: bool,
 ) -> NodeAvailability:
     if observed is not None and observed.withheld and now is not None:
         since = max(observed.usable_since or now, ready_since(node) or UNKNOWN_START)
@@ -432,7 +463,7 @@ def _usable(
                 until=since + timers.join_window,
                 signals=signals,
             )
-    if device_shortfall(node):
+    if short:
         known = observed.first_seen.get(DEVICES_SHORT) if observed is not None else None
         started = None if known is None or known == UNKNOWN_START else known
         if started is not None and now is not None and now < started + timers.device_grace:
@@ -488,9 +519,14 @@ def remember(
     start), and, for a node withheld at the last look that now shows no signal, since when
     it has looked usable. Feed the result to :func:`node_availability`, then
     :func:`after_verdict`."""
-    signals = node_signals(node)
+    return _remember(node_signals(node), device_shortfall(node), previous, now)
+
+
+def _remember(
+    signals: tuple[Signal, ...], short: bool, previous: Observed | None, now: float
+) -> Observed:
     codes = [s.code for s in signals]
-    if device_shortfall(node):
+    if short:
         codes.append(DEVICES_SHORT)
     start = UNKNOWN_START if previous is None else now
     known = previous.first_seen if previous is not None else {}
