@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 CLUSTER ?= examples/cluster.yaml
 PYTEST_ARGS ?=
-# Test processes of `make test` (pytest-xdist's -n): one per CPU. Most of the suite waits on
+# Test processes of `make test` (pytest-xdist's -n): one per CPU. Much of the suite waits on
 # servers, subprocesses and timers, so workers overlap well, and an idle worker takes tests
 # from a busy one (worksteal: a few tests take tens of seconds). PYTEST_WORKERS=0: one process.
 PYTEST_WORKERS ?= auto
