@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from gpustack_operator.domain.availability import availability_inputs
 from gpustack_operator.domain.capacity import worker_capacity_labels
 from gpustack_operator.domain.devicesources.merge import (
     VENDOR_LABEL_PREFIXES,
@@ -123,6 +124,7 @@ def node_view(
         annotations,
         tuple(amounts),
         tuple(sorted(dedication_taints(node))),
+        availability_inputs(node),
     )
 
 

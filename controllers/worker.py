@@ -22,6 +22,7 @@ Build the manager with :func:`new_worker_manager` to get the worker's informer t
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Final
@@ -30,6 +31,7 @@ import anyio
 import structlog
 
 from gpustack_operator.apis import KUEUE_GROUP, KueueResources, kueue_resources
+from gpustack_operator.controllers.availability import AvailabilityTracker
 from gpustack_operator.controllers.caches import (
     KueueCaches,
     add_node_indexes,
@@ -71,7 +73,7 @@ from gpustack_operator.runtime.coalesce import CoalescePresets, Hold
 from gpustack_operator.runtime.controller import (
     Controller,
 )
-from gpustack_operator.runtime.informer import InformerFactory, ReflectorSettings
+from gpustack_operator.runtime.informer import HandlerFuncs, InformerFactory, ReflectorSettings
 from gpustack_operator.runtime.manager import Manager, ManagerOptions
 from gpustack_operator.runtime.poll import poll_until
 from gpustack_operator.runtime.resources import NODES, RESOURCE_SLICES
@@ -173,6 +175,9 @@ class WorkerConfig:
     max_concurrent_reconciles: int = 2
     timing: WorkerTiming = field(default_factory=WorkerTiming)
     """Every wait and coalescing window of the worker, one value."""
+    clock: Callable[[], float] = time.time
+    """Wall-clock seconds the availability rule's timers run on (docs/node-lifecycle.md);
+    tests pass a clock they drive."""
 
     def __post_init__(self) -> None:
         if self.max_concurrent_reconciles < 1:
@@ -211,6 +216,12 @@ class Worker:
         """Per-Node derived data shared by all five controllers and the Node indexes."""
         self.settling = fleet_settling(manager.informer(NODES))
         """Whether Nodes still await their capacity labels (the ClusterQueues' hold)."""
+        self.availability = AvailabilityTracker(
+            config.policy.lifecycle, clock=config.clock, recorder=manager.recorder
+        )
+        """Each node's availability and what the worker remembers of it
+        (docs/node-lifecycle.md)."""
+        manager.informer(NODES).add_event_handler(HandlerFuncs(delete=self.availability.forget))
 
     @property
     def excluded_namespaces(self) -> tuple[str, ...]:
@@ -287,6 +298,7 @@ class Worker:
                 deleting_requeue=timing.cohort_deleting_requeue,
                 coalesce=presets.until_quiet(),
                 policy=policy,
+                tracker=self.availability,
             ),
             build_cluster_queue_controller(
                 manager.controller(CLUSTER_QUEUE),
@@ -297,6 +309,7 @@ class Worker:
                 waiting_requeue=timing.waiting_requeue,
                 coalesce=presets.until_quiet_or_late(),
                 policy=policy,
+                tracker=self.availability,
             ),
             build_local_queue_controller(
                 manager.controller(LOCAL_QUEUE),

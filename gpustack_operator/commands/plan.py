@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import json
 import sys
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -280,6 +281,7 @@ def run(args: argparse.Namespace) -> int:
             policy,
             with_memory=load_group_id_with_memory(),
             resource_slices=slices,
+            now=time.time(),
         )
         if args.explain is not None:
             found_explanation = next(

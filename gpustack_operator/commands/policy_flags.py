@@ -18,6 +18,7 @@ from typing import Final, TypeVar
 
 from gpustack_operator.commands.argtypes import comma_list, parse_duration
 from gpustack_operator.commands.envflags import SHARED_ENV
+from gpustack_operator.domain.availability import LifecycleTimers
 from gpustack_operator.domain.flavors import TolerationPolicy
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.manufacturers import KNOWN_MANUFACTURERS
@@ -42,6 +43,10 @@ READING_FLAGS: Final = frozenset(
         "--excluded-namespaces",
         "--kueue-version",
         "--topology",
+        "--soft-grace",
+        "--maintenance-grace",
+        "--join-window",
+        "--device-grace",
     }
 )
 """The flags a command that only reads the chain (``queues``) takes: the others change what
@@ -263,6 +268,41 @@ def add_policy_flags(
             "namespace when it exists (default: no teams)",
         )
     )
+    _add_lifecycle_flags(parser)
+
+
+_LIFECYCLE_FLAGS: Final = (
+    (
+        "soft_grace",
+        "how long a cordoned or NotReady node keeps counting in its queues' quotas",
+    ),
+    (
+        "maintenance_grace",
+        "how long a node in a GPU driver upgrade or MIG change keeps counting, with its "
+        "installed devices",
+    ),
+    ("join_window", "how long a withheld node must look usable before it counts again"),
+    (
+        "device_grace",
+        "how long devices missing from allocatable while capacity still reports them keep "
+        "counting (a device plugin restarting)",
+    ),
+)
+
+
+def _add_lifecycle_flags(parser: argparse._ActionsContainer) -> None:
+    """The availability rule's timers (docs/node-lifecycle.md, "Timers")."""
+    defaults = LifecycleTimers()
+    for name, help_ in _LIFECYCLE_FLAGS:
+        _shared(
+            parser.add_argument(
+                "--" + name.replace("_", "-"),
+                type=non_negative_duration,
+                default=getattr(defaults, name),
+                metavar="DURATION",
+                help=f"{help_} (default: {getattr(defaults, name):g}s; docs/node-lifecycle.md)",
+            )
+        )
 
 
 def _add_tenant_flags(parser: argparse._ActionsContainer) -> None:
@@ -317,6 +357,12 @@ def policy_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = N
         tenant_quota_caps=getattr(args, "tenant_quota_cap", {}),
         unpooled_settling=getattr(args, "unpooled_settling", DEFAULT_UNPOOLED_SETTLING),
         topology=getattr(args, "topology", TopologyPolicy()),
+        lifecycle=LifecycleTimers(
+            **{
+                name: getattr(args, name, getattr(LifecycleTimers(), name))
+                for name, _ in _LIFECYCLE_FLAGS
+            }
+        ),
     )
     if args.manufacturer:
         policy = policy.with_manufacturers(args.manufacturer)

@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import json
 import sys
+import time
 from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any
@@ -30,16 +31,22 @@ from gpustack_operator.commands.policy_flags import (
     add_policy_flags,
     policy_from_args,
 )
+from gpustack_operator.domain.availability import (
+    NodeAvailability,
+    explain_availability,
+    node_availability,
+)
 from gpustack_operator.domain.nodeview import annotations_of, labels_of, name_of
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.poolinfo import unit_text
 from gpustack_operator.domain.quantities import parse_quantity
-from gpustack_operator.domain.queues import is_owned
+from gpustack_operator.domain.queues import is_owned, withheld_by_queue
 from gpustack_operator.domain.teams import SHARE_ANNOTATION, TEAM_LABEL
 from gpustack_operator.domain.topology import topology_levels
 from gpustack_operator.gateway.pools import pool_entry
 from gpustack_operator.kr8sobjects import list_objects, served_versions
 from gpustack_operator.kubeconfig import KubeconfigError, close_kr8s, connect_kr8s
+from gpustack_operator.runtime.resources import NODES
 
 HOST_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 COLUMNS = ("LOCALQUEUE", "UNIT", "RESOURCE", "QUOTA", "RESERVED", "USED")
@@ -106,10 +113,13 @@ def pool_rows(
     levels: Mapping[str, list[list[str]]] | None = None,
     *,
     manufacturers: Iterable[str] | None = None,
+    withheld: Mapping[str, list[NodeAvailability]] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per LocalQueue of the worker's whose ClusterQueue is known, by name; with
     *manufacturers*, device pools of other manufacturers are left out (CPU pools stay);
-    *levels* (:func:`queue_levels`) adds the topology levels each offers."""
+    *levels* (:func:`queue_levels`) adds the topology levels each offers; *withheld* (queue
+    -> verdicts), the nodes each pool does not count now and why (docs/node-lifecycle.md,
+    "Seeing why")."""
     queues = {name_of(q): q for q in cluster_queues if is_owned(q)}
     wanted = None if manufacturers is None else set(manufacturers)
     rows = []
@@ -148,6 +158,10 @@ def pool_rows(
                 "usage": entry["usage"],
                 **team_columns(queues[target], resource),
                 **({"levels": levels[target]} if levels and target in levels else {}),
+                "stopPolicy": (queues[target].get("spec") or {}).get("stopPolicy", ""),
+                "nodes": [
+                    {"node": v.node, **v.as_dict()} for v in (withheld or {}).get(target, [])
+                ],
             }
         )
     return rows
@@ -187,6 +201,19 @@ def team_columns(cluster_queue: Mapping[str, Any], resource: str) -> dict[str, A
 
 def _levels_text(row: Mapping[str, Any]) -> str:
     return " | ".join(",".join(s) for s in row.get("levels") or []) or "-"
+
+
+def render_nodes(rows: list[dict[str, Any]], withheld: Mapping[str, list[NodeAvailability]]) -> str:
+    """Lines under the table: held pools and the nodes a pool does not count, and why."""
+    lines = []
+    for row in rows:
+        if row["stopPolicy"] in ("Hold", "HoldAndDrain"):
+            lines.append(f"{row['localQueue']}: stopPolicy {row['stopPolicy']}")
+        for verdict in withheld.get(row["clusterQueue"], []):
+            said = explain_availability(verdict)
+            if said is not None:
+                lines.append(f"{row['localQueue']}: node {verdict.node} {said[0]}: {said[1]}")
+    return "".join(line + "\n" for line in lines)
 
 
 def render_table(rows: list[dict[str, Any]]) -> str:
@@ -273,6 +300,21 @@ async def _list_if_served(api: Any, res: Any) -> list[dict[str, Any]]:
         raise
 
 
+async def fetch_nodes(args: argparse.Namespace) -> list[Any]:
+    """The cluster's Nodes, to say which a pool does not count now ([] if unreadable: the
+    pools are still listed)."""
+    try:
+        api = await connect_kr8s(args.kubeconfig, args.context)
+    except KubeconfigError:
+        return []
+    try:
+        return await list_objects(api, NODES)
+    except Exception:  # kr8s's ServerError (a role without nodes), httpx's transport errors
+        return []
+    finally:
+        await close_kr8s(api)
+
+
 def run_queues(args: argparse.Namespace) -> int:
     try:
         policy = policy_from_args(args)
@@ -284,16 +326,24 @@ def run_queues(args: argparse.Namespace) -> int:
         sys.stderr.write(f"gpustack-operator queues: error: {fetched}\n")
         return 1
     cluster_queues, local_queues, levels = fetched
+    nodes = asyncio.run(fetch_nodes(args))
+    now = time.time()
+    withheld = withheld_by_queue(
+        nodes,
+        policy.manufacturers,
+        lambda n: node_availability(n, policy.lifecycle, now),
+    )
     rows = pool_rows(
         cluster_queues,
         local_queues,
+        levels,
         manufacturers=policy.manufacturers if args.manufacturer else None,
-        levels=levels,
+        withheld=withheld,
     )
     if args.output == "json":
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
     elif rows:
-        sys.stdout.write(render_table(rows) + "\n")
+        sys.stdout.write(render_table(rows) + "\n" + render_nodes(rows, withheld))
     elif args.namespace in policy.namespaces_without_queues:
         sys.stderr.write(
             f"no pools in namespace {args.namespace}: it is the system namespace or an "

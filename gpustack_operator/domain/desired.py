@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpustack_operator.domain.availability import NodeAvailability, node_availability
 from gpustack_operator.domain.devicesources.dra import node_slices
 from gpustack_operator.domain.explain import NodeExplanation
 from gpustack_operator.domain.flavors import desired_resource_flavors, flavor_nodes, is_managed
@@ -62,6 +63,8 @@ class DesiredState:
     """The kind of cluster the chain was built for (docs/tenants.md)."""
     fleet: TenantFleet | None = None
     """A tenant's Nodes as its pools see them (``None`` outside a tenant)."""
+    availability: dict[str, NodeAvailability] = field(default_factory=dict)
+    """Per managed node, whether it counts now and why not (docs/node-lifecycle.md)."""
     team_splits: dict[str, list[PoolSplit]] = field(default_factory=dict)
     """Per Cohort, its pools divided among teams (docs/teams.md; not part of :meth:`objects`)."""
 
@@ -103,6 +106,7 @@ def desired_state(
     cohort_uids: Mapping[str, str] | None = None,
     extra_node_features: Iterable[dict[str, Any]] = (),
     resource_slices: Sequence[Mapping[str, Any]] = (),
+    now: float | None = None,
 ) -> DesiredState:
     """The chain for *nodes* as the cluster holds them (device labels already present),
     shaped by *policy* alone (docs/configuration.md, "Chain policy"); a policy without a
@@ -116,6 +120,10 @@ def desired_state(
     docs/tenants.md) no NodeFeature is written: the capacity labels are merged in memory
     from host-owned labels, DRA slices are not read, flavors select host-owned labels and
     device quotas follow the declared caps.
+
+    Each node's availability at *now* (epoch seconds; None takes every timer as run out)
+    decides what it adds to its queues (docs/node-lifecycle.md); with no memory of the
+    nodes, a signal the Node does not date is taken as having run out its timer.
     """
     manufacturers = policy.manufacturers
     kueue_version = policy.offline_kueue_version
@@ -151,6 +159,14 @@ def desired_state(
             for name, flavor in flavors.items()
         }
     cohorts = desired_cohorts(merged, manufacturers, kueue_version)
+    verdicts: dict[str, NodeAvailability] = {}
+
+    def availability(node: object) -> NodeAvailability:
+        name = name_of(node)
+        if name not in verdicts:
+            verdicts[name] = node_availability(node, policy.lifecycle, now)
+        return verdicts[name]
+
     queues = desired_cluster_queues(
         flavors,
         merged,
@@ -158,6 +174,7 @@ def desired_state(
         cohort_uids=cohort_uids,
         version=kueue_version,
         quota_resources=policy.quota_resources,
+        availability=availability,
     )
     if tenant.is_tenant:
         queues = {n: tenant_cluster_queue(q, tenant.quota_caps) for n, q in queues.items()}
@@ -203,5 +220,6 @@ def desired_state(
         nodes=merged,
         tenancy=tenant.tenancy,
         fleet=fleet,
+        availability=dict(sorted(verdicts.items())),
         team_splits=splits,
     )

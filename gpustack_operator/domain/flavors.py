@@ -50,10 +50,16 @@ from gpustack_operator.domain.validation import is_valid_dns_subdomain, is_valid
 DEDICATION_EFFECTS: Final = frozenset({"NoSchedule", "NoExecute"})
 LIFECYCLE_TAINT_PREFIXES: Final = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/")
 LIFECYCLE_TAINT_KEYS: Final = frozenset(
-    {"ToBeDeletedByClusterAutoscaler", "DeletionCandidateOfClusterAutoscaler"}
+    {
+        "ToBeDeletedByClusterAutoscaler",
+        "DeletionCandidateOfClusterAutoscaler",
+        "karpenter.sh/disrupted",
+        "cloud.google.com/impending-node-termination",
+    }
 )
-"""Taints Kubernetes and its autoscaler set on a node's condition (not-ready, unreachable,
-unschedulable, pressure, shutdown, scale-down): a flavor never tolerates them
+"""Taints Kubernetes and its autoscalers set on a node's condition (not-ready, unreachable,
+unschedulable, pressure, shutdown, scale-down, Karpenter's disruption, a spot notice; see
+docs/node-lifecycle.md): a flavor never tolerates them
 (docs/worker.md, "Tolerations")."""
 
 TolerationPolicy = tuple[str, ...] | None

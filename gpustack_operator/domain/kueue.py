@@ -279,12 +279,16 @@ class ClusterQueue(BaseModel):
             "spec.flavorFungibility": Compare.CONTAINS,
             "spec.preemption": Compare.CONTAINS,
             "spec.resourceGroups": Compare.CONTAINS,
+            "spec.stopPolicy": Compare.EXACT,
         }
     )
 
     metadata: Meta
     cohort: str
     resource_groups: tuple[ResourceGroup, ...] = Field(max_length=MAX_RESOURCE_GROUPS)
+    stop_policy: str | None = None
+    """``Hold`` while the queue's whole pool is away for a planned reason
+    (docs/node-lifecycle.md, "Whole-pool Hold"); None: not set (Kueue's default)."""
 
     @field_validator("cohort")
     @classmethod
@@ -319,6 +323,7 @@ class ClusterQueue(BaseModel):
                     "withinClusterQueue": PREEMPTION["withinClusterQueue"],
                 },
                 "resourceGroups": [g.manifest() for g in self.resource_groups],
+                **({"stopPolicy": self.stop_policy} if self.stop_policy else {}),
             },
         }
 

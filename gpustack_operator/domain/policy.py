@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
+from gpustack_operator.domain.availability import LifecycleTimers
 from gpustack_operator.domain.flavors import TolerationPolicy
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.manufacturers import Manufacturer, default_manufacturers
@@ -65,6 +66,9 @@ class ChainPolicy:
     topology: TopologyPolicy = field(default_factory=TopologyPolicy)
     """Kueue Topology-Aware Scheduling: on/off and a person's level list (docs/topology.md,
     "The switch")."""
+    lifecycle: LifecycleTimers = field(default_factory=LifecycleTimers)
+    """The timers of the availability rule: how long a cordoned, NotReady or maintained
+    node keeps counting, and how long a returning one waits (docs/node-lifecycle.md)."""
     teams: Teams | None = None
     """Each team's share of the pools (docs/teams.md); ``None``: no teams, every pool one
     ClusterQueue with a LocalQueue in every namespace."""
