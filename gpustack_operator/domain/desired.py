@@ -13,6 +13,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpustack_operator.domain.declaredpools import (
+    PoolRejection,
+    claimed_nodes,
+    declared_pool_chain,
+    pools_from_objects,
+)
 from gpustack_operator.domain.devicesources.dra import node_slices
 from gpustack_operator.domain.explain import NodeExplanation
 from gpustack_operator.domain.flavors import desired_resource_flavors, flavor_nodes
@@ -50,6 +56,11 @@ class DesiredState:
     """The kind of cluster the chain was built for (docs/tenants.md)."""
     fleet: TenantFleet | None = None
     """A tenant's Nodes as its pools see them (``None`` outside a tenant)."""
+    admission_checks: list[dict[str, Any]] = field(default_factory=list)
+    """ProvisioningRequest checks of autoscaled pools (docs/autoscaling.md)."""
+    provisioning_configs: list[dict[str, Any]] = field(default_factory=list)
+    pool_rejections: list[PoolRejection] = field(default_factory=list)
+    """Declared pools that get no queue, each with the fix (not part of :meth:`objects`)."""
 
     def objects(self) -> list[dict[str, Any]]:
         """NodeFeatures, ResourceFlavors, Cohorts, ClusterQueues, LocalQueues, in that order."""
@@ -57,6 +68,8 @@ class DesiredState:
             *self.node_features,
             *self.resource_flavors,
             *self.cohorts,
+            *self.provisioning_configs,
+            *self.admission_checks,
             *self.cluster_queues,
             *self.local_queues,
         ]
@@ -87,6 +100,7 @@ def desired_state(
     cohort_uids: Mapping[str, str] | None = None,
     extra_node_features: Iterable[dict[str, Any]] = (),
     resource_slices: Sequence[Mapping[str, Any]] = (),
+    pool_objects: Sequence[Mapping[str, Any]] = (),
 ) -> DesiredState:
     """The chain for *nodes* as the cluster holds them (device labels already present),
     shaped by *policy* alone (docs/configuration.md, "Chain policy"); a policy without a
@@ -100,6 +114,10 @@ def desired_state(
     docs/tenants.md) no NodeFeature is written: the capacity labels are merged in memory
     from host-owned labels, DRA slices are not read, flavors select host-owned labels and
     device quotas follow the declared caps.
+
+    *pool_objects* (Karpenter NodePools, Cluster API node groups) and the policy's declared
+    pools add one flavor and queue per sound pool (docs/autoscaling.md); the nodes such a
+    pool selects feed its flavor, not flavors of their own.
     """
     manufacturers = policy.manufacturers
     kueue_version = policy.offline_kueue_version
@@ -118,6 +136,13 @@ def desired_state(
             own = [feature] if feature is not None else []
             features.extend(own)
             merged.append(merge_node_features(node, own, owned="worker"))
+    pools = pools_from_objects(
+        pool_objects, policy.declared_pools, policy.manufacturers_by_resource
+    )
+    chain = declared_pool_chain(pools, merged, kueue_version, policy.provisioning)
+    claimed = claimed_nodes(merged, pools) if pools else set()
+    all_nodes = merged
+    merged = [n for n in merged if name_of(n) not in claimed]
     flavors = desired_resource_flavors(
         merged, manufacturers, kueue_version, tolerations=policy.flavor_tolerations
     )
@@ -138,6 +163,9 @@ def desired_state(
     )
     if tenant.is_tenant:
         queues = {n: tenant_cluster_queue(q, tenant.quota_caps) for n, q in queues.items()}
+    flavors.update(chain.resource_flavors)
+    cohorts.update(chain.cohorts)
+    queues.update(chain.cluster_queues)
     locals_ = desired_local_queues(
         list(queues.values()),
         namespaces,
@@ -147,11 +175,16 @@ def desired_state(
     )
     return DesiredState(
         node_features=_unique_by_name([*extra_node_features, *features]),
-        resource_flavors=list(flavors.values()),
-        cohorts=list(cohorts.values()),
-        cluster_queues=list(queues.values()),
+        resource_flavors=[flavors[n] for n in sorted(flavors)],
+        cohorts=[cohorts[n] for n in sorted(cohorts)],
+        cluster_queues=[queues[n] for n in sorted(queues)],
         local_queues=list(locals_.values()),
-        nodes=merged,
+        nodes=all_nodes,
         tenancy=tenant.tenancy,
         fleet=fleet,
+        admission_checks=[chain.admission_checks[n] for n in sorted(chain.admission_checks)],
+        provisioning_configs=[
+            chain.provisioning_configs[n] for n in sorted(chain.provisioning_configs)
+        ],
+        pool_rejections=chain.rejections,
     )

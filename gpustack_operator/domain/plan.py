@@ -83,6 +83,7 @@ def plan_state(
     *,
     with_memory: bool = False,
     resource_slices: Sequence[Mapping[str, Any]] = (),
+    pool_objects: Sequence[Mapping[str, Any]] = (),
 ) -> DesiredState:
     """What ``plan`` prints: simulated devices first, then :func:`desired_state` under
     *policy* (the worker's, docs/configuration.md, "Chain policy"), then the explanation of
@@ -109,6 +110,7 @@ def plan_state(
         policy,
         extra_node_features=dm_features,
         resource_slices=resource_slices,
+        pool_objects=pool_objects,
     )
     if state.fleet is not None:
         state.explanations = tenant_explanations(

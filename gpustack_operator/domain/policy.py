@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
+from gpustack_operator.domain.declaredpools import PoolResult, ProvisioningSettings
 from gpustack_operator.domain.flavors import TolerationPolicy
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.manufacturers import Manufacturer, default_manufacturers
@@ -53,6 +54,12 @@ class ChainPolicy:
     tenant_quota_caps: Mapping[str, int] = field(default_factory=dict)
     """A shared-node tenant's declared share per device resource (docs/tenants.md, "Quota a
     tenant may count on")."""
+    declared_pools: tuple[PoolResult, ...] = ()
+    """Pools a person declared (docs/autoscaling.md, "Pools declared by a person"); those of
+    NodePools and Cluster API node groups come from the cluster."""
+    provisioning: ProvisioningSettings = field(default_factory=ProvisioningSettings)
+    """Whether autoscaled flavors get a ProvisioningRequest admission check, and its retry
+    (docs/autoscaling.md, "Provisioning requests")."""
 
     def __post_init__(self) -> None:
         if not self.manufacturers:
@@ -104,6 +111,11 @@ class ChainPolicy:
             virtual_scheduler=self.virtual_scheduler,
             quota_caps=dict(self.tenant_quota_caps),
         )
+
+    @property
+    def manufacturers_by_resource(self) -> dict[str, str]:
+        """Device resource -> manufacturer, for the pools' declarations."""
+        return {m.resource_name: name for name, m in sorted(self.manufacturers.items())}
 
     def with_manufacturers(self, names: Iterable[str]) -> ChainPolicy:
         """This policy profiling only *names*; ``ValueError`` naming any unknown one."""
