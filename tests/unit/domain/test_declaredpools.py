@@ -56,7 +56,7 @@ def _state(
 def _device_quota(queue: dict[str, Any], resource: str = "nvidia.com/gpu") -> str:
     (group,) = queue["spec"]["resourceGroups"]
     (flavor,) = group["flavors"]
-    return next(r["nominalQuota"] for r in flavor["resources"] if r["name"] == resource)
+    return str(next(r["nominalQuota"] for r in flavor["resources"] if r["name"] == resource))
 
 
 def _queues(state: DesiredState) -> dict[str, dict[str, Any]]:
