@@ -195,7 +195,7 @@ def _taints(items: object) -> tuple[tuple[str, str, str], ...]:
 
 def karpenter_pool(nodepool: Mapping[str, Any]) -> PoolResult | None:
     """The pool a Karpenter NodePool declares; ``None`` when it asks for no accelerator
-    (docs/autoscaling.md, "Karpenter NodePools")."""
+    (docs/autoscaling.md, "Where pools are declared")."""
     name = name_of(nodepool)
     spec = nodepool.get("spec") if isinstance(nodepool.get("spec"), Mapping) else {}
     assert isinstance(spec, Mapping)
@@ -298,7 +298,7 @@ def capi_pool(
 ) -> PoolResult | None:
     """The pool a Cluster API MachineDeployment or MachinePool declares through the cluster
     autoscaler's scale-from-zero hints; ``None`` without a GPU hint (docs/autoscaling.md,
-    "Cluster API node groups")."""
+    "Where pools are declared")."""
     annotations = annotations_of(node_group)
     gpu_type = annotations.get(CAPACITY_PREFIX + "gpu-type", "")
     if not gpu_type:

@@ -1,7 +1,7 @@
 """Declared pools (docs/autoscaling.md): queues for autoscaled pools with no node yet.
 
-The dumps are built from published facts (examples/autoscaled-pools.yaml and
-examples/declared-pools.yaml cite them): Karpenter NodePools on EKS, a Cluster API node group
+The dumps are built from published facts (examples/autoscaling/pools-at-zero.yaml and
+examples/autoscaling/declared-pools.yaml cite them): Karpenter NodePools on EKS, a Cluster API node group
 with the cluster autoscaler's scale-from-zero hints, a GKE pool a person declared.
 """
 
@@ -29,7 +29,7 @@ from gpustack_operator.domain.manufacturers import default_manufacturers
 from gpustack_operator.domain.plan import plan_state
 from gpustack_operator.domain.policy import ChainPolicy
 
-EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "autoscaling"
 MFRS = default_manufacturers()
 
 
@@ -44,7 +44,7 @@ def _policy(provisioning: bool | None = None) -> ChainPolicy:
 def _state(
     nodes: list[dict[str, Any]] | None = None, provisioning: bool | None = None
 ) -> DesiredState:
-    dump = read_cluster_input(EXAMPLES / "autoscaled-pools.yaml")
+    dump = read_cluster_input(EXAMPLES / "pools-at-zero.yaml")
     return plan_state(
         [*dump.nodes, *(nodes or [])],
         dump.namespaces,
@@ -135,7 +135,7 @@ def test_a_pool_allowing_two_models_gets_no_queue_and_a_reason_naming_the_fix() 
 
 
 def test_no_device_limit_and_no_node_limit_is_rejected() -> None:
-    dump = read_cluster_input(EXAMPLES / "autoscaled-pools.yaml")
+    dump = read_cluster_input(EXAMPLES / "pools-at-zero.yaml")
     nodepool = copy.deepcopy(next(p for p in dump.pools if p["metadata"]["name"] == "h100"))
     nodepool["spec"]["limits"] = {"cpu": "1000"}
     result = karpenter_pool(nodepool)

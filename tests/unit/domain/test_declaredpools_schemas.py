@@ -30,7 +30,7 @@ def _nodepool_kind() -> KindInfo:
 
 def test_the_example_nodepools_pass_karpenters_schema_and_cel_rules() -> None:
     kind = _nodepool_kind()
-    pools = read_cluster_input(EXAMPLES / "autoscaled-pools.yaml").pools
+    pools = read_cluster_input(EXAMPLES / "pools-at-zero.yaml").pools
     nodepools = [p for p in pools if p["kind"] == "NodePool"]
     assert len(nodepools) == 3
     for nodepool in nodepools:
@@ -40,7 +40,7 @@ def test_the_example_nodepools_pass_karpenters_schema_and_cel_rules() -> None:
 
 def test_karpenters_find_rule_refuses_a_karpenter_sh_label_of_its_own() -> None:
     kind = _nodepool_kind()
-    nodepool = read_cluster_input(EXAMPLES / "autoscaled-pools.yaml").pools[0]
+    nodepool = read_cluster_input(EXAMPLES / "pools-at-zero.yaml").pools[0]
     bad = {**nodepool, "spec": {**nodepool["spec"]}}
     bad["spec"]["template"] = {
         **nodepool["spec"]["template"],
