@@ -1,8 +1,9 @@
 """Declared pools (docs/autoscaling.md): queues for autoscaled pools with no node yet.
 
 The dumps are built from published facts (examples/autoscaling/pools-at-zero.yaml and
-examples/autoscaling/declared-pools.yaml cite them): Karpenter NodePools on EKS, a Cluster API node group
-with the cluster autoscaler's scale-from-zero hints, a GKE pool a person declared.
+examples/autoscaling/declared-pools.yaml cite them): Karpenter NodePools on EKS, a Cluster
+API node group with the cluster autoscaler's scale-from-zero hints, a GKE pool a person
+declared.
 """
 
 from __future__ import annotations
