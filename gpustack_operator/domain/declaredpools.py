@@ -414,6 +414,11 @@ def _declared(
 # --- All of them ------------------------------------------------------------------------------
 
 
+def is_pool_chain_object(obj: object) -> bool:
+    """An object of a declared pool's chain (it carries :data:`POOL_LABEL`)."""
+    return obj is not None and POOL_LABEL in labels_of(obj)
+
+
 def is_pool_object(obj: Mapping[str, Any]) -> bool:
     """A NodePool, MachineDeployment or MachinePool (what :func:`pools_from_objects` reads)."""
     api = str(obj.get("apiVersion") or "")

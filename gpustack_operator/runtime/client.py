@@ -715,6 +715,21 @@ class Client:
             versions.insert(0, preferred)
         return versions
 
+    async def served_resources(self, group: str, version: str) -> builtins.list[str]:
+        """The resources (plurals, no subresources) the server serves at *group*/*version*;
+        [] if unserved. Discovery: it needs no RBAC on the resources themselves."""
+        path = f"/apis/{_segment(group)}/{_segment(version)}" if group else f"/api/{version}"
+        try:
+            async with self._call("GET", path) as answer:
+                data = _decode_object(answer)
+        except NotFound:
+            return []
+        return [
+            str(r["name"])
+            for r in data.get("resources") or []
+            if isinstance(r, dict) and isinstance(r.get("name"), str) and "/" not in r["name"]
+        ]
+
 
 # --- helpers --------------------------------------------------------------------------------
 
