@@ -22,7 +22,6 @@ import structlog
 from gpustack_operator.commands.plan import read_cluster_input
 from gpustack_operator.commands.policy_flags import read_declared_pools
 from gpustack_operator.controllers.declaredpool import PROVISIONING_NOT_SERVED
-from gpustack_operator.domain.declaredpools import ProvisioningSettings
 from gpustack_operator.runtime.resources import NODES
 from gpustack_operator.sim.authn import TokenAuthenticator
 from gpustack_operator.sim.crds import autoscaling_stand_in_crds, stand_in_crds
