@@ -151,8 +151,6 @@ async def discover_pool_sources(
             PROVISIONING_GROUP, "v1", "ProvisioningRequest", "provisioningrequests", True
         )
         wanted = await _serves(client, config) and await _serves(client, request)
-        if not wanted:
-            log.warning(PROVISIONING_NOT_SERVED)
     sources.provisioning = bool(wanted)
     return sources
 
@@ -294,12 +292,18 @@ async def add_pool_controller(
     policy: ChainPolicy,
     registry: PoolRegistry,
     queue_controllers: Sequence[Controller],
-) -> Controller:
+) -> Controller | None:
     """Discover the pool sources and add the declared-pool controller to *manager*;
-    *queue_controllers* are the flavor, cohort and ClusterQueue controllers it nudges."""
+    *queue_controllers* are the flavor, cohort and ClusterQueue controllers it nudges.
+    ``None`` (no controller) where the cluster serves no pool object and the policy declares
+    no pool: a NodePool CRD installed later needs a restart of the worker."""
     sources = await discover_pool_sources(
         manager.client, manager.informer, policy, caches.kueue.version.value
     )
+    if not sources.informers and not policy.declared_pools:
+        return None
+    if not sources.provisioning and policy.provisioning.served is None:
+        log.warning(PROVISIONING_NOT_SERVED)  # once: discovery runs once per process
     by_name = {c.name: c for c in queue_controllers}
     parts = {BY_FLAVOR: FLAVOR, BY_QUEUE: CLUSTER_QUEUE, BY_COHORT: COHORT}
 

@@ -202,6 +202,9 @@ class Worker:
         """Per-Node derived data shared by all five controllers and the Node indexes."""
         self.settling = fleet_settling(manager.informer(NODES))
         """Whether Nodes still await their capacity labels (the ClusterQueues' hold)."""
+        self.pool_controller: Controller | None = None
+        """The declared-pool controller, once Kueue is found, where the cluster serves pool
+        objects or the policy declares pools (docs/autoscaling.md)."""
         self.pools = PoolRegistry()
         """The declared pools (docs/autoscaling.md); the Node facts ask it which nodes are
         claimed."""
@@ -245,15 +248,13 @@ class Worker:
         # controllers are the manager's: they run while it leads.
         self.caches = KueueCaches.create(self.manager, self.kueue, self.facts, self.config.tenant)
         self.queue_controllers = self._add_queue_controllers(self.caches)
-        self.queue_controllers.append(
-            await add_pool_controller(
-                self.manager,
-                self.caches,
-                self.writer,
-                self.config.policy,
-                self.pools,
-                self.queue_controllers,
-            )
+        self.pool_controller = await add_pool_controller(
+            self.manager,
+            self.caches,
+            self.writer,
+            self.config.policy,
+            self.pools,
+            self.queue_controllers,
         )
         self.kueue_found.set()
         return True
