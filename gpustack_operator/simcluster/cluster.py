@@ -19,9 +19,10 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Final
 
 import anyio
 import structlog
@@ -108,6 +109,14 @@ def _edit_map(meta: dict[str, Any], key: str, changes: Mapping[str, str | None])
     meta[key] = values
 
 
+PROVISIONING_CRDS: Final = frozenset(
+    {
+        "provisioningrequestconfigs.kueue.x-k8s.io",
+        "provisioningrequests.autoscaling.x-k8s.io",
+    }
+)
+
+
 class SimCluster:
     """See the module docstring. Use as ``async with SimCluster(...) as cluster:``."""
 
@@ -120,6 +129,7 @@ class SimCluster:
         policy: ChainPolicy | None = None,
         with_memory: bool = False,
         resource_slices: Sequence[Mapping[str, Any]] = (),
+        pool_objects: Sequence[Mapping[str, Any]] = (),
         run_worker: bool = True,
         run_agents: bool = True,
         worker_config: WorkerConfig | None = None,
@@ -156,7 +166,19 @@ class SimCluster:
         self.with_memory = with_memory
         self.resource_slices = [copy.deepcopy(dict(s)) for s in resource_slices]
         """DRA ResourceSlices created with the Nodes (docs/devices.md, "DRA")."""
+        self.pool_objects = [copy.deepcopy(dict(p)) for p in pool_objects]
+        """Karpenter NodePools and Cluster API node groups (docs/autoscaling.md); their
+        CRDs must be among *crds* (``sim.crds.autoscaling_stand_in_crds``)."""
         self.crds = list(crds) if crds is not None else stand_in_crds()
+        if policy.provisioning.served is None:
+            # ``auto`` resolved as the worker resolves it, from the kinds served
+            # (docs/autoscaling.md, "Provisioning requests"), so plan and worker agree.
+            served = {str((c.get("metadata") or {}).get("name")) for c in self.crds}
+            policy = replace(
+                policy,
+                provisioning=replace(policy.provisioning, served=served >= PROVISIONING_CRDS),
+            )
+            self.policy = policy
         self.server_defaults = any(not is_stand_in(crd) for crd in self.crds)
         """Real CRDs default fields: convergence then tolerates extra ``spec`` fields."""
         self.kueue = kueue_resources(self.policy.offline_kueue_version)
@@ -257,6 +279,8 @@ class SimCluster:
             self.sim.store.create(_seedable(node))
         for obj in self.resource_slices:
             self.sim.store.create(self._owned_by_simulated_nodes(_seedable(obj)))
+        for obj in self.pool_objects:
+            self.sim.store.create(copy.deepcopy(obj))
         await stack.enter_async_context(self.sim)
         if self._kubeconfig_path is None:
             tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="gpustack-sim-"))
@@ -321,6 +345,7 @@ class SimCluster:
             self.policy,
             with_memory=self.with_memory,
             resource_slices=self.resource_slices,
+            pool_objects=self.pool_objects,
         )
 
     def actual(self) -> DesiredState:
@@ -452,6 +477,16 @@ class SimCluster:
         _edit_map(stored["metadata"], "labels", labels)
         _edit_map(stored["metadata"], "annotations", annotations)
         self.sim.store.update(stored)
+
+    def delete_pool_object(self, kind: str, name: str, namespace: str | None = None) -> None:
+        """Remove a NodePool or Cluster API node group from the input and the server."""
+        for i, obj in enumerate(self.pool_objects):
+            meta = obj.get("metadata") or {}
+            if obj.get("kind") == kind and meta.get("name") == name:
+                del self.pool_objects[i]
+                self.sim.store.delete(str(obj["apiVersion"]), kind, name, meta.get("namespace"))
+                return
+        raise KeyError(f"{kind} {name} is not in the input")
 
     def delete_node(self, name: str) -> None:
         """Remove the Node from the input and delete it on the server."""
