@@ -168,7 +168,14 @@ class SimCluster:
         """DRA ResourceSlices created with the Nodes (docs/devices.md, "DRA")."""
         self.pool_objects = [copy.deepcopy(dict(p)) for p in pool_objects]
         """Karpenter NodePools and Cluster API node groups (docs/autoscaling.md); their
-        CRDs must be among *crds* (``sim.crds.autoscaling_stand_in_crds``)."""
+        CRDs must be among *crds* (``sim.crds.autoscaling_stand_in_crds``). The namespace
+        of a namespaced one (a MachineDeployment's) joins the input's namespaces."""
+        known = {name_of(_namespace_object(ns)) for ns in self.namespaces}
+        for obj in self.pool_objects:
+            namespace = (obj.get("metadata") or {}).get("namespace")
+            if isinstance(namespace, str) and namespace and namespace not in known:
+                self.namespaces.append(namespace)
+                known.add(namespace)
         self.crds = list(crds) if crds is not None else stand_in_crds()
         if policy.provisioning.served is None:
             # ``auto`` resolved as the worker resolves it, from the kinds served
