@@ -101,6 +101,8 @@ async def sim_no_pr(anyio_backend: str) -> AsyncIterator[SimServer]:
 def _load_pools(sim: SimServer) -> None:
     dump = read_cluster_input(EXAMPLES / "pools-at-zero.yaml")
     for obj in [*dump.namespaces, *dump.pools]:
+        if obj["kind"] == "Namespace" and sim.store.get("v1", "Namespace", obj["metadata"]["name"]):
+            continue
         sim.store.create(copy.deepcopy(dict(obj)))
 
 
