@@ -41,7 +41,7 @@ from gpustack_operator.devicemanager.detection import DetectionConfig
 from gpustack_operator.domain.desired import DesiredState
 from gpustack_operator.domain.explain import explain_nodes
 from gpustack_operator.domain.manufacturers import Manufacturer
-from gpustack_operator.domain.nodeview import name_of
+from gpustack_operator.domain.nodeview import annotations_of, name_of
 from gpustack_operator.domain.plan import plan_state, tenant_explanations
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.tenancy import tenant_fleet
@@ -52,6 +52,7 @@ from gpustack_operator.sim.authn import TokenAuthenticator
 from gpustack_operator.sim.crds import is_stand_in, stand_in_crds
 from gpustack_operator.sim.kueue import KueueStandIn
 from gpustack_operator.sim.nfdmaster import NfdMaster
+from gpustack_operator.sim.provisioning import PROVISIONED_ANNOTATION, ProvisioningStandIn
 from gpustack_operator.sim.scheduler import SchedulerStandIn
 from gpustack_operator.sim.server import SimServer
 from gpustack_operator.simcluster.agents import AgentFleet
@@ -130,6 +131,8 @@ class SimCluster:
         with_memory: bool = False,
         resource_slices: Sequence[Mapping[str, Any]] = (),
         pool_objects: Sequence[Mapping[str, Any]] = (),
+        provision_delay: float = 2.0,
+        consolidation_delay: float = 30.0,
         run_worker: bool = True,
         run_agents: bool = True,
         worker_config: WorkerConfig | None = None,
@@ -211,6 +214,17 @@ class SimCluster:
         )
         """Binds started Jobs' pods to Nodes (``sim/scheduler.py``); in a shared-node tenant
         by host-owned labels, as the host scheduler does (docs/tenants.md)."""
+        self.provisioning: ProvisioningStandIn | None = None
+        """Adds and removes the nodes of pools that scale from zero (``sim/provisioning.py``),
+        where the input has pool objects or the policy declares pools."""
+        if self.pool_objects or self.policy.declared_pools:
+            self.provisioning = ProvisioningStandIn(
+                self.sim,
+                self.policy.declared_pools,
+                self.policy.manufacturers_by_resource,
+                provision_delay=provision_delay,
+                consolidation_delay=consolidation_delay,
+            )
         self._run_worker = run_worker
         self._run_agents = run_agents and not self.tenant.is_tenant
         self.worker_config = worker_config or WorkerConfig(policy=self.policy)
@@ -299,6 +313,8 @@ class SimCluster:
             await stack.enter_async_context(self.nfd)
         await stack.enter_async_context(self.kueue_admission)
         await stack.enter_async_context(self.scheduler)
+        if self.provisioning is not None:
+            await stack.enter_async_context(self.provisioning)
         await self.kubelet.start()
         stack.push_async_callback(self.kubelet.stop)
         self.fleet = AgentFleet(
@@ -346,8 +362,14 @@ class SimCluster:
         """What ``plan`` computes for the current input: the chain to converge to."""
         # Every namespace the server holds, as `plan --kubeconfig` reads them: the base ones
         # get LocalQueues too under a policy that does not exclude them.
+        # Nodes the provisioning stand-in added are the cluster's as much as the input's.
+        added = [
+            n
+            for n in self.sim.store.list("v1", "Node")
+            if PROVISIONED_ANNOTATION in annotations_of(n) and name_of(n) not in self.nodes
+        ]
         return plan_state(
-            list(self.nodes.values()),
+            [*self.nodes.values(), *added],
             [*self._base_namespaces(), *self.namespaces],
             self.policy,
             with_memory=self.with_memory,
@@ -406,6 +428,7 @@ class SimCluster:
             and self.kubelet.idle()
             and self.kueue_admission.idle()
             and self.scheduler.idle()
+            and (self.provisioning is None or self.provisioning.idle())
         )
         return stand_ins and fleet_idle and worker_up and queues_empty
 
