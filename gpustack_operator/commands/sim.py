@@ -147,6 +147,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="after convergence submit three Jobs derived from the chain (one that fits, one "
         "too big, one in the wrong queue) and print where each landed or why it waits",
     )
+    parser.add_argument(
+        "--provision-delay",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="the provisioning stand-in adds nodes to a pool whose pods have been "
+        "unschedulable this long (docs/autoscaling.md; default: 2)",
+    )
+    parser.add_argument(
+        "--consolidation-delay",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="and removes a node it added once no pod has used it this long (default: 30)",
+    )
     add_policy_flags(
         parser.add_argument_group("the chain, as the worker's flags (docs/configuration.md)")
     )
@@ -287,6 +302,8 @@ def build_cluster(args: argparse.Namespace, crds: list[dict[str, Any]]) -> SimCl
         with_memory=with_memory,
         resource_slices=slices,
         pool_objects=pools,
+        provision_delay=args.provision_delay,
+        consolidation_delay=args.consolidation_delay,
         host=args.bind_address,
         port=args.port,
         tls=not args.plain_http,

@@ -539,6 +539,7 @@ def pool_cluster_queue(
     }
     if pool.product:
         annotations[note("product")] = pool.product
+    annotations.update(_unit_notes(pool))
     manifest = ClusterQueue(
         metadata=_meta(
             pool,
@@ -553,6 +554,20 @@ def pool_cluster_queue(
             "admissionChecks": [{"name": admission_check, "onFlavors": [pool.object_name]}]
         }
     return manifest
+
+
+def _unit_notes(pool: DeclaredPool) -> dict[str, str]:
+    """CPU and memory that come with one device (docs/workloads.md, "What to request"):
+    the node's share per device, rounded down; none where the node's size is not declared."""
+    if not pool.devices_per_node:
+        return {}
+    out = {}
+    if pool.cpu_per_node is not None:
+        out[note("unitCPU")] = str(int(pool.cpu_per_node / pool.devices_per_node))
+    if pool.memory_per_node is not None:
+        gi = int(pool.memory_per_node / pool.devices_per_node / 2**30)
+        out[note("unitRAM")] = f"{gi}Gi"
+    return out
 
 
 @dataclass(frozen=True)
