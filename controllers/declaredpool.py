@@ -30,6 +30,7 @@ from gpustack_operator.controllers.common import (
     is_up_to_date,
 )
 from gpustack_operator.controllers.flavor import NAME as FLAVOR
+from gpustack_operator.controllers.nodefacts import Part
 from gpustack_operator.domain.comparison import Compare, ObjectComparison
 from gpustack_operator.domain.declaredpools import (
     POOL_LABEL,
@@ -56,6 +57,8 @@ KEY: Final = "declared-pools"
 BY_POOL: Final = "declared-pool"
 """Node index: the key of the sound pool whose selector the node matches."""
 
+_PARTS: Final[tuple[Part, ...]] = ("flavor", "queue", "cohort")
+"""The node indexes (``BY_FLAVOR``, ``BY_QUEUE``, ``BY_COHORT``) a pool change refiles."""
 RESERVED_REQUEUE: Final = 15.0
 """Seconds before looking again at a pool queue no pool wants that still holds work."""
 NODEPOOLS: Final = Resource("karpenter.sh", "v1", "NodePool", "nodepools", namespaced=False)
@@ -215,9 +218,7 @@ class DeclaredPoolReconciler:
         results = pools_from_objects(
             self._objects(), self.policy.declared_pools, self.policy.manufacturers_by_resource
         )
-        before = self.registry.update(results)
-        if before is not None:
-            self._refile(before)
+        self._take(results)
         self._report(results)
         nodes = [
             n for p in self.registry.sound for n in caches.nodes.indexer.by_index(BY_POOL, p.key)
@@ -257,21 +258,27 @@ class DeclaredPoolReconciler:
                 await self.writer.delete(resource, have, "no declared pool wants it")
         return Result(requeue_after=RESERVED_REQUEUE) if held else None
 
-    def _refile(self, before: tuple[DeclaredPool, ...]) -> None:
-        """File the nodes the old or new pools select again, and send the names they had and
-        have to the node-derived controllers."""
+    def _take(self, results: Sequence[PoolResult]) -> None:
+        """Make *results* the registry's. When the sound pools change, the nodes the old or
+        new pools select are filed again in the Node indexes, and the names they had (under
+        the old pools) and have (under the new) go to the node-derived controllers."""
+        sound = {r.key: r for r in results if isinstance(r, DeclaredPool)}
+        if tuple(sound.values()) == self.registry.sound:
+            self.registry.update(results)
+            return
+        pools = [*self.registry.sound, *sound.values()]
         indexer = self.caches.nodes.indexer
-        pools = {p.key: p for p in (*before, *self.registry.sound)}
-        touched = [n for n in indexer.list() if any(p.matches(n) for p in pools.values())]
-        old = {part: self._names(touched, part) for part in (BY_FLAVOR, BY_QUEUE, BY_COHORT)}
+        touched = [n for n in indexer.list() if any(p.matches(n) for p in pools)]
+        old = {part: self._names(touched, part) for part in _PARTS}
+        self.registry.update(results)
         for node in touched:
             indexer.upsert(node)
-        for part in (BY_FLAVOR, BY_QUEUE, BY_COHORT):
+        for part in _PARTS:
             self.enqueue(part, old[part] | self._names(touched, part))
 
-    def _names(self, nodes: Iterable[Mapping[str, Any]], part: str) -> set[str]:
+    def _names(self, nodes: Iterable[dict[str, Any]], part: Part) -> set[str]:
         facts = self.caches.facts
-        return {name for n in nodes for name in facts.names(n, part)}  # type: ignore[arg-type]
+        return {name for n in nodes for name in facts.names(n, part)}
 
     def _report(self, results: Sequence[PoolResult]) -> None:
         """One warning per rejected pool, again only when the set of reasons changes."""

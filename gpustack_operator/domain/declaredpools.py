@@ -172,6 +172,12 @@ PoolResult = DeclaredPool | PoolRejection
 # --- Karpenter --------------------------------------------------------------------------------
 
 
+def _mapping(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """``obj[key]`` when it is a mapping, else an empty one."""
+    value = obj.get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
 def _requirement_values(spec: Mapping[str, Any], key: str) -> list[str] | None:
     """The values an ``In`` requirement on *key* allows (``None``: no such requirement)."""
     for req in spec.get("requirements") or ():
@@ -197,14 +203,9 @@ def karpenter_pool(nodepool: Mapping[str, Any]) -> PoolResult | None:
     """The pool a Karpenter NodePool declares; ``None`` when it asks for no accelerator
     (docs/autoscaling.md, "Where pools are declared")."""
     name = name_of(nodepool)
-    spec = nodepool.get("spec") if isinstance(nodepool.get("spec"), Mapping) else {}
-    assert isinstance(spec, Mapping)
-    template = spec.get("template") if isinstance(spec.get("template"), Mapping) else {}
-    assert isinstance(template, Mapping)
-    tspec = template.get("spec") if isinstance(template.get("spec"), Mapping) else {}
-    assert isinstance(tspec, Mapping)
-    limits = spec.get("limits") if isinstance(spec.get("limits"), Mapping) else {}
-    assert isinstance(limits, Mapping)
+    spec = _mapping(nodepool, "spec")
+    tspec = _mapping(_mapping(spec, "template"), "spec")
+    limits = _mapping(spec, "limits")
     gpu_names = _requirement_values(tspec, KARPENTER_GPU_NAME)
     vendors = _requirement_values(tspec, KARPENTER_GPU_MANUFACTURER)
     counts = _requirement_values(tspec, KARPENTER_GPU_COUNT)
@@ -380,8 +381,7 @@ def _declared(
         return reject(
             "give nodeSelector: the labels its nodes carry (cloud.google.com/gke-nodepool)"
         )
-    accelerator = item.get("accelerator") if isinstance(item.get("accelerator"), Mapping) else {}
-    assert isinstance(accelerator, Mapping)
+    accelerator = _mapping(item, "accelerator")
     resource = str(accelerator.get("resource") or "nvidia.com/gpu")
     manufacturer = manufacturers_by_resource.get(resource)
     if manufacturer is None:

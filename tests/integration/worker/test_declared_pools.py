@@ -274,3 +274,42 @@ async def test_without_provisioning_requests_one_message_and_no_check(
         "admissionChecksStrategy" not in q["spec"] for q in kueue_objects(sim, "ClusterQueue")
     )
     assert MANUFACTURERS
+
+
+async def test_a_nodepool_that_comes_and_goes_takes_its_nodes_and_gives_them_back(
+    sim_no_pr: SimServer, tmp_path: Path
+) -> None:
+    """Nodes first, with flavors of their own; the NodePool declared later claims them (their
+    flavors go, the pool's comes); the NodePool deleted gives them back."""
+    sim = sim_no_pr
+    for name in ("ip-10-0-3-1", "ip-10-0-3-2"):
+        put_node(sim, _h100_node(name))
+    nodepool = next(
+        p
+        for p in read_cluster_input(EXAMPLES / "pools-at-zero.yaml").pools
+        if p["metadata"]["name"] == "h100"
+    )
+
+    def flavors() -> set[str]:
+        return {f["metadata"]["name"] for f in kueue_objects(sim, "ResourceFlavor")}
+
+    config = fast_config()
+    kubeconfig = sim.write_kubeconfig(tmp_path / "kc", token=WORKER_TOKEN)
+    async with nfd_master(sim), worker_running(kubeconfig, config):
+        await eventually(lambda: len(flavors()) >= 2, "the nodes' own flavors")
+        own = flavors()
+        assert not any(f.startswith("pool-") for f in own)
+        sim.store.create(copy.deepcopy(dict(nodepool)))
+        await eventually(lambda: flavors() == {"pool-karpenter-h100"}, "the pool's flavor alone")
+        await eventually(lambda: _quota(sim, "pool-karpenter-h100") == "16", "the pool's queue")
+        sim.store.delete("karpenter.sh/v1", "NodePool", "h100")
+        await eventually(lambda: flavors() == own, "the nodes' own flavors again")
+        await eventually(
+            lambda: (
+                not any(
+                    q["metadata"]["name"].startswith("pool-")
+                    for q in kueue_objects(sim, "ClusterQueue")
+                )
+            ),
+            "the pool's queue gone",
+        )
