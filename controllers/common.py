@@ -194,8 +194,10 @@ def is_up_to_date(
 class Writer:
     """Server-side apply and guarded deletes as one field manager, with an Event per write.
 
-    Every write first passes *fence* (the manager's): a replica whose Lease is not known
-    held sends nothing and raises ``LeaseNotHeld`` (docs/runtime.md, "Write fence").
+    Every write passes *fence* (the manager's) twice: here, before it waits for the rate
+    limiter, and in the client once the connection is ready, after every wait and before
+    any byte is sent. A replica whose Lease is not known held sends nothing and raises
+    ``LeaseNotHeld`` (docs/runtime.md, "Write fence").
     """
 
     def __init__(
@@ -214,7 +216,7 @@ class Writer:
         """Apply *want* (fields the worker owns, so ``force``) and log what happened."""
         self.fence.check(f"an apply of {resource.kind} {name_of(want)}")
         result = await self.client.apply(
-            resource, want, field_manager=self.field_manager, force=True
+            resource, want, field_manager=self.field_manager, force=True, fence=self.fence
         )
         log.info(
             "updated" if existed else "created",
@@ -240,7 +242,11 @@ class Writer:
         self.fence.check(f"a delete of {resource.kind} {name_of(obj)}")
         try:
             await self.client.delete(
-                resource, name_of(obj), namespace, preconditions={"uid": uid_of(obj)}
+                resource,
+                name_of(obj),
+                namespace,
+                preconditions={"uid": uid_of(obj)},
+                fence=self.fence,
             )
         except NotFound:
             return False

@@ -10,8 +10,10 @@ NFD merge the labels again, and the mark ensures one repair per Node version, so
 refuses to write cannot start a loop.
 
 Only labels *taken* from a Node count: :class:`LabelsTaken` notes the Nodes an update removed
-or changed a published label on; a Node still waiting for NFD's first merge of a new
-NodeFeature is not repaired.
+or changed a published label on, and every Node the publisher sees for the first time (at
+its start-up, a label may have been taken while it was not running). The reconciler
+repairs only where its NodeFeature already exists and holds what it should, so a new Node,
+whose NodeFeature is written first, still waits for NFD's first merge.
 """
 
 from __future__ import annotations
@@ -40,17 +42,24 @@ LABEL_REPAIRS = Counter(
 
 
 class LabelsTaken(Predicate):
-    """Passes every Node event; remembers the Nodes whose update took a published label.
+    """Passes every Node event; remembers the Nodes whose labels must be compared with the
+    NodeFeature's.
 
     *published* says whether a label key is one the publisher's NodeFeature owns. A Node
-    update that removes such a label or changes its value marks the Node; :meth:`take` reads
-    and clears the mark. Creates do not: a new Node waits for NFD's first merge, and one seen
-    at start-up may too.
+    update that removes such a label or changes its value marks the Node, and so does a
+    create: the first sight of a Node, for every Node at start-up, when nothing says what
+    happened to its labels meanwhile. :meth:`take` reads and clears the mark. A new Node is
+    not repaired all the same: its NodeFeature does not exist yet when it is first
+    reconciled, so it is written, not repaired, and NFD merges it for the first time.
     """
 
     def __init__(self, published: Callable[[str], bool]) -> None:
         self._published = published
         self._marked: set[str] = set()
+
+    def mark(self, node_name: str) -> None:
+        """Compare *node_name*'s labels at its next reconcile (a repair that failed)."""
+        self._marked.add(node_name)
 
     def take(self, node_name: str) -> bool:
         """Whether *node_name* was marked since the last call (and clear the mark)."""
@@ -58,6 +67,10 @@ class LabelsTaken(Predicate):
             self._marked.discard(node_name)
             return True
         return False
+
+    def create(self, obj: Mapping[str, Any]) -> bool:
+        self._marked.add(name_of(obj))
+        return True
 
     def update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
         before, after = labels_of(old), labels_of(new)

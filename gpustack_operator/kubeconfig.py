@@ -1,21 +1,20 @@
 """Connect with a kubeconfig; every failure is one line naming the file and the fix.
 
 Every command that talks to a cluster (``worker``, ``device-manager serve``,
-``worker-gateway``, ``plan --kubeconfig``) goes through :func:`connect`, which checks the
-files first (``runtime.kubeconfigfiles``) and turns connection failures into the same
+``worker-gateway``, ``plan --kubeconfig``, ``queues``) goes through :func:`connect` or
+:func:`connect_kr8s`: the files are checked first (``runtime.kubeconfigfiles``), kr8s reads
+the credentials (``runtime.credentials``), and a failed first request becomes the same
 one-line form (docs/configuration.md, "Kubeconfig errors").
 """
 
 from __future__ import annotations
 
 import ssl
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from gpustack_operator.runtime.errors import ApiError, ApiUnavailable
 from gpustack_operator.runtime.kubeconfigfiles import (
-    IN_CLUSTER_TOKEN,
     KubeconfigError,
     Located,
     choose_context,
@@ -25,14 +24,18 @@ from gpustack_operator.runtime.kubeconfigfiles import (
 )
 
 if TYPE_CHECKING:
+    from kr8s.asyncio import Api
+
     from gpustack_operator.runtime.client import Client
+    from gpustack_operator.runtime.credentials import Credentials
 
 __all__ = [
-    "IN_CLUSTER_TOKEN",
     "KubeconfigError",
     "Located",
     "choose_context",
+    "close_kr8s",
     "connect",
+    "connect_kr8s",
     "describe_connect_error",
     "locate",
     "parse_kubeconfig_text",
@@ -99,24 +102,10 @@ def _find_in_chain(exc: BaseException, kind: type[_E]) -> _E | None:
     return None
 
 
-def _server_of(configs_where: Located) -> str:
-    """The server URL the chosen context points at ("" when it cannot be told)."""
-    for file in configs_where.files:
-        try:
-            config = read_kubeconfig_file(file)
-        except KubeconfigError:
-            continue
-        context_name = configs_where.context or config.get("current-context")
-        contexts = {
-            c.get("name"): c.get("context") or {}
-            for c in config.get("contexts") or []
-            if isinstance(c, Mapping)
-        }
-        cluster_name = (contexts.get(context_name) or {}).get("cluster")
-        for cluster in config.get("clusters") or []:
-            if isinstance(cluster, Mapping) and cluster.get("name") == cluster_name:
-                return str((cluster.get("cluster") or {}).get("server") or "")
-    return ""
+async def _credentials(kubeconfig: str | Path | None, context: str | None) -> Credentials:
+    from gpustack_operator.runtime.credentials import load_credentials
+
+    return await load_credentials(kubeconfig, context)
 
 
 async def connect(
@@ -131,11 +120,40 @@ async def connect(
     """
     from gpustack_operator.runtime import client as runtime_client
 
-    located = locate(kubeconfig, context)
+    credentials = await _credentials(kubeconfig, context)
     try:
-        return await runtime_client.Client.connect(located.kubeconfig, located.context, **options)
+        return await runtime_client.Client.connect(credentials=credentials, **options)
     except KubeconfigError:
         raise  # already one line naming the file and the fix (runtime.credentials)
     except Exception as exc:
-        server = _server_of(located) or "(in-cluster)"
-        raise KubeconfigError(describe_connect_error(exc, located, server)) from exc
+        located = locate(kubeconfig, context)
+        raise KubeconfigError(describe_connect_error(exc, located, credentials.server)) from exc
+
+
+async def connect_kr8s(kubeconfig: str | Path | None, context: str | None) -> Api:
+    """A kr8s ``Api`` with the same credentials as :func:`connect` (a token file re-read, the
+    one-line errors), for commands that read or write a few objects through kr8s's objects.
+    Raises :class:`KubeconfigError`."""
+    import kr8s.asyncio
+
+    credentials = await _credentials(kubeconfig, context)
+    # kr8s.asyncio.api() would read the credentials again with its own KubeAuth (no token
+    # file, bare errors); its Api takes ours instead, the kr8s object it expects.
+    api = kr8s.asyncio.Api(bypass_factory=True, kubeconfig=kubeconfig, context=context)
+    api.auth = credentials
+    try:
+        await api.version()
+    except KubeconfigError:
+        raise
+    except Exception as exc:
+        located = locate(kubeconfig, context)
+        raise KubeconfigError(describe_connect_error(exc, located, credentials.server)) from exc
+    return api
+
+
+async def close_kr8s(api: Api) -> None:
+    """Close the HTTP session of an ``Api`` from :func:`connect_kr8s` (kr8s 0.20 has no public
+    close; its session otherwise lingers until the process ends)."""
+    session = getattr(api, "_session", None)
+    if session is not None:
+        await session.aclose()

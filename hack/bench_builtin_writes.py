@@ -6,7 +6,8 @@ Not a test: it prints figures (docs/performance.md records them). Run it with
 
 It creates N Nodes shaped like a GPU worker's (labels, capacity, conditions, node info)
 through the simulator's store, then updates each with one more label, and reports the median
-time per write over the repeats, with the checks of ``sim/builtinschemas.py`` on and, for
+time per write over the repeats, with the checks of ``gpustack_sim/apiserver/builtinschemas.py`` on
+and, for
 comparison, off (as if the kind had no published schema), in the same process, the two
 alternated.
 """
@@ -20,9 +21,9 @@ import time
 from typing import Any
 from unittest import mock
 
-from gpustack_operator.sim import builtinschemas
-from gpustack_operator.sim.kinds import KindRegistry
-from gpustack_operator.sim.store import Store
+from gpustack_sim.apiserver import builtinschemas
+from gpustack_sim.apiserver.kinds import KindRegistry
+from gpustack_sim.apiserver.store import Store
 
 
 def node(index: int) -> dict[str, Any]:

@@ -12,6 +12,15 @@ Prints the per-operation figure of every round and the medians.
 
 It uses only ``Client.connect``, ``apply``, ``get`` and ``watch``, so the same file measures
 an older checkout of the project with that checkout's interpreter (before/after figures).
+``--ab COMMIT`` runs this file under COMMIT's own checkout and environment too
+(``hack/abcompare.py``), ``--rounds`` times each, interleaved, and prints the median ratio
+per operation (this tree / COMMIT):
+
+    .venv/bin/python hack/bench_client.py --ab main --rounds 5 --requests 1000 --events 1000
+
+``--kr8s`` adds the same GETs sent through kr8s's own HTTP client (httpx) with the same
+credentials: what sending the runtime's requests through kr8s would cost (docs/performance.md,
+"Cluster access through kr8s").
 """
 
 from __future__ import annotations
@@ -36,7 +45,10 @@ CONCURRENCY = 8
 
 async def serve(kubeconfig: Path) -> None:
     """The child: a simulated API server; ``events N`` on stdin creates N ConfigMaps."""
-    from gpustack_operator.sim.server import SimServer
+    try:
+        from gpustack_sim.apiserver.server import SimServer
+    except ImportError:  # an --ab baseline from before the simulator had its own package
+        from gpustack_operator.sim.server import SimServer  # type: ignore[no-redef]
 
     sim = SimServer(watch_history=100_000)
     await sim.start()
@@ -104,6 +116,21 @@ async def one_round(
     started = time.process_time()
     await in_parallel(requests, get)
     result["get"] = per_op_us(started, requests)
+    if args.kr8s:
+        from gpustack_operator.kubeconfig import close_kr8s, connect_kr8s
+
+        api = await connect_kr8s(args.kubeconfig, None)
+
+        async def get_kr8s(i: int) -> None:
+            async with api.call_api("GET", url=f"namespaces/default/configmaps/cm-{i % 200}") as r:
+                r.json()
+
+        try:
+            started = time.process_time()
+            await in_parallel(requests, get_kr8s)
+            result["get through kr8s"] = per_op_us(started, requests)
+        finally:
+            await close_kr8s(api)
 
     rv = (await client.list(CONFIGMAPS, "events", limit=1)).resource_version
     async with client.watch(CONFIGMAPS, "events", resource_version=rv) as stream:
@@ -134,6 +161,7 @@ async def main(args: argparse.Namespace) -> None:
         try:
             assert child.stdout is not None
             await until_line(child, "ready")
+            args.kubeconfig = kubeconfig
             client = await Client.connect(kubeconfig)
             rounds: list[dict[str, float]] = []
             try:
@@ -151,6 +179,27 @@ async def main(args: argparse.Namespace) -> None:
         "medians (µs of client CPU per operation):",
         json.dumps({k: round(v, 1) for k, v in medians.items()}),
     )
+    if args.json_out:
+        args.json_out.write_text(json.dumps(medians))
+
+
+def compare(args: argparse.Namespace) -> None:
+    """A/B against ``--ab``: each round runs this file once under each side's interpreter
+    (one round of each operation), interleaved; the median ratios printed."""
+    from abcompare import Side, both, interleave, report
+
+    sides = both(args.ab, sys.executable)
+
+    def measure(side: Side) -> dict[str, float]:
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "medians.json"
+            command = [str(side.python), __file__, "--rounds", "1", "--json-out", str(out)]
+            command += ["--requests", str(args.requests), "--events", str(args.events)]
+            subprocess.run(command, cwd=side.repo, check=True, capture_output=True)
+            return {k: float(v) for k, v in json.loads(out.read_text()).items()}
+
+    results = interleave(args.rounds, sides, measure)
+    report(results, sides, ("apply", "get", "watch event"))
 
 
 if __name__ == "__main__":
@@ -158,9 +207,16 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--events", type=int, default=2000)
+    parser.add_argument("--kr8s", action="store_true", help="also GET through kr8s's client")
+    parser.add_argument(
+        "--ab", metavar="COMMIT", help="also run COMMIT (own checkout and environment); ratios"
+    )
+    parser.add_argument("--json-out", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
     parsed = parser.parse_args()
     if parsed.serve:
         asyncio.run(serve(parsed.serve))
+    elif parsed.ab:
+        compare(parsed)
     else:
         anyio.run(main, parsed)

@@ -178,7 +178,7 @@ async def run_one(
     import anyio
 
     from gpustack_operator.runtime.logs import configure_logging
-    from gpustack_operator.sim.server import SimServer
+    from gpustack_sim.apiserver.server import SimServer
 
     configure_logging("warning")
     sim = SimServer(watch_history=events + 100)

@@ -33,7 +33,7 @@ from gpustack_operator.runtime.logs import configure_logging
 from gpustack_operator.runtime.manager import Manager, ManagerOptions, run_async
 from gpustack_operator.runtime.resources import CONFIGMAPS
 from gpustack_operator.runtime.workqueue import ShutDown, WorkQueue
-from gpustack_operator.sim.server import SimServer
+from gpustack_sim.apiserver.server import SimServer
 
 
 def rate(count: int, seconds: float) -> str:

@@ -18,6 +18,13 @@ every informer again and counts the writes for ``--resync`` seconds. Prints a Ma
 
     .venv/bin/python hack/bench_worker.py --nodes 100 1000
 
+``--ab COMMIT`` runs the worker child of COMMIT too (its own checkout and environment,
+``hack/abcompare.py``), interleaved with this tree's for ``--rounds`` rounds against the same
+simulated cluster (this tree's), and prints the median ratio of the worker's CPU, start-up CPU,
+wall time and peak RSS (this tree / COMMIT):
+
+    .venv/bin/python hack/bench_worker.py --nodes 5000 --resync 2 --ab main --rounds 3
+
 ``BENCH_WORKER_PROFILE=FILE`` writes a cProfile of the worker child to FILE;
 ``BENCH_WORKER_LOG_LEVEL=info`` shows its logs; ``BENCH_WORKER_TRACEMALLOC=FILE`` writes
 the 40 largest allocation sites (tracemalloc) at convergence to FILE.
@@ -39,9 +46,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from abcompare import Side, both, interleave, report, this_tree
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+# The worker child of an A/B run imports the project of the other side's checkout.
+sys.path.insert(0, os.environ.get("BENCH_WORKER_REPO") or str(REPO))
 
 CPUS = [  # vendor, family, model, name, cpu, memory (KiB), storage
     ("AMD", "25", "1", "AMD EPYC 7763 64-Core Processor", "64", "263781504Ki", "1Ti"),
@@ -262,12 +271,19 @@ async def reaction_latencies(cluster: Any, changes: int) -> dict[str, Any]:
 
 
 async def bench(
-    count: int, bound: float, resync: float, reaction: int = 0, resync_period: float = 0.0
+    count: int,
+    bound: float,
+    resync: float,
+    reaction: int = 0,
+    resync_period: float = 0.0,
+    worker: Side | None = None,
 ) -> dict[str, Any]:
+    """One run; the worker child runs from *worker*'s checkout and environment (default this
+    tree's)."""
     from gpustack_operator.domain.plan import apply_sim_devices
     from gpustack_operator.environment import load_manufacturers
     from gpustack_operator.runtime.logs import configure_logging
-    from gpustack_operator.simcluster.cluster import SimCluster
+    from gpustack_sim.cluster.cluster import SimCluster
 
     configure_logging("warning")
     nodes = mixed_nodes(count)
@@ -289,9 +305,10 @@ async def bench(
             desired["NodeFeature"] -= len(dm_features)  # the worker's NodeFeatures only
             cluster.sim.counters.reset()
             spawned = time.time()
+            side = worker or this_tree(sys.executable)
             child = await anyio.open_process(
                 [
-                    sys.executable,
+                    str(side.python),
                     __file__,
                     "--worker-child",
                     str(kubeconfig),
@@ -299,7 +316,8 @@ async def bench(
                     "--resync-period",
                     str(resync_period),
                 ],
-                cwd=REPO,
+                cwd=side.repo,
+                env={**os.environ, "BENCH_WORKER_REPO": str(side.repo)},
                 stdout=None,
                 stderr=None,
             )
@@ -395,11 +413,21 @@ def main() -> int:
         help="after convergence, time N single-node accelerator changes (remove, restore)",
     )
     parser.add_argument(
+        "--ab",
+        metavar="COMMIT",
+        help="also run COMMIT's worker (own checkout and environment), interleaved; print ratios",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="A/B rounds per size, each side once (default 3)"
+    )
+    parser.add_argument(
         "--worker-child", nargs=2, metavar=("KUBECONFIG", "REPORT"), help=argparse.SUPPRESS
     )
     args = parser.parse_args()
     if args.worker_child:
         return worker_child(args.worker_child[0], Path(args.worker_child[1]), args.resync_period)
+    if args.ab:
+        return compare(args)
     rows = []
     for count in args.nodes:
         row = anyio.run(bench, count, args.timeout, args.resync, args.reaction, args.resync_period)
@@ -416,6 +444,31 @@ def main() -> int:
                 f"ClusterQueue write p50 {x['queue_p50_s']:.2f} s, p99 {x['queue_p99_s']:.2f} s "
                 f"(edit -> Node updated p50 {x['node_p50_s']:.3f} s)\n"
             )
+    return 0
+
+
+AB_KEYS = ("cpu_s", "startup_cpu_s", "wall_s", "max_rss_mib")
+
+
+def compare(args: argparse.Namespace) -> int:
+    """A/B against ``--ab``: interleaved rounds per size, the median ratios printed."""
+    sides = both(args.ab, sys.executable)
+    summary = []
+    for count in args.nodes:
+
+        def measure(side: Side, count: int = count) -> dict[str, float]:
+            row = anyio.run(bench, count, args.timeout, args.resync, 0, args.resync_period, side)
+            if row["steady_writes"] or row["writes_per_object"] > 1.05:
+                print(f"ab: {side.name} wrote more than once per object: {json.dumps(row)}")
+            return {key: float(row[key]) for key in AB_KEYS}
+
+        print(f"ab: {count:,} nodes, {args.rounds} rounds", flush=True)
+        results = interleave(args.rounds, sides, measure)
+        summary.append(
+            {"nodes": count, "rounds": results, "ratios": report(results, sides, AB_KEYS)}
+        )
+    if args.json:
+        args.json.write_text(json.dumps(summary, indent=2))
     return 0
 
 

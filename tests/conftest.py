@@ -12,8 +12,8 @@ import pytest
 import structlog
 from hypothesis import HealthCheck, settings
 
-from gpustack_operator.sim.crds import stand_in_crds
-from gpustack_operator.sim.server import SimServer
+from gpustack_sim.apiserver.server import SimServer
+from gpustack_sim.standins.crds import stand_in_crds
 
 # Property tests judge the code, not the machine: a loaded 2-core CI box can make example
 # generation slow enough to trip Hypothesis' "too slow" health check, which is no defect.

@@ -3,7 +3,8 @@
 For each LocalQueue the worker made in the namespace: the pool's device and unit, the
 resource that counts (the device resource, or cpu for CPU-only pools), its quota, and what
 Kueue reports as reserved and in use in the ClusterQueue's status (docs/workloads.md,
-"Finding a pool"). Read-only.
+"Finding a pool"). Read-only: it reads a few objects, so it goes through kr8s's objects
+(``new_class``, ``api.get``) rather than the runtime's informers (docs/runtime.md, "Credentials").
 """
 
 from __future__ import annotations
@@ -16,14 +17,15 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpustack_operator.apis import KUEUE_GROUP, kueue_resources
-from gpustack_operator.commands.cluster_flags import add_connection_flags, connect
+from gpustack_operator.commands.cluster_flags import add_connection_flags
 from gpustack_operator.commands.policy_flags import add_policy_flags, policy_from_args
 from gpustack_operator.domain.nodeview import name_of
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.poolinfo import unit_text
 from gpustack_operator.domain.queues import is_owned
 from gpustack_operator.gateway.pools import pool_entry
-from gpustack_operator.runtime.client import ApiError
+from gpustack_operator.kubeconfig import KubeconfigError, close_kr8s, connect_kr8s
+from gpustack_operator.runtime.resources import Resource
 
 HOST_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 COLUMNS = ("LOCALQUEUE", "UNIT", "RESOURCE", "QUOTA", "RESERVED", "USED")
@@ -112,16 +114,33 @@ def render_table(rows: list[dict[str, Any]]) -> str:
     )
 
 
+async def served_versions(api: Any, group: str) -> list[str]:
+    """The versions of *group* the cluster serves (kr8s's discovery of API versions)."""
+    prefix = f"{group}/"
+    return [v.removeprefix(prefix) async for v in api.api_versions() if v.startswith(prefix)]
+
+
+async def list_objects(
+    api: Any, res: Resource, namespace: str | None = None
+) -> list[dict[str, Any]]:
+    """Every object of *res* (in *namespace*) as plain dicts, through a kr8s object class."""
+    from kr8s.asyncio.objects import new_class
+
+    kind = new_class(res.kind, res.api_version, namespaced=res.namespaced, plural=res.plural)
+    return [obj.raw.to_dict() async for obj in api.async_get(kind, namespace=namespace)]
+
+
 async def fetch_queues(
     args: argparse.Namespace, policy: ChainPolicy
 ) -> tuple[list[Any], list[Any]] | str:
     """Every ClusterQueue and the namespace's LocalQueues in the Kueue version *policy*
     chooses, or why they cannot be read."""
-    client = await connect(args)
-    if client is None:
-        return "cannot connect to the cluster"
     try:
-        served = await client.served_versions(KUEUE_GROUP)
+        api = await connect_kr8s(args.kubeconfig, args.context)
+    except KubeconfigError as exc:  # one line naming the file and the fix
+        return f"cannot connect to the cluster: {exc}"
+    try:
+        served = await served_versions(api, KUEUE_GROUP)
         version = policy.kueue_version_among(served)
         if version is None:
             if served:
@@ -131,13 +150,13 @@ async def fetch_queues(
                 )
             return "Kueue is not installed in this cluster: install Kueue, then the worker"
         kueue = kueue_resources(version)
-        cluster_queues = (await client.list_all(kueue.cluster_queues)).items
-        local_queues = (await client.list_all(kueue.local_queues, args.namespace)).items
+        cluster_queues = await list_objects(api, kueue.cluster_queues)
+        local_queues = await list_objects(api, kueue.local_queues, args.namespace)
         return cluster_queues, local_queues
-    except ApiError as err:
-        return f"cannot read the queues: {err}"
+    except Exception as exc:  # kr8s's ServerError, httpx's transport errors
+        return f"cannot read the queues: {exc}"
     finally:
-        await client.close()
+        await close_kr8s(api)
 
 
 def run_queues(args: argparse.Namespace) -> int:

@@ -37,8 +37,8 @@ from gpustack_operator.environment import load_group_id_with_memory
 from gpustack_operator.render import FORMATS, render
 
 if TYPE_CHECKING:
-    from gpustack_operator.sim.server import SimServer
-    from gpustack_operator.simcluster.cluster import SimCluster
+    from gpustack_sim.apiserver.server import SimServer
+    from gpustack_sim.cluster.cluster import SimCluster
 
 log = structlog.get_logger(__name__)
 
@@ -195,13 +195,13 @@ def _error(message: str, code: int) -> int:
 
 
 def missing_simulator() -> str | None:
-    """Why the simulator cannot run in this installation, or None when it can: the wheel and
-    the production image hold neither its modules nor the CEL binding (docs/simulator.md,
-    "Where it runs")."""
+    """Why the simulator cannot run in this installation, or None when it can: it is a
+    distribution of its own (gpustack-sim, ``sim/`` in the repository), which neither the
+    wheel nor the production image holds (docs/simulator.md, "Where it runs")."""
     missing = [
         name
         for name, module in (
-            ("the simulator's modules", "gpustack_operator.simcluster"),
+            ("the gpustack-sim distribution", "gpustack_sim"),
             ("the CEL binding (common-expression-language)", "cel"),
         )
         if importlib.util.find_spec(module) is None
@@ -209,9 +209,10 @@ def missing_simulator() -> str | None:
     if not missing:
         return None
     return (
-        f"this installation has no simulator ({' and '.join(missing)} missing): the "
-        "production image and the wheel leave it out. Run it from a clone of the repository: "
-        "`make demo`, or `make install` then `.venv/bin/gpustack-operator sim ...`"
+        f"this installation has no simulator ({' and '.join(missing)} missing): it is a "
+        "distribution of its own, which the production image and the wheel leave out. Run it "
+        "from a clone of the repository: `make demo`, or `make install` then "
+        "`.venv/bin/gpustack-operator sim ...` (or `pip install ./sim` beside this install)"
     )
 
 
@@ -250,7 +251,7 @@ def run(args: argparse.Namespace) -> int:
 def with_stand_ins(crds: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """*crds* plus a stand-in for each Kueue/NFD CRD they do not bring (docs/simulator.md,
     "Stand-in CRDs"): ``sim`` serves the operator's kinds from a fresh clone."""
-    from gpustack_operator.sim.crds import stand_in_crds
+    from gpustack_sim.standins.crds import stand_in_crds
 
     given = {crd["metadata"]["name"] for crd in crds if isinstance(crd.get("metadata"), dict)}
     return [*crds, *(c for c in stand_in_crds() if c["metadata"]["name"] not in given)]
@@ -259,7 +260,7 @@ def with_stand_ins(crds: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def with_pool_stand_ins(crds: list[dict[str, Any]], provisioning: bool) -> list[dict[str, Any]]:
     """*crds* plus stand-ins of the pool kinds (and with *provisioning* of the
     ProvisioningRequest kinds) they do not bring (docs/autoscaling.md)."""
-    from gpustack_operator.sim.crds import autoscaling_stand_in_crds
+    from gpustack_sim.standins.crds import autoscaling_stand_in_crds
 
     given = {crd["metadata"]["name"] for crd in crds if isinstance(crd.get("metadata"), dict)}
     extra = autoscaling_stand_in_crds(provisioning)
@@ -271,8 +272,8 @@ def build_cluster(args: argparse.Namespace, crds: list[dict[str, Any]]) -> SimCl
 
     Raises ``PlanInputError`` or ``ValueError`` naming what is wrong with the input.
     """
-    from gpustack_operator.sim.authn import TokenAuthenticator
-    from gpustack_operator.simcluster.cluster import SimCluster
+    from gpustack_sim.apiserver.authn import TokenAuthenticator
+    from gpustack_sim.cluster.cluster import SimCluster
 
     dump = read_cluster_input(args.cluster)
     nodes, found, slices, pools = dump.nodes, dump.namespaces, dump.slices, dump.pools
@@ -322,7 +323,7 @@ async def run_cluster(
     cluster: SimCluster, args: argparse.Namespace, kubeconfig: Path | None
 ) -> int:
     """Start *cluster*, wait for convergence, print the chain; with *kubeconfig*, serve on."""
-    from gpustack_operator.simcluster.cluster import NotConverged
+    from gpustack_sim.cluster.cluster import NotConverged
 
     with _stop_on_signals() as stop:
         try:
@@ -368,7 +369,7 @@ async def _converge_and_print(
     sys.stdout.write(render(chain, args.output, cluster.manufacturers))
     sys.stdout.flush()
     if getattr(args, "demo_jobs", False):
-        from gpustack_operator.commands.demojobs import run_demo_jobs
+        from gpustack_sim.demojobs import run_demo_jobs
 
         try:
             sys.stdout.write("\n" + await run_demo_jobs(cluster, args.timeout))
@@ -394,7 +395,7 @@ async def _converge_and_print(
 
 def serving_summary(url: str, kubeconfig: Path, crds: list[dict[str, Any]]) -> str:
     """What ``sim --serve`` serves, how to seed it and where the kubeconfig is."""
-    from gpustack_operator.sim.crds import is_stand_in
+    from gpustack_sim.standins.crds import is_stand_in
 
     stand_ins = sorted(c["spec"]["names"]["kind"] for c in crds if is_stand_in(c))
     real = sorted(c["spec"]["names"]["kind"] for c in crds if not is_stand_in(c))
@@ -435,8 +436,8 @@ async def serve_empty(
 ) -> int:
     """``--serve`` alone: an empty cluster (CRDs, NFD and Kueue stand-ins) until
     SIGINT/SIGTERM, over HTTPS with its own CA unless *tls* is off; exit code."""
-    from gpustack_operator.sim.authn import TokenAuthenticator
-    from gpustack_operator.sim.server import SimServer
+    from gpustack_sim.apiserver.authn import TokenAuthenticator
+    from gpustack_sim.apiserver.server import SimServer
 
     # Over TLS the kubeconfig carries the administrator's certificate, so authentication and
     # RBAC can be on as in a real cluster (docs/simulator.md, "TLS and client certificates").
@@ -463,12 +464,12 @@ async def _serve_started(
 ) -> int:
     """Load the CRDs, run the NFD, Kueue, ServiceAccount, Pod lifecycle and Deployment and
     ReplicaSet stand-ins, write the kubeconfig, and wait for *stop*."""
-    from gpustack_operator.sim.deployments import DeploymentStandIn, ReplicaSetStandIn
-    from gpustack_operator.sim.errors import ApiError
-    from gpustack_operator.sim.kueue import KueueStandIn
-    from gpustack_operator.sim.nfdmaster import NfdMaster
-    from gpustack_operator.sim.podlifecycle import PodLifecycleStandIn
-    from gpustack_operator.sim.serviceaccounts import ServiceAccountStandIn
+    from gpustack_sim.apiserver.errors import ApiError
+    from gpustack_sim.standins.deployments import DeploymentStandIn, ReplicaSetStandIn
+    from gpustack_sim.standins.kueue import KueueStandIn
+    from gpustack_sim.standins.nfdmaster import NfdMaster
+    from gpustack_sim.standins.podlifecycle import PodLifecycleStandIn
+    from gpustack_sim.standins.serviceaccounts import ServiceAccountStandIn
 
     try:
         sim.load_crds(crds)

@@ -238,10 +238,15 @@ class DeviceManagerAgent:
         """The NodeFeature is right but the Node lost some of its labels: rewrite it so NFD
         applies them again (docs/worker.md, "Label repair")."""
         marked = repair_request(node, desired, current, publisher=PUBLISHER)
-        if marked is not None:
+        if marked is None:
+            return
+        try:
             await self.manager.client.apply(
                 NODE_FEATURES, marked, field_manager=FIELD_MANAGER, force=True
             )
+        except Exception:
+            self.taken.mark(self.node_name)  # the retry compares again
+            raise
 
     async def refresh_metrics(self) -> None:
         """Read live device metrics off the event loop for the next ``/metrics`` scrapes."""

@@ -4,7 +4,7 @@ Nodes with the ``sim.gpustack.ai/devices`` annotation (docs/simulator.md) get wh
 simulated device manager and kubelet would give them (device labels, allocatable cards); the
 domain's :func:`desired_state` then computes the chain, and every node is explained
 (docs/plan.md). Pure, like the rest of the domain: the annotation's format is
-``domain/simdevices.py``; the simulator (``sim/``, ``simcluster/``) is never imported.
+``domain/simdevices.py``; the simulator (``gpustack_sim``) is never imported.
 """
 
 from __future__ import annotations

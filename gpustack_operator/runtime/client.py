@@ -1,9 +1,9 @@
 """Kubernetes API access: one client per process, plain-dict objects, typed errors.
 
-``runtime.credentials`` reads the configuration and credentials (kubeconfig / ``--context`` /
-``KUBECONFIG`` / ``~/.kube/config`` / in-cluster service account, exec plugins, token
-re-reads); every request and watch then goes over ``runtime.transport`` (aiohttp) with the
-kubeconfig's TLS settings, proxy and token.
+``runtime.credentials`` (kr8s) reads the configuration and credentials (kubeconfig /
+``--context`` / ``KUBECONFIG`` / ``~/.kube/config`` / in-cluster service account, exec plugins,
+token re-reads); every request and watch then goes over ``runtime.transport`` (aiohttp) with
+the kubeconfig's TLS settings, proxy and token (docs/performance.md says why aiohttp).
 
 What this module adds over raw HTTP (the errors live in ``runtime.errors`` and are
 re-exported here):
@@ -14,6 +14,11 @@ re-exported here):
   for its head and then an inactivity timeout of its own (:class:`WatchStalled`);
 - ``rest_client_requests_total`` / ``rest_client_request_duration_seconds`` metrics;
 - an optional client-side QPS/burst limiter, as client-go has;
+- the write fence of a leader-only write (``fence=``), checked by the transport once the
+  connection is ready, after the limiter and every other wait (docs/runtime.md, "Write
+  fence");
+- every answer typed, whatever its body holds: not JSON, nested too deeply or of the wrong
+  shape is an :class:`ApiError` (reason ``InvalidResponse``), never a ``TypeError``;
 - no retries, except one after re-reading credentials on 401: callers (the informer, the
   work queue) own retry policy, so a failure is never retried twice over.
   ``TooManyRequests.retry_after`` carries the server's ``Retry-After``.
@@ -63,7 +68,8 @@ from .errors import (
     error_from_response,
     error_from_status,
 )
-from .jsondecode import decode_object
+from .fence import WriteFence
+from .jsondecode import decode_object, loads
 from .metrics import REST_CLIENT_LATENCY, REST_CLIENT_REQUESTS
 from .resources import Resource
 from .transport import Answer, Limits, StreamedAnswer, Transport
@@ -133,7 +139,8 @@ class WatchEvent:
     @property
     def resource_version(self) -> str:
         """The object's resourceVersion: where a re-watch resumes after this event."""
-        return str(self.object.get("metadata", {}).get("resourceVersion") or "")
+        meta = self.object.get("metadata")
+        return str(meta.get("resourceVersion") or "") if isinstance(meta, dict) else ""
 
 
 class WatchStream:
@@ -181,7 +188,7 @@ class WatchStream:
     @staticmethod
     def _decode(line: bytes) -> WatchEvent:
         try:
-            raw = json.loads(line)
+            raw = loads(line)
         except ValueError as exc:
             raise ApiError(
                 f"undecodable watch event: {line[:200]!r}", reason="InvalidWatchEvent"
@@ -195,7 +202,12 @@ class WatchStream:
                 obj if isinstance(obj, dict) else None,
                 fallback_message="watch ERROR event without a Status",
             )
-        if kind not in WATCH_EVENT_TYPES or not isinstance(obj, dict):
+        if (
+            not isinstance(kind, str)  # a list or an object is no set member
+            or kind not in WATCH_EVENT_TYPES
+            or not isinstance(obj, dict)
+            or not isinstance(obj.get("metadata", {}), dict)
+        ):
             raise ApiError(f"malformed watch event: {line[:200]!r}", reason="InvalidWatchEvent")
         return WatchEvent(str(kind), obj)
 
@@ -273,14 +285,16 @@ class Client:
         timeout: float = DEFAULT_TIMEOUT,  # noqa: ASYNC109 - per-request timeout, kept by the client
         watch_inactivity_timeout: float | None = DEFAULT_WATCH_INACTIVITY_TIMEOUT,
         limits: Limits | None = None,
+        credentials: Credentials | None = None,
     ) -> Client:
-        """Load credentials and check the server answers ``/version``.
+        """Load credentials (unless given) and check the server answers ``/version``.
 
         Credentials come from *kubeconfig* (a path, or ``a:b`` paths), else ``KUBECONFIG``,
         else ``~/.kube/config``, else the in-cluster service account; *context* picks a
         kubeconfig context (``runtime.credentials``).
         """
-        credentials = await load_credentials(kubeconfig, context)
+        if credentials is None:
+            credentials = await load_credentials(kubeconfig, context)
         client = cls(
             credentials,
             qps=qps,
@@ -346,10 +360,16 @@ class Client:
         body: Any = None,
         content_type: str = _JSON_CONTENT_TYPE,
         stream: bool = False,
+        fence: WriteFence | None = None,
     ) -> AsyncIterator[Answer | StreamedAnswer]:
         """One HTTP exchange for *path* (already percent-encoded), with limiter, metrics,
         typed errors and one re-read of credentials on 401 (never on 403: RBAC denying one
         request must not rebuild anything).
+
+        *fence* (a leader-only write's) is checked by the transport once the connection is
+        ready: after the limiter, a credential refresh and connection set-up, before any
+        byte is sent, on each attempt. A closed fence raises ``LeaseNotHeld`` and nothing
+        is sent (docs/runtime.md, "Write fence").
 
         A one-shot exchange (the answer read whole) must finish within the client's timeout;
         a stream (a watch) must deliver its head within it and then has no deadline: the
@@ -358,7 +378,8 @@ class Client:
         if self._limiter is not None:
             await self._limiter.acquire()
         target = f"{path}?{urlencode(params, quote_via=quote)}" if params else path
-        payload = json.dumps(body, separators=(",", ":")).encode() if body is not None else None
+        payload = _encoded(method, path, body) if body is not None else None
+        before_send = functools.partial(fence.check, f"{method} {path}") if fence else None
         started = self._clock()
         code = "<error>"
         async with contextlib.AsyncExitStack() as stack:
@@ -376,10 +397,14 @@ class Client:
                         async with asyncio.timeout(self._timeout):  # see WatchStream._next_line
                             if stream:
                                 answer = await exchange.enter_async_context(
-                                    transport.stream(method, target, headers)
+                                    transport.stream(
+                                        method, target, headers, before_send=before_send
+                                    )
                                 )
                             else:
-                                answer = await transport.request(method, target, headers, payload)
+                                answer = await transport.request(
+                                    method, target, headers, payload, before_send=before_send
+                                )
                     except TimeoutError as exc:
                         raise ApiUnavailable(
                             f"{method} {path}: no answer within {self._timeout:g}s",
@@ -429,7 +454,9 @@ class Client:
             self._transport_tls_generation = credentials.tls_generation
             self._transport = Transport(
                 server,
-                ssl_context=credentials.ssl_context() if server.startswith("https:") else True,
+                ssl_context=(await credentials.ssl_context())
+                if server.startswith("https:")
+                else True,
                 server_hostname=credentials.tls_server_name,
                 proxy=credentials.proxy,
                 limits=self.limits,
@@ -471,6 +498,7 @@ class Client:
         params: Mapping[str, str] | None = None,
         body: Any = None,
         content_type: str = _JSON_CONTENT_TYPE,
+        fence: WriteFence | None = None,
     ) -> JSON:
         """A non-streaming request on *res*, returning the decoded JSON object."""
         async with self._call(
@@ -479,6 +507,7 @@ class Client:
             params=params,
             body=body,
             content_type=content_type,
+            fence=fence,
         ) as answer:
             return await _decode_large_object(answer)
 
@@ -511,9 +540,11 @@ class Client:
         elif resource_version is not None:
             params["resourceVersion"] = resource_version
         data = await self._json("GET", res, namespace=namespace, params=params)
-        raw_items = data.get("items") or []
-        items = [_with_type(res, item) for item in raw_items if isinstance(item, dict)]
-        meta = data.get("metadata") or {}
+        raw_items = _field(data, "items", list, f"a LIST of {res.kind}")
+        if not all(_is_object(item) for item in raw_items):
+            raise _shape_error(f"a LIST of {res.kind} holds an item that is not an object")
+        items = [_with_type(res, item) for item in raw_items]
+        meta = _field(data, "metadata", dict, f"a LIST of {res.kind}")
         return ListResult(
             items=items,
             resource_version=str(meta.get("resourceVersion") or ""),
@@ -597,10 +628,18 @@ class Client:
             finally:
                 await stream.aclose()
 
-    async def create(self, res: Resource, body: JSON, namespace: str | None = None) -> JSON:
-        """POST a new object; raises :class:`AlreadyExists` when the name is taken."""
+    async def create(
+        self,
+        res: Resource,
+        body: JSON,
+        namespace: str | None = None,
+        *,
+        fence: WriteFence | None = None,
+    ) -> JSON:
+        """POST a new object; raises :class:`AlreadyExists` when the name is taken. *fence*:
+        a leader-only write, sent only while it holds (see :meth:`_call`)."""
         ns = namespace or _namespace_of(res, body)
-        return await self._json("POST", res, namespace=ns, body=_typed_body(res, body))
+        return await self._json("POST", res, namespace=ns, body=_typed_body(res, body), fence=fence)
 
     async def replace(self, res: Resource, body: JSON, *, subresource: str | None = None) -> JSON:
         """PUT the whole object (optimistic concurrency on ``metadata.resourceVersion``)."""
@@ -621,11 +660,13 @@ class Client:
         field_manager: str,
         force: bool = False,
         subresource: str | None = None,
+        fence: WriteFence | None = None,
     ) -> JSON:
         """Server-side apply *body* as *field_manager* (create-or-update of the fields we own).
 
         ``force`` takes over fields another manager owns; use it only for fields that are
-        ours by design. Apply ``/status`` with ``subresource="status"``.
+        ours by design. Apply ``/status`` with ``subresource="status"``. *fence*: a
+        leader-only write, sent only while it holds (see :meth:`_call`).
         """
         params = {"fieldManager": field_manager}
         if force:
@@ -639,6 +680,7 @@ class Client:
             params=params,
             body=_typed_body(res, body),
             content_type=_APPLY_CONTENT_TYPE,
+            fence=fence,
         )
 
     async def patch(
@@ -651,8 +693,10 @@ class Client:
         patch_type: PatchType = "merge",
         subresource: str | None = None,
         field_manager: str | None = None,
+        fence: WriteFence | None = None,
     ) -> JSON:
-        """PATCH with a JSON merge patch (dict), JSON patch (list) or strategic merge patch."""
+        """PATCH with a JSON merge patch (dict), JSON patch (list) or strategic merge patch.
+        *fence*: a leader-only write, sent only while it holds (see :meth:`_call`)."""
         if patch_type not in _PATCH_CONTENT_TYPES:
             raise ValueError(f"unknown patch type {patch_type!r}: use merge, json or strategic")
         params = {"fieldManager": field_manager} if field_manager else None
@@ -665,6 +709,7 @@ class Client:
             params=params,
             body=patch,
             content_type=_PATCH_CONTENT_TYPES[patch_type],
+            fence=fence,
         )
 
     async def delete(
@@ -675,6 +720,7 @@ class Client:
         *,
         preconditions: Mapping[str, str] | None = None,
         propagation_policy: str | None = None,
+        fence: WriteFence | None = None,
     ) -> JSON:
         """DELETE an object; raises :class:`NotFound` when it is already gone.
 
@@ -682,6 +728,7 @@ class Client:
         :class:`Conflict` if the object was replaced or changed meanwhile.
         *propagation_policy* is ``Foreground``, ``Background`` or ``Orphan``. Returns what the
         server answered: the object (still there while finalizers run) or a ``Status``.
+        *fence*: a leader-only write, sent only while it holds (see :meth:`_call`).
         """
         options: JSON = {}
         if preconditions:
@@ -689,7 +736,9 @@ class Client:
         if propagation_policy:
             options["propagationPolicy"] = propagation_policy
         body = {"apiVersion": "v1", "kind": "DeleteOptions", **options} if options else None
-        return await self._json("DELETE", res, namespace=namespace, name=name, body=body)
+        return await self._json(
+            "DELETE", res, namespace=namespace, name=name, body=body, fence=fence
+        )
 
     async def served_versions(self, group: str) -> builtins.list[str]:
         """The versions the server serves for API *group*, preferred first; [] if unserved.
@@ -698,18 +747,20 @@ class Client:
         """
         if not group:
             async with self._call("GET", "/api") as answer:
-                return [str(v) for v in _decode_object(answer).get("versions") or []]
+                listed = _field(_decode_object(answer), "versions", list, "the core API's versions")
+                return [str(v) for v in listed if isinstance(v, str)]
         try:
             async with self._call("GET", f"/apis/{_segment(group)}") as answer:
                 data = _decode_object(answer)
         except NotFound:
             return []
+        what = f"API group {group}"
         versions = [
             str(v["version"])
-            for v in data.get("versions") or []
+            for v in _field(data, "versions", list, what)
             if isinstance(v, dict) and v.get("version")
         ]
-        preferred = (data.get("preferredVersion") or {}).get("version")
+        preferred = _field(data, "preferredVersion", dict, what).get("version")
         if preferred in versions:
             versions.remove(preferred)
             versions.insert(0, preferred)
@@ -785,7 +836,7 @@ async def _decode_large_object(answer: Answer | StreamedAnswer) -> JSON:
 def _decode_object(answer: Answer | StreamedAnswer) -> JSON:
     """Decode a JSON object body; anything else is a protocol error, not a crash."""
     try:
-        data = json.loads(answer.content)
+        data = loads(answer.content)
     except ValueError as exc:
         raise ApiError(
             f"the API server answered {answer.status_code} with a body that is not JSON",
@@ -803,6 +854,42 @@ def _ensure_object(answer: Answer | StreamedAnswer, data: Any) -> JSON:
             reason="InvalidResponse",
         )
     return data
+
+
+def _encoded(method: str, path: str, body: Any) -> bytes:
+    """*body* as compact JSON; a body JSON cannot hold (nested too deeply, say, when it
+    echoes an object the server sent) is refused as :class:`UnsendableRequest`."""
+    try:
+        return json.dumps(body, separators=(",", ":")).encode()
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise UnsendableRequest(
+            f"{method} {path}: the request body cannot be encoded as JSON ({exc}); nothing "
+            "was sent",
+            reason="UnsendableRequest",
+        ) from exc
+
+
+def _shape_error(what: str) -> ApiError:
+    return ApiError(
+        f"the API server answered with {what}; retrying (check the server or a proxy between)",
+        reason="InvalidResponse",
+    )
+
+
+def _field(data: JSON, key: str, kind: type[Any], what: str) -> Any:
+    """``data[key]`` if it is a *kind* (an empty one when absent or null); any other value
+    is a typed error, never a ``TypeError`` later on."""
+    value = data.get(key)
+    if value is None:
+        return kind()
+    if not isinstance(value, kind):
+        raise _shape_error(f"{what} whose {key} is a {type(value).__name__}")
+    return value
+
+
+def _is_object(item: Any) -> bool:
+    """An API object as a list holds it: a JSON object whose metadata, if any, is one too."""
+    return isinstance(item, dict) and isinstance(item.get("metadata", {}), dict)
 
 
 def _with_type(res: Resource, obj: JSON) -> JSON:

@@ -8,10 +8,11 @@ an HTTP library's exception.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from typing import Any
+
+from .jsondecode import loads
 
 __all__ = [
     "AlreadyExists",
@@ -156,6 +157,22 @@ def _parse_retry_after(value: str | None) -> float | None:
     return seconds if math.isfinite(seconds) and seconds >= 0 else None
 
 
+def _text(value: Any) -> str:
+    """A Status string field; anything else (a number, a nested object) is left out."""
+    return value if isinstance(value, str) else ""
+
+
+def _seconds(value: Any) -> float | None:
+    """``details.retryAfterSeconds`` when it is a finite, non-negative number."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        seconds = float(value)
+    except OverflowError:  # an integer beyond a float
+        return None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
 def error_from_status(
     code: int,
     status: Mapping[str, Any] | None,
@@ -171,11 +188,11 @@ def error_from_status(
     body: Mapping[str, Any] = status if isinstance(status, Mapping) else {}
     details = body.get("details")
     details = details if isinstance(details, Mapping) else {}
-    reason = str(body.get("reason") or "")
-    message = str(body.get("message") or fallback_message or f"HTTP {code} {reason}".strip())
+    reason = _text(body.get("reason"))
+    message = _text(body.get("message")) or fallback_message or f"HTTP {code} {reason}".strip()
     retry_after = _parse_retry_after(retry_after_header)
-    if retry_after is None and isinstance(details.get("retryAfterSeconds"), int | float):
-        retry_after = float(details["retryAfterSeconds"])
+    if retry_after is None:
+        retry_after = _seconds(details.get("retryAfterSeconds"))
     cls: type[ApiError]
     if code == 409 and reason == "AlreadyExists":
         cls = AlreadyExists
@@ -191,8 +208,8 @@ def error_from_response(
 ) -> ApiError:
     """Typed error for an HTTP error answer whose body (a ``Status``, usually) was read."""
     try:
-        body = json.loads(content)
-    except ValueError:
+        body = loads(content)
+    except ValueError:  # not JSON, or nested too deeply to read
         body = None
     text = content.decode("utf-8", "replace").strip()[:500]
     return error_from_status(

@@ -26,7 +26,7 @@ import structlog
 
 from gpustack_operator.runtime import metrics
 from gpustack_operator.runtime.client import ApiError, NotFound
-from gpustack_operator.runtime.fence import WriteFence
+from gpustack_operator.runtime.fence import LeaseNotHeld, WriteFence
 from gpustack_operator.runtime.resources import EVENTS, Resource
 
 __all__ = ["EventClient", "EventRecorder", "EventType"]
@@ -43,9 +43,17 @@ SPAM_QPS = 1.0 / 300.0
 
 
 class EventClient(Protocol):
-    """The verbs the recorder needs (``Client`` provides them)."""
+    """The verbs the recorder needs (``Client`` provides them); *fence* is checked at the
+    last moment before the request is sent (docs/runtime.md, "Write fence")."""
 
-    async def create(self, res: Resource, body: JSON, namespace: str | None = None) -> JSON: ...
+    async def create(
+        self,
+        res: Resource,
+        body: JSON,
+        namespace: str | None = None,
+        *,
+        fence: WriteFence | None = None,
+    ) -> JSON: ...
 
     async def patch(
         self,
@@ -54,6 +62,7 @@ class EventClient(Protocol):
         patch: JSON | list[Any],
         *,
         namespace: str | None = None,
+        fence: WriteFence | None = None,
     ) -> JSON: ...
 
 
@@ -202,6 +211,9 @@ class EventRecorder:
         async for pending in self._receive:
             try:
                 await self._write(pending)
+            except LeaseNotHeld:  # the fence closed while the event waited to be sent
+                metrics.EVENTS_DROPPED.labels("not_leader").inc()
+                log.debug("event dropped: the Lease is not known held", reason=pending.reason)
             except Exception as err:  # an Event is best-effort: never stop the manager for one
                 metrics.EVENTS_DROPPED.labels("write_failed").inc()
                 log.warning(
@@ -250,6 +262,7 @@ class EventRecorder:
                         },
                     },
                     namespace=seen.namespace,
+                    fence=self.fence,
                 )
                 self._seen.move_to_end(identity)
                 self.written += 1
@@ -272,7 +285,7 @@ class EventRecorder:
             "lastTimestamp": stamp,
             "count": 1,
         }
-        await self.client.create(EVENTS, body, namespace)
+        await self.client.create(EVENTS, body, namespace, fence=self.fence)
         self.written += 1
         self._seen[identity] = _Seen(name, namespace, 1)
         while len(self._seen) > self._cache_size:

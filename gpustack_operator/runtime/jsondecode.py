@@ -8,6 +8,10 @@ decodes the top-level object key by key and the ``items`` array item by item
 seconds. Bodies under :data:`INCREMENTAL_BYTES` are decoded in one call. What still holds the
 loop in one piece is the UTF-8 decoding of the whole body into one string (about 1 ms per
 10 MiB, several when that memory is touched for the first time).
+
+Both decoders here report every undecodable body as ``ValueError``, nesting too deep for the
+decoder (a ``RecursionError`` from ``json``) included, so the client maps any body to its
+own typed error (docs/runtime.md, "Failure types").
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from typing import Any, Final
 import anyio
 import anyio.lowlevel
 
-__all__ = ["INCREMENTAL_BYTES", "decode_object"]
+__all__ = ["INCREMENTAL_BYTES", "decode_object", "loads"]
 
 INCREMENTAL_BYTES: Final = 256 * 1024
 """Bodies at least this large are decoded incrementally (smaller ones take well under 1 ms)."""
@@ -40,6 +44,15 @@ def _expect(text: str, at: int, char: str) -> int:
     return _skip(text, at + 1)
 
 
+def loads(body: bytes | str) -> Any:
+    """``json.loads``, raising ``ValueError`` for nesting too deep to decode as for any other
+    invalid JSON (``json`` raises ``RecursionError`` there)."""
+    try:
+        return json.loads(body)
+    except RecursionError as exc:
+        raise ValueError("the JSON nests too deeply to decode") from exc
+
+
 async def decode_object(
     body: bytes | str,
     *,
@@ -48,6 +61,13 @@ async def decode_object(
 ) -> Any:
     """Decode *body* (UTF-8 JSON), yielding to the event loop every *budget* seconds while it
     decodes a large object's ``items``. Raises ``ValueError`` on invalid JSON."""
+    try:
+        return await _decode(body, budget, clock)
+    except RecursionError as exc:
+        raise ValueError("the JSON nests too deeply to decode") from exc
+
+
+async def _decode(body: bytes | str, budget: float, clock: Callable[[], float]) -> Any:
     if len(body) < INCREMENTAL_BYTES:
         return json.loads(body)
     text = body.decode("utf-8") if isinstance(body, bytes) else body

@@ -1,9 +1,11 @@
-"""Find, read and check kubeconfig files as kubectl does; every failure is one line naming the
-file and the fix (docs/configuration.md, "Kubeconfig errors").
+"""Find and check kubeconfig files as kubectl does before kr8s reads them; every failure is
+one line naming the file and the fix (docs/configuration.md, "Kubeconfig errors").
 
-A garbage file must not surface as a yaml ``ParserError`` repr, an empty one as a
-``TypeError``, a file without ``current-context`` as a bare ``KeyError``: :func:`locate`
-checks the files before :mod:`.credentials` reads credentials from them.
+What kr8s 0.20 lacks and this covers: its ``KubeConfigSet`` silently drops a file it cannot
+parse (a garbage, empty or unreadable file is skipped, and with none left the message is "No
+valid kubeconfig provided"), and an unknown context is "No such context X", naming neither the
+files nor the contexts they have. :func:`locate` checks the files first, so every such failure
+names the file and the fix; :mod:`.credentials` then hands the chosen files and context to kr8s.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any, Final
 import yaml
 
 __all__ = [
-    "IN_CLUSTER_TOKEN",
+    "SERVICE_ACCOUNT_DIR",
     "KubeconfigError",
     "Located",
     "choose_context",
@@ -26,7 +28,9 @@ __all__ = [
     "read_kubeconfig_file",
 ]
 
-IN_CLUSTER_TOKEN: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+SERVICE_ACCOUNT_DIR: Path = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+"""The in-cluster service account's files (``token``, ``ca.crt``); read at each call, so a
+test can point it elsewhere."""
 
 _PASS_ANOTHER: Final = "or pass another file with --kubeconfig"
 
@@ -171,7 +175,7 @@ def locate(
     *,
     env: Mapping[str, str] | None = None,
     home: Path | None = None,
-    in_cluster_token: Path = IN_CLUSTER_TOKEN,
+    in_cluster_token: Path | None = None,
 ) -> Located:
     """Pick and check the kubeconfig as kubectl does: ``--kubeconfig``, else ``KUBECONFIG``
     (files that do not exist are skipped, as kubectl does), else ``~/.kube/config``, else the
@@ -191,7 +195,7 @@ def locate(
         default = (home if home is not None else Path.home()) / ".kube" / "config"
         files = [default] if default.exists() else []
     if not files:
-        if in_cluster_token.exists():
+        if (in_cluster_token or SERVICE_ACCOUNT_DIR / "token").exists():
             return Located((), context)
         raise KubeconfigError(
             "no kubeconfig: --kubeconfig not given, KUBECONFIG unset, ~/.kube/config missing, "

@@ -10,11 +10,15 @@ The leader that cannot renew within ``renew_deadline`` (or sees another holder) 
 non-zero, as controller-runtime does, since its controllers may have stopped half-way.
 On a clean stop (cancellation while leading) the Lease is released — holder emptied and
 duration set to 1 s — so a standby takes over at its next retry instead of after expiry.
+
+An answer the elector cannot read (the client's typed errors, or a Lease whose spec is not
+a coordination.k8s.io/v1 LeaseSpec) is a failed attempt like any other: a candidate tries
+again, a leader keeps trying until ``renew_deadline`` and then stops leading
+(docs/runtime.md, "Leader election").
 """
 
 from __future__ import annotations
 
-import copy
 import math
 import random
 import socket
@@ -39,6 +43,7 @@ __all__ = [
     "LeaderElector",
     "LeaseClient",
     "default_identity",
+    "lease_spec",
 ]
 
 log = structlog.get_logger(__name__)
@@ -98,6 +103,43 @@ class LeaseClient(Protocol):
     async def replace(
         self, res: Resource, body: JSON, *, subresource: str | None = None
     ) -> JSON: ...
+
+
+_INT32_MAX = 2**31 - 1
+_INTEGER_FIELDS = ("leaseDurationSeconds", "leaseTransitions")
+
+
+def lease_spec(lease: JSON) -> JSON:
+    """The ``spec`` of *lease*, checked: an object of scalar fields whose ``holderIdentity``
+    is a string and whose durations and counts are int32 (the LeaseSpec's types). Anything
+    else raises :class:`ApiError` (reason ``InvalidLease``): the elector never works on a
+    record it cannot read."""
+    spec = lease.get("spec")
+    if spec is None:
+        spec = {}
+    if not isinstance(spec, dict) or not isinstance(lease.get("metadata", {}), dict):
+        raise _invalid("its spec or metadata is not an object")
+    for key, value in spec.items():
+        if value is not None and not isinstance(value, str | int | float | bool):
+            raise _invalid(f"spec.{key} is not a scalar")
+    holder = spec.get("holderIdentity")
+    if holder is not None and not isinstance(holder, str):
+        raise _invalid("spec.holderIdentity is not a string")
+    for key in _INTEGER_FIELDS:
+        value = spec.get(key)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _INT32_MAX
+        ):
+            raise _invalid(f"spec.{key} is not an int32")
+    return dict(spec)
+
+
+def _invalid(why: str) -> ApiError:
+    return ApiError(
+        f"the API server answered with a Lease the elector cannot read: {why}; treating it "
+        "as a failed attempt",
+        reason="InvalidLease",
+    )
 
 
 def _micro_time(now: datetime) -> str:
@@ -241,17 +283,21 @@ class LeaderElector:
             }
             try:
                 created = await self.client.create(LEASES, body, cfg.lease_namespace)
+                self._observe(created)
             except ApiError as err:  # AlreadyExists: another candidate was faster
                 self._log.debug("could not create the lease", error=str(err))
                 return False
-            self._observe(created)
             self.fence.renewed(started)
             return True
         except ApiError as err:
             self._log.warning("could not read the lease", error=str(err), status=err.status)
             return False
 
-        self._observe(lease)
+        try:
+            self._observe(lease)
+        except ApiError as err:
+            self._log.warning("could not read the lease", error=str(err), reason=err.reason)
+            return False
         spec = self._observed_spec or {}
         holder = str(spec.get("holderIdentity") or "")
         held_for = float(spec.get("leaseDurationSeconds") or duration)
@@ -264,10 +310,10 @@ class LeaderElector:
             # As client-go: any change of holder counts, taking a released lease included.
             new_spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
         new_spec.update(holderIdentity=cfg.identity, leaseDurationSeconds=duration, renewTime=now)
-        body = copy.deepcopy(lease)
-        body["spec"] = new_spec
+        body = {**lease, "spec": new_spec}  # the record read, only its spec replaced
         try:
             updated = await self.client.replace(LEASES, body)
+            self._observe(updated)
         except Conflict:
             self._log.debug("lease changed while updating it; will retry")
             return False
@@ -276,7 +322,6 @@ class LeaderElector:
             return False
         if holder != cfg.identity:
             self._log.info("acquired the lease", previous_holder=holder or None)
-        self._observe(updated)
         self.fence.renewed(started)
         return True
 
@@ -286,9 +331,9 @@ class LeaderElector:
         if self._lease is None or self.observed_holder != cfg.identity:
             return
         now = _micro_time(self._wall_clock())
-        body = copy.deepcopy(self._lease)
+        body = dict(self._lease)
         body["spec"] = {
-            **(body.get("spec") or {}),
+            **(self._observed_spec or {}),
             "holderIdentity": "",
             "leaseDurationSeconds": 1,
             "acquireTime": now,
@@ -297,20 +342,22 @@ class LeaderElector:
         try:
             with anyio.fail_after(max(cfg.retry_period, 1.0)):
                 released = await self.client.replace(LEASES, body)
+                self._observe(released)
         except (ApiError, TimeoutError) as err:
             self._log.warning(
                 "could not release the lease; standbys take over once it expires",
                 error=str(err) or type(err).__name__,
             )
             return
-        self._observe(released)
         self._log.info("released the lease")
 
     # -- bookkeeping --------------------------------------------------------------------------
 
     def _observe(self, lease: JSON) -> None:
+        """Record *lease* as the last one seen; raises :class:`ApiError` when it cannot be
+        read (:func:`lease_spec`), recording nothing."""
+        spec = lease_spec(lease)
         self._lease = lease
-        spec = dict(lease.get("spec") or {})
         if spec != self._observed_spec:
             before = self.observed_holder
             self._observed_spec = spec

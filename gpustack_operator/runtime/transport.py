@@ -7,10 +7,14 @@ speaks through a proxy; this module adds what the client needs on top (docs/runt
 - **bounds** (:class:`Limits`): the largest one-shot body, the largest watch line, the
   largest head line and the most headers. Exceeding one raises :class:`ResponseTooLarge`
   and closes the connection; nothing grows past the bound;
-- **strict framing**: a transfer coding other than ``chunked``, a content coding (none is
-  asked for) or bytes after a complete answer (``runtime.aiohttpinternals``) end the
-  exchange with :class:`ProtocolViolation`, and the connection is not reused;
+- **strict framing**: a status code that is no final answer (outside 200-599; 1xx other than
+  101 are interim answers, skipped), a transfer coding other than ``chunked``, a content
+  coding (none is asked for), a malformed chunk (raised when it arrives) or bytes after a
+  complete answer (``runtime.aiohttpinternals``) end the exchange with
+  :class:`ProtocolViolation`, and the connection is not reused;
 - **header values checked before anything is sent** (:class:`UnsendableRequest`);
+- **a last check per request** (*before_send*, the write fence): run once the connection is
+  ready, after every wait, before any byte is written; raising refuses the request;
 - **every failure typed**: aiohttp's exceptions become :class:`ApiUnavailable` subclasses.
 
 Requests are never resent, with one exception aiohttp makes: an idempotent request (GET,
@@ -20,10 +24,12 @@ on a new connection; POST and PATCH never are.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
 import ssl
-from collections.abc import AsyncIterator, Mapping
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Final, NoReturn
 
@@ -32,7 +38,7 @@ import structlog
 from aiohttp import http_exceptions
 from yarl import URL
 
-from .aiohttpinternals import guarded_connector
+from .aiohttpinternals import BEFORE_SEND, guarded_connector
 from .errors import (
     ApiUnavailable,
     ProtocolViolation,
@@ -57,7 +63,11 @@ class Limits:
     max_body_bytes: int = 256 * _MIB
     """Largest one-shot body (an unpaged LIST of tens of thousands of objects fits)."""
     max_watch_line_bytes: int = 16 * _MIB
-    """Largest watch event (one object; etcd stores at most 1.5 MiB per object)."""
+    """Largest watch event (one object; etcd stores at most 1.5 MiB per object), and the
+    most whitespace (blank lines) a watch may send between two events."""
+    watch_loop_budget: float = 0.005
+    """Longest a watch stream keeps the event loop before handing it back (seconds): a
+    flood of blank lines or of tiny events shares the loop with Lease renewals."""
     max_head_line_bytes: int = 8190
     """Largest status line and header line (aiohttp's ``max_line_size``/``max_field_size``)."""
     max_headers: int = 128
@@ -93,21 +103,41 @@ class StreamedAnswer:
         return self.content
 
     async def lines(self) -> AsyncIterator[bytes]:
-        """The body split at ``\\n`` as it arrives (without the newline); the last piece is
-        handed out when the body ends. A line longer than ``max_watch_line_bytes`` raises
-        :class:`ResponseTooLarge`, a broken stream :class:`WatchInterrupted` (or
-        :class:`ProtocolViolation`); a body that ends cleanly ends the iteration."""
+        """The body's non-blank lines as they arrive (split at ``\\n``, without it); the
+        last piece is handed out when the body ends. Bounded whatever the content
+        (docs/runtime.md, "Bounds"):
+
+        - a line longer than ``max_watch_line_bytes``, or more whitespace than that between
+          two lines (blank lines are skipped, not handed out), raises
+          :class:`ResponseTooLarge` and closes the stream;
+        - the event loop is handed back whenever this stream (with the caller's work
+          between lines) has run ``watch_loop_budget`` seconds since it last was, so a
+          flood of blank lines or tiny events never holds it longer.
+
+        A broken stream raises :class:`WatchInterrupted` (or :class:`ProtocolViolation`);
+        a body that ends cleanly ends the iteration."""
         limit = self._limits.max_watch_line_bytes
+        budget = self._limits.watch_loop_budget
         pending: list[bytes] = []
         pending_size = 0
+        blank = 0  # whitespace read since the last line handed out
         content = self._response.content
+        resumed = time.perf_counter()
         while True:
+            if time.perf_counter() - resumed >= budget:
+                await asyncio.sleep(0)
+                resumed = time.perf_counter()
             try:
                 chunk = await content.readany()
             except aiohttp.ClientError as exc:
                 _raise_typed(exc, self._where, stream=True)
             if not chunk:
                 break
+            if not pending and chunk.isspace():  # blank lines only: one C-level test
+                blank += len(chunk)
+                if blank > limit:
+                    self._too_long(blank, blank=True)
+                continue
             if b"\n" not in chunk:
                 pending.append(chunk)
                 pending_size += len(chunk)
@@ -120,26 +150,35 @@ class StreamedAnswer:
                 first = b"".join(pending)
                 pending = []
                 pending_size = 0
-            if len(first) > limit:
-                self._too_long(len(first))
-            yield first
-            for line in middle:
-                if len(line) > limit:
-                    self._too_long(len(line))
-                yield line
+            for line in (first, *middle):
+                if not line or line.isspace():
+                    blank += len(line) + 1
+                    if blank > limit:
+                        self._too_long(blank, blank=True)
+                else:
+                    if len(line) > limit:
+                        self._too_long(len(line))
+                    blank = 0
+                    yield line
+                if time.perf_counter() - resumed >= budget:
+                    await asyncio.sleep(0)
+                    resumed = time.perf_counter()
             if last:
                 pending.append(last)
                 pending_size = len(last)
                 if pending_size > limit:
                     self._too_long(pending_size)
         if pending:
-            yield b"".join(pending)
+            line = b"".join(pending)
+            if not line.isspace():
+                yield line
 
-    def _too_long(self, size: int) -> NoReturn:
+    def _too_long(self, size: int, *, blank: bool = False) -> NoReturn:
         self._response.close()
+        what = "of blank lines without an event" if blank else "read without a line end"
         raise ResponseTooLarge(
             f"{self._where}: a watch event exceeds {self._limits.max_watch_line_bytes} bytes "
-            f"({size} read without a line end); the stream is closed",
+            f"({size} {what}); the stream is closed",
             reason="ResponseTooLarge",
         )
 
@@ -180,7 +219,7 @@ class Transport:
         self.limits = limits or Limits()
         self._session = aiohttp.ClientSession(
             connector=guarded_connector(
-                refused_coding, ssl=ssl_context if self._tls else False, limit=0
+                refused_answer, ssl=ssl_context if self._tls else False, limit=0
             ),
             skip_auto_headers=("Accept-Encoding",),
             auto_decompress=False,
@@ -194,48 +233,63 @@ class Transport:
         self._closing = False
 
     async def request(
-        self, method: str, target: str, headers: Mapping[str, str], body: bytes | None = None
+        self,
+        method: str,
+        target: str,
+        headers: Mapping[str, str],
+        body: bytes | None = None,
+        *,
+        before_send: Callable[[], None] | None = None,
     ) -> Answer:
         """Send one request for *target* (``/api/v1/...?query``, already percent-encoded;
-        the server's path prefix is added) and read the whole answer."""
+        the server's path prefix is added) and read the whole answer. *before_send* runs
+        when the connection is ready, before anything is written (and again if aiohttp
+        resends an idempotent request); what it raises refuses the request."""
         where = f"{method} {target.partition('?')[0]}"
         url = self._url(target, headers, where)
         try:
-            async with self._session.request(
-                method,
-                url,
-                headers=headers,
-                data=body,
-                allow_redirects=False,
-                proxy=self._proxy,
-                server_hostname=self._server_hostname,
-            ) as response:
-                _check_framing(response, where, self.limits)
-                content = await _read_body(response, where, self.limits)
-                return Answer(response.status, response.reason or "", response.headers, content)
+            with _checked_before_send(before_send):
+                async with self._session.request(
+                    method,
+                    url,
+                    headers=headers,
+                    data=body,
+                    allow_redirects=False,
+                    proxy=self._proxy,
+                    server_hostname=self._server_hostname,
+                ) as response:
+                    _check_framing(response, where, self.limits)
+                    content = await _read_body(response, where, self.limits)
+                    return Answer(response.status, response.reason or "", response.headers, content)
         except aiohttp.ClientError as exc:
             _raise_typed(exc, where, stream=False)
 
     @contextlib.asynccontextmanager
     async def stream(
-        self, method: str, target: str, headers: Mapping[str, str]
+        self,
+        method: str,
+        target: str,
+        headers: Mapping[str, str],
+        *,
+        before_send: Callable[[], None] | None = None,
     ) -> AsyncIterator[StreamedAnswer]:
         """Send a request without a body and yield the answer once its head is read; the
         body is read as the caller iterates. The connection is the stream's until the block
-        ends; a closed transport keeps it until then."""
+        ends; a closed transport keeps it until then. *before_send* as for :meth:`request`."""
         where = f"{method} {target.partition('?')[0]}"
         url = self._url(target, headers, where)
         self._open_streams += 1
         try:
             try:
-                response = await self._session.request(
-                    method,
-                    url,
-                    headers=headers,
-                    allow_redirects=False,
-                    proxy=self._proxy,
-                    server_hostname=self._server_hostname,
-                )
+                with _checked_before_send(before_send):
+                    response = await self._session.request(
+                        method,
+                        url,
+                        headers=headers,
+                        allow_redirects=False,
+                        proxy=self._proxy,
+                        server_hostname=self._server_hostname,
+                    )
             except aiohttp.ClientError as exc:
                 _raise_typed(exc, where, stream=False)
             try:
@@ -268,9 +322,28 @@ class Transport:
         return URL(self._prefix + target, encoded=True)
 
 
-def refused_coding(headers: Mapping[str, str]) -> str | None:
-    """Why an answer's codings are refused, or None: only ``chunked`` framing is decoded,
-    and no content coding was asked for (no ``Accept-Encoding`` is sent)."""
+@contextlib.contextmanager
+def _checked_before_send(check: Callable[[], None] | None) -> Iterator[None]:
+    """Hand *check* to the connector for the request made inside the block."""
+    token = BEFORE_SEND.set(check)
+    try:
+        yield
+    finally:
+        BEFORE_SEND.reset(token)
+
+
+FINAL_STATUS_CODES: Final = range(200, 600)
+"""The status codes of a final answer. 1xx other than 101 are interim (aiohttp skips them);
+101 switches protocols, which no request asks for; codes below 100 and from 600 are not
+HTTP's."""
+
+
+def refused_answer(code: int, headers: Mapping[str, str]) -> str | None:
+    """Why an answer's head is refused, or None: its status code is no final answer (an
+    interim 1xx passes), or a coding it uses is not accepted (only ``chunked`` framing is
+    decoded, and no content coding was asked for: no ``Accept-Encoding`` is sent)."""
+    if code not in FINAL_STATUS_CODES and (code == 101 or not 100 <= code < 200):
+        return f"status code {code:03d}, which is no final answer (200-599)"
     coding = headers.get("Transfer-Encoding")
     if coding is not None and coding.strip().lower() != "chunked":
         return f"transfer coding {coding!r} (only chunked is accepted)"
@@ -281,8 +354,9 @@ def refused_coding(headers: Mapping[str, str]) -> str | None:
 
 
 def _check_framing(response: aiohttp.ClientResponse, where: str, limits: Limits) -> None:
-    """Refuse codings that were not asked for and a declared body beyond the bound."""
-    refusal = refused_coding(response.headers)
+    """Refuse a status code that is no final answer, codings that were not asked for and a
+    declared body beyond the bound."""
+    refusal = refused_answer(response.status, response.headers)
     if refusal is not None:
         response.close()
         raise ProtocolViolation(f"{where}: the answer uses {refusal}", reason="ProtocolViolation")
@@ -350,5 +424,6 @@ def _parser_error(exc: BaseException) -> BaseException | None:
 
 
 def _first_line(exc: BaseException | None) -> str:
-    text = str(exc) or type(exc).__name__
-    return text.splitlines()[0][:300]
+    """*exc*'s message on one line (aiohttp's parser errors span several), cut at 300."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text[:300]

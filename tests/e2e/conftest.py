@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 from gpustack_operator.commands.sim import load_crd_documents
-from gpustack_operator.sim.server import SimServer
+from gpustack_sim.apiserver.server import SimServer
 from tests.conftest import shared_crds_dir
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import anyio
 import pytest
 
-from gpustack_operator.sim.server import SimServer
+from gpustack_sim.apiserver.server import SimServer
 from tests.e2e.conftest import Kubectl
 
 pytestmark = pytest.mark.anyio

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpustack_operator.sim.server import SimServer
+from gpustack_sim.apiserver.server import SimServer
 from tests.e2e.conftest import Kubectl
 
 pytestmark = pytest.mark.anyio

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from gpustack_operator.sim.deployments import DeploymentStandIn, ReplicaSetStandIn
-from gpustack_operator.sim.podlifecycle import PodLifecycleStandIn
-from gpustack_operator.sim.server import SimServer
+from gpustack_sim.apiserver.server import SimServer
+from gpustack_sim.standins.deployments import DeploymentStandIn, ReplicaSetStandIn
+from gpustack_sim.standins.podlifecycle import PodLifecycleStandIn
 from tests.e2e.conftest import Kubectl
 
 pytestmark = pytest.mark.anyio

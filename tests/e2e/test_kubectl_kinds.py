@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from gpustack_operator.sim.server import SimServer
+from gpustack_sim.apiserver.server import SimServer
 from tests.e2e.conftest import Kubectl
 from tests.integration.sim.helpers import certificate_signing_request, deployment
 from tests.integration.sim.test_builtin_kind_catalogue import SAMPLES

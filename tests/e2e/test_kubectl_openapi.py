@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from gpustack_operator.sim.crds import stand_in_crds
-from gpustack_operator.sim.server import SimServer
+from gpustack_sim.apiserver.server import SimServer
+from gpustack_sim.standins.crds import stand_in_crds
 from tests.e2e.conftest import Kubectl, started_sim
 
 pytestmark = pytest.mark.anyio

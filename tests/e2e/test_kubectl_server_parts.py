@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from gpustack_operator.sim.authn import TokenAuthenticator
-from gpustack_operator.sim.server import SimServer
+from gpustack_sim.apiserver.authn import TokenAuthenticator
+from gpustack_sim.apiserver.server import SimServer
 from tests.e2e.conftest import Kubectl
 
 pytestmark = pytest.mark.anyio

@@ -15,18 +15,23 @@ import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[2] / "gpustack_operator"
-SIMULATOR = ("gpustack_operator.sim", "gpustack_operator.simcluster")
-# What only the simulator uses: `sim` and what `sim --demo-jobs` submits.
-SIMULATOR_COMMANDS = ("gpustack_operator.commands.sim", "gpustack_operator.commands.demojobs")
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE = REPO / "gpustack_operator"
+SIMULATOR_PACKAGE = REPO / "sim" / "gpustack_sim"
+SIMULATOR = ("gpustack_sim",)
+# The product's bridge to the simulator: `sim` registers its flags and imports it lazily.
+SIMULATOR_COMMANDS = ("gpustack_operator.commands.sim",)
 
 
 def module_files() -> dict[str, Path]:
+    """The product's modules and the simulator's (its own distribution, sim/), by name."""
     modules = {}
     # controllers/ is a symbolic link into the package: rglob does not follow it.
     paths = {*PACKAGE.rglob("*.py"), *(PACKAGE / "controllers").rglob("*.py")}
-    for path in sorted(paths):
-        parts = ["gpustack_operator", *path.relative_to(PACKAGE).with_suffix("").parts]
+    roots = [(path, PACKAGE, "gpustack_operator") for path in paths]
+    roots += [(path, SIMULATOR_PACKAGE, "gpustack_sim") for path in SIMULATOR_PACKAGE.rglob("*.py")]
+    for path, root, name in sorted(roots):
+        parts = [name, *path.relative_to(root).with_suffix("").parts]
         if parts[-1] == "__init__":
             parts.pop()
         modules[".".join(parts)] = path
@@ -85,6 +90,29 @@ def is_simulator(module: str) -> bool:
 def test_the_graph_is_read() -> None:
     assert "gpustack_operator.controllers.worker" in GRAPH
     assert "gpustack_operator.runtime.manager" in GRAPH["gpustack_operator.controllers.worker"]
+    assert "gpustack_sim.apiserver.store" in GRAPH["gpustack_sim.apiserver.server"]
+
+
+def test_the_product_package_holds_no_simulator_module() -> None:
+    """The simulator is a distribution of its own (sim/), so the wheel needs no exclude list."""
+    product = [m for m in MODULES if m.startswith("gpustack_operator")]
+    assert not [m for m in product if is_simulator(m) and m not in SIMULATOR_COMMANDS]
+    assert not (PACKAGE / "sim").exists() and not (PACKAGE / "simcluster").exists()
+    wheel = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["hatch"]["build"]
+    assert "exclude" not in wheel["targets"]["wheel"]
+
+
+def test_the_simulator_keeps_its_api_server_double_apart_from_the_stand_ins() -> None:
+    """The generic API-server double imports no stand-in and no whole cluster: a new stand-in
+    for another project's controller is one module of gpustack_sim.standins."""
+    double = [m for m in GRAPH if m.startswith("gpustack_sim.apiserver")]
+    reach = sorted(
+        f"{m} -> {t}"
+        for m in double
+        for t in GRAPH[m]
+        if t.startswith(("gpustack_sim.standins", "gpustack_sim.cluster"))
+    )
+    assert not reach, "the API-server double imports stand-ins:\n" + "\n".join(reach)
 
 
 def test_no_product_module_reaches_the_simulator() -> None:
@@ -143,7 +171,14 @@ def test_no_cycle_between_subpackages() -> None:
         parts = module.split(".")
         return ".".join(parts[:2]) if len(parts) > 2 else module
 
-    edges = {(group(a), group(b)) for a, targets in GRAPH.items() for b in targets}
+    # The `sim` command loads the simulator lazily, as a plugin it may lack; the simulator
+    # builds on the product (commands.queues, commands.plan), never the other way.
+    edges = {
+        (group(a), group(b))
+        for a, targets in GRAPH.items()
+        for b in targets
+        if not (a in SIMULATOR_COMMANDS and b.startswith(SIMULATOR))
+    }
     both_ways = sorted(f"{a} <-> {b}" for a, b in edges if a < b and (b, a) in edges)
     assert not both_ways, "subpackages that import each other:\n" + "\n".join(both_ways)
 
@@ -161,13 +196,17 @@ def third_party_imports(module: str) -> set[str]:
             found.update(alias.name.partition(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
             found.add(node.module.partition(".")[0])
-    return {n for n in found if n != "gpustack_operator" and n not in sys.stdlib_module_names}
+    return {
+        n
+        for n in found
+        if n not in ("gpustack_operator", "gpustack_sim") and n not in sys.stdlib_module_names
+    }
 
 
 def test_product_modules_need_only_the_runtime_dependencies() -> None:
     """A wheel installed without extras imports every product module: what they import comes
-    from ``[project].dependencies`` (the simulator's CEL binding is the ``sim`` extra)."""
-    project = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["project"]
+    from ``[project].dependencies`` (the simulator's CEL binding is gpustack-sim's)."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     runtime = {
         _canonical(re.split(r"[<>=!~;\[ ]", d, maxsplit=1)[0]) for d in project["dependencies"]
     }
@@ -182,11 +221,13 @@ def test_product_modules_need_only_the_runtime_dependencies() -> None:
             if not dists & runtime:
                 missing.append(f"{module}: {name} ({', '.join(sorted(dists))})")
     assert not missing, "product imports outside the runtime dependencies:\n" + "\n".join(missing)
+    simulator = tomllib.loads((REPO / "sim" / "pyproject.toml").read_text())["project"]
     assert "common-expression-language" not in runtime
-    assert any("common-expression-language" in d for d in project["optional-dependencies"]["sim"])
-    # The built-in kinds' schemas (sim/builtinschemas.py reads the package's files).
+    assert any("common-expression-language" in d for d in simulator["dependencies"])
+    # The built-in kinds' schemas (gpustack_sim/apiserver/builtinschemas.py reads its files).
     assert "kubernetes-validate" not in runtime
-    assert any("kubernetes-validate" in d for d in project["optional-dependencies"]["sim"])
+    assert any("kubernetes-validate" in d for d in simulator["dependencies"])
+    assert "sim" not in project.get("optional-dependencies", {})
 
 
 def _canonical(name: str) -> str:

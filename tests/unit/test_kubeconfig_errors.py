@@ -167,7 +167,8 @@ CASES = {
                 }
             },
         ),
-        "the exec credential plugin 'false' exited with status 1",
+        "the exec credential plugin 'false' failed (RuntimeError: Process exited with "
+        "non-zero code 1)",
         "run it by hand",
         found_at_start=False,
     ),

@@ -29,8 +29,8 @@ from gpustack_operator.runtime.client import Client, NotFound
 from gpustack_operator.runtime.informer import ReflectorSettings
 from gpustack_operator.runtime.manager import Manager, ManagerOptions
 from gpustack_operator.runtime.resources import Resource
-from gpustack_operator.sim.authn import TokenAuthenticator
-from gpustack_operator.sim.server import SimServer
+from gpustack_sim.apiserver.authn import TokenAuthenticator
+from gpustack_sim.apiserver.server import SimServer
 
 NS = "gpustack-system"
 IMAGE = "registry.example.com/gpustack/gpustack-operator:v9.9.9"

@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 
 from gpustack_operator.domain.bootstrap import BootstrapSettings, render_device_manager, render_nfd
-from gpustack_operator.sim.admissionpolicy import PolicyAdmission
-from gpustack_operator.sim.authn import UserInfo, service_account_user
-from gpustack_operator.sim.errors import ApiError
-from gpustack_operator.sim.kinds import KindRegistry
-from gpustack_operator.sim.rbac import CURRENT_REQUEST, Attributes, RbacAuthorizer, covers
-from gpustack_operator.sim.store import Store
+from gpustack_sim.apiserver.admissionpolicy import PolicyAdmission
+from gpustack_sim.apiserver.authn import UserInfo, service_account_user
+from gpustack_sim.apiserver.errors import ApiError
+from gpustack_sim.apiserver.kinds import KindRegistry
+from gpustack_sim.apiserver.rbac import CURRENT_REQUEST, Attributes, RbacAuthorizer, covers
+from gpustack_sim.apiserver.store import Store
 from tests.integration.bootstrap.rbac import REPO, render_kustomization
 from tests.integration.bootstrap.test_rbac import kubectl
 

@@ -36,9 +36,9 @@ from gpustack_operator.runtime.resources import (
     DEPLOYMENTS,
     Resource,
 )
-from gpustack_operator.sim.authn import TokenAuthenticator
-from gpustack_operator.sim.crds import autoscaling_stand_in_crds, stand_in_crds
-from gpustack_operator.simcluster.cluster import SimCluster
+from gpustack_sim.apiserver.authn import TokenAuthenticator
+from gpustack_sim.cluster.cluster import SimCluster
+from gpustack_sim.standins.crds import autoscaling_stand_in_crds, stand_in_crds
 from tests.integration.bootstrap.rbac import (
     REPO,
     Grant,

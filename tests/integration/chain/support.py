@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from gpustack_operator.commands.plan import read_nodes_file
-from gpustack_operator.simcluster.cluster import SimCluster
+from gpustack_sim.cluster.cluster import SimCluster
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "examples" / "cluster.yaml"

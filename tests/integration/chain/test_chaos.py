@@ -29,8 +29,8 @@ from typing import Any
 
 import pytest
 
-from gpustack_operator.simcluster.chain import comparable, ownership_problems
-from gpustack_operator.simcluster.cluster import SimCluster
+from gpustack_sim.cluster.chain import comparable, ownership_problems
+from gpustack_sim.cluster.cluster import SimCluster
 
 from .support import create_person_objects, example_nodes, surviving_person_objects
 

@@ -8,7 +8,7 @@ import copy
 import pytest
 
 from gpustack_operator.commands.plan import read_cluster_file
-from gpustack_operator.simcluster.cluster import SimCluster
+from gpustack_sim.cluster.cluster import SimCluster
 
 from .support import REPO
 

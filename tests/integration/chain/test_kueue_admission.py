@@ -11,7 +11,7 @@ import anyio
 import httpx
 import pytest
 
-from gpustack_operator.simcluster.cluster import SimCluster
+from gpustack_sim.cluster.cluster import SimCluster
 from tests.conftest import shared_crds_dir
 from tests.integration.chain.support import example_nodes
 from tests.integration.worker.support import node

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from gpustack_operator.runtime.metrics import REGISTRY
-from gpustack_operator.simcluster.cluster import SimCluster
+from gpustack_sim.cluster.cluster import SimCluster
 from tests.integration.worker.support import eventually
 
 from .support import example_nodes

@@ -21,7 +21,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from gpustack_operator.simcluster.cluster import SimCluster
+from gpustack_sim.cluster.cluster import SimCluster
 from tests.integration.worker.support import (
     eventually,
     fast_config,

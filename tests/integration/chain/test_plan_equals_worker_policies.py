@@ -39,7 +39,7 @@ from gpustack_operator.domain.tenancy import (
     SYNCED_NODE_LABEL,
     Tenancy,
 )
-from gpustack_operator.simcluster.cluster import SimCluster
+from gpustack_sim.cluster.cluster import SimCluster
 from tests.integration.worker.support import MANUFACTURERS, fast_config, node
 
 TIMEOUT = 30.0

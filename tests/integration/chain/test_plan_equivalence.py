@@ -22,8 +22,8 @@ import pytest
 
 from gpustack_operator.cli import main
 from gpustack_operator.runtime.metrics import REGISTRY
-from gpustack_operator.simcluster.chain import differences, ownership_problems
-from gpustack_operator.simcluster.cluster import NotConverged, SimCluster
+from gpustack_sim.cluster.chain import differences, ownership_problems
+from gpustack_sim.cluster.cluster import NotConverged, SimCluster
 from tests.conftest import shared_crds_dir
 
 from .support import EXAMPLE, example_nodes

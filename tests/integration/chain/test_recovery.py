@@ -29,7 +29,7 @@ import pytest
 from gpustack_operator.controllers.worker import new_worker_manager, setup_worker
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.manager import Manager, ManagerOptions
-from gpustack_operator.simcluster.cluster import SimCluster
+from gpustack_sim.cluster.cluster import SimCluster
 from tests.integration.worker.support import idle
 
 from .support import example_nodes

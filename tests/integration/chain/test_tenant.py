@@ -18,7 +18,7 @@ from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.tenancy import Tenancy, host_owned_keys
 from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.runtime.metrics import REGISTRY
-from gpustack_operator.simcluster.cluster import SimCluster
+from gpustack_sim.cluster.cluster import SimCluster
 from tests.integration.chain.test_kueue_admission import JOBS, KUEUE, get, job, pools, until
 
 pytestmark = pytest.mark.anyio

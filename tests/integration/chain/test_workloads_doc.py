@@ -13,8 +13,8 @@ import pytest
 
 from gpustack_operator.domain.desired import desired_state
 from gpustack_operator.domain.policy import ChainPolicy
-from gpustack_operator.sim.server import SimServer
-from gpustack_operator.simcluster.cluster import SimCluster
+from gpustack_sim.apiserver.server import SimServer
+from gpustack_sim.cluster.cluster import SimCluster
 from tests.conftest import shared_crds_dir
 from tests.integration.chain.test_kueue_admission import KUEUE, get, quota_reserved
 from tests.integration.worker.support import MANUFACTURERS, NS, node

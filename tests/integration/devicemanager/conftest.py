@@ -14,9 +14,9 @@ import pytest
 import yaml
 
 from gpustack_operator.domain.bootstrap import BootstrapSettings, device_manager_prerequisites
-from gpustack_operator.sim.authn import NODE_NAME_EXTRA, TokenAuthenticator
-from gpustack_operator.sim.crds import stand_in_crds
-from gpustack_operator.sim.server import SimServer
+from gpustack_sim.apiserver.authn import NODE_NAME_EXTRA, TokenAuthenticator
+from gpustack_sim.apiserver.server import SimServer
+from gpustack_sim.standins.crds import stand_in_crds
 from tests.conftest import shared_crds_dir
 
 AGENT_TOKEN = "device-manager-token"

@@ -24,7 +24,7 @@ from gpustack_operator.runtime.client import Client, NotFound
 from gpustack_operator.runtime.manager import Manager, ManagerOptions
 from gpustack_operator.runtime.metrics import REGISTRY
 from gpustack_operator.runtime.resources import NODES
-from gpustack_operator.sim.server import SimServer
+from gpustack_sim.apiserver.server import SimServer
 from tests.unit.devicemanager.fakes import FakeNvml, a10g, tesla_t4
 
 pytestmark = [
@@ -175,11 +175,42 @@ async def test_a_restart_makes_no_writes_when_nothing_changed(
         async with agent_running(sim_kubeconfig, "node-a") as agent:
             await eventually(lambda: feature(client, "node-a"), "the NodeFeature")
             await settled(agent)
+        published = await feature_labels(client, "node-a")
+        await client.patch(NODES, "node-a", {"metadata": {"labels": published}})  # NFD's merge
         before = sim.counters.writes("NodeFeature")
         async with agent_running(sim_kubeconfig, "node-a") as agent:
             await settled(agent)
             assert agent.nodes.has_synced and agent.features.has_synced
         assert sim.counters.writes("NodeFeature") == before
+
+
+async def test_a_label_taken_while_the_agent_was_down_is_published_again_at_start(
+    sim: SimServer, sim_kubeconfig: Path, admin_kubeconfig: Path
+) -> None:
+    """docs/worker.md, "Label repair": at start-up every Node is compared with the
+    NodeFeature. Before, only an update seen while running was, and the label stayed
+    removed."""
+    async with await Client.connect(admin_kubeconfig) as client:  # the test's own steps
+        await client.create(NODES, node("node-a", devices=T4))
+        async with agent_running(sim_kubeconfig, "node-a") as agent:
+            await settled(agent)
+        published = await feature_labels(client, "node-a")
+        assert published
+        await client.patch(NODES, "node-a", {"metadata": {"labels": published}})  # NFD's merge
+        taken = await client.patch(  # while no agent runs
+            NODES, "node-a", {"metadata": {"labels": {P + "nvidia-tesla-t4.count": None}}}
+        )
+        version = taken["metadata"]["resourceVersion"]
+
+        async def marked() -> bool:
+            obj = await feature(client, "node-a")
+            annotations = (obj or {}).get("metadata", {}).get("annotations") or {}
+            return annotations.get(LABEL_REPAIR_ANNOTATION) == version
+
+        async with agent_running(sim_kubeconfig, "node-a") as agent:
+            await eventually(marked, "the NodeFeature to be rewritten for the Node's version")
+            await settled(agent)
+        assert await feature_labels(client, "node-a") == published
 
 
 async def test_other_nodes_and_unmanaged_nodes_are_left_alone(

@@ -11,7 +11,7 @@ import pytest
 from gpustack_operator.domain.desired import DesiredState
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.gateway.cluster import ClusterSpec
-from gpustack_operator.sim.server import SimServer
+from gpustack_sim.apiserver.server import SimServer
 
 from .support import seed_chain, start_sim
 

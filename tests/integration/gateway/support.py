@@ -25,7 +25,7 @@ from gpustack_operator.gateway.gateway import Gateway
 from gpustack_operator.gateway.server import GatewayServer, ServerOptions
 from gpustack_operator.runtime.backoff import BackoffPolicy
 from gpustack_operator.runtime.informer import ReflectorSettings
-from gpustack_operator.sim.server import SimServer
+from gpustack_sim.apiserver.server import SimServer
 
 JSON = dict[str, Any]
 T = TypeVar("T")

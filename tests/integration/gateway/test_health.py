@@ -13,7 +13,7 @@ import pytest
 from gpustack_operator.gateway import cluster as cluster_module
 from gpustack_operator.gateway.cluster import ClusterSpec
 from gpustack_operator.runtime.manager import Manager
-from gpustack_operator.sim.server import SimServer
+from gpustack_sim.apiserver.server import SimServer
 
 from .conftest import SimCluster
 from .support import Watch, all_ready, clusters_list, eventually, running_gateway, until, watching

@@ -17,7 +17,7 @@ from gpustack_operator.domain.plan import plan_state
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.tenancy import HOST_NODES_ANNOTATION
 from gpustack_operator.gateway.cluster import ClusterSpec
-from gpustack_operator.sim.server import SimServer
+from gpustack_sim.apiserver.server import SimServer
 
 from .support import all_ready, running_gateway, start_sim
 

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from gpustack_operator.devicemanager.detectors.nvidia import NvidiaDetector
 from gpustack_operator.devicemanager.metrics import register_device_metrics
 from gpustack_operator.runtime import metrics as runtime_metrics
-from gpustack_operator.simcluster.cluster import SimCluster
+from gpustack_sim.cluster.cluster import SimCluster
 from tests.integration.chain.support import example_nodes
 from tests.unit.devicemanager.fakes import FakeNvml, tesla_t4
 

@@ -18,7 +18,7 @@ from gpustack_operator.commands.queues import fetch_queues, pool_rows, render_ta
 from gpustack_operator.domain.desired import desired_state
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.runtime.client import Client
-from gpustack_operator.sim.server import SimServer
+from gpustack_sim.apiserver.server import SimServer
 from tests.conftest import shared_crds_dir
 from tests.integration.worker.support import MANUFACTURERS, NS, node
 

@@ -28,7 +28,7 @@ from gpustack_operator.runtime.client import (
 )
 from gpustack_operator.runtime.metrics import REGISTRY
 from gpustack_operator.runtime.resources import CONFIGMAPS, LEASES, NAMESPACES, NODES, Resource
-from gpustack_operator.sim.server import SimServer
+from gpustack_sim.apiserver.server import SimServer
 
 pytestmark = pytest.mark.anyio
 

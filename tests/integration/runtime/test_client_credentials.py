@@ -12,12 +12,15 @@ from gpustack_operator.runtime.client import ApiUnavailable, Client
 from gpustack_operator.runtime.credentials import TOKEN_REREAD_SECONDS, Credentials
 from gpustack_operator.runtime.resources import CONFIGMAPS
 
-from ...unit.runtime.test_credentials import Clock, exec_kubeconfig, one_context
+from ...unit.runtime.test_credentials import (
+    Clock,
+    exec_kubeconfig,
+    no_ambient_credentials,  # noqa: F401 - an autouse fixture
+    one_context,
+)
 from .hostile import HostileServer, answer, hostile_server
 
 pytestmark = pytest.mark.anyio
-
-V1 = "client.authentication.k8s.io/v1"
 
 
 @pytest.fixture
@@ -37,9 +40,7 @@ def bearer_of(server: HostileServer, index: int) -> str:
 async def test_a_401_runs_the_exec_plugin_again_and_retries_with_its_token(
     server: HostileServer, tmp_path: Path
 ) -> None:
-    path = exec_kubeconfig(tmp_path, api_version=V1)
-    config = path.read_text().replace("https://api.test:6443", server.url)
-    path.write_text(config)
+    path = exec_kubeconfig(tmp_path, server.url)
     async with await Client.connect(path, timeout=5.0) as client:
         assert bearer_of(server, 0) == "Bearer t1"  # GET /version
         server.replies += [answer(b"{}", status="401 Unauthorized"), answer(b'{"kind":"x"}')]
@@ -72,8 +73,12 @@ async def test_a_credential_that_cannot_be_read_again_fails_the_request_as_unava
     """Typed, so that every long-running loop retries it with backoff; nothing is sent."""
     token = tmp_path / "token"
     token.write_text("first")
+    path = one_context(tmp_path / "kc", {"tokenFile": "token"})
+    path.write_text(path.read_text().replace("https://api.test:6443", server.url))
     clock = Clock()
-    credentials = Credentials(server=server.url, where="test", token_file=token, clock=clock)
+    credentials = Credentials(
+        str(path), None, where="test", service_account=tmp_path / "none", clock=clock
+    )
     await credentials.load()
     async with Client(credentials, timeout=5.0) as client:
         token.unlink()

@@ -38,6 +38,24 @@ def test_status_codes_map_to_error_types(code: int, reason: str, expected: type)
     assert (error.status, error.reason, str(error)) == (code, reason, "why")
 
 
+@pytest.mark.parametrize(
+    "seconds",
+    [float("inf"), float("nan"), -1, 10**400, True, "5", [5]],
+    ids=["inf", "nan", "negative", "beyond-a-float", "bool", "string", "list"],
+)
+def test_a_retry_after_that_is_not_a_finite_number_of_seconds_is_ignored(seconds: object) -> None:
+    """Before: an infinite ``retryAfterSeconds`` made an informer wait forever, and one
+    beyond a float raised ``OverflowError``."""
+    error = error_from_status(429, {"details": {"retryAfterSeconds": seconds}})
+    assert type(error) is TooManyRequests
+    assert error.retry_after is None
+
+
+def test_status_fields_that_are_not_strings_are_left_out() -> None:
+    error = error_from_status(500, {"reason": 7, "message": {"nested": []}})
+    assert (error.reason, str(error)) == ("", "HTTP 500")
+
+
 def test_retry_after_comes_from_header_or_details() -> None:
     status = {"reason": "TooManyRequests", "details": {"retryAfterSeconds": 4}}
     assert error_from_status(429, status).retry_after == 4.0

@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 from gpustack_operator.runtime.manager import Manager
-from gpustack_operator.sim.server import SimServer
+from gpustack_sim.apiserver.server import SimServer
 from tests.unit.runtime.polling import eventually
 
 from .support import connected, idle, options, running, sample

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import anyio
 import pytest
 
 from gpustack_operator.runtime.client import (
+    ApiError,
     ApiUnavailable,
     Client,
     Limits,
@@ -26,7 +28,11 @@ from gpustack_operator.runtime.client import (
     UnsendableRequest,
 )
 from gpustack_operator.runtime.informer import Informer, ReflectorSettings
-from gpustack_operator.runtime.leaderelection import LeaderElectionConfig, LeaderElector
+from gpustack_operator.runtime.leaderelection import (
+    LeaderElectionConfig,
+    LeaderElectionLost,
+    LeaderElector,
+)
 from gpustack_operator.runtime.resources import CONFIGMAPS
 
 from .hostile import HostileServer, Writer, answer, chunked, hostile_server
@@ -146,6 +152,26 @@ async def test_bytes_arriving_later_close_the_idle_connection(
         with anyio.fail_after(5):
             await server.closed_by_client.wait()  # the client closed the poisoned connection
         assert await get_body(client) == "second"
+
+
+@pytest.mark.parametrize("status", [b"099 Early", b"101 Switching Protocols", b"000 X", b"600 X"])
+@pytest.mark.parametrize("when", ["same-write", "later"])
+async def test_a_status_code_that_is_no_final_answer_is_refused_and_the_connection_dropped(
+    server: HostileServer, tmp_path: Path, status: bytes, when: str
+) -> None:
+    """Before: 099, 000 and 101 were taken as the answer, and an answer the server wrote
+    after them on that connection became the next request's answer (``stale``); 600 was
+    a ``ServerError``."""
+    first = b"HTTP/1.1 %s\r\nContent-Length: 2\r\n\r\n{}" % status
+    server.replies += [
+        first + STALE if when == "same-write" else late(first, STALE),
+        answer(data("second")),
+    ]
+    async with await connect(server, tmp_path) as client:
+        with pytest.raises(ProtocolViolation, match=f"status code {status[:3].decode()}"):
+            await get_body(client)
+        assert await get_body(client) == "second"
+    assert len({r.connection for r in server.received if "configmaps" in r.request_line}) == 2
 
 
 # --- 4: header values and paths -------------------------------------------------------------
@@ -283,6 +309,44 @@ async def test_lenient_framing_is_refused_and_the_connection_dropped(
     assert len({r.connection for r in server.received if "configmaps" in r.request_line}) == 2
 
 
+CHUNKED_HEAD = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+EVENT = b'{"type":"ADDED","object":{"metadata":{"name":"a","resourceVersion":"6"}}}\n'
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        pytest.param(b"zz\r\n1\r\n}\r\n0\r\n\r\n", id="chunk-size-not-hex"),
+        pytest.param(b"1\r\n}XX0\r\n\r\n", id="no-line-end-after-the-data"),
+        pytest.param(b"1;\x00\r\n}\r\n0\r\n\r\n", id="control-byte-in-an-extension"),
+    ],
+)
+@pytest.mark.parametrize("verb", ["get", "watch"])
+async def test_a_framing_error_in_the_middle_of_a_body_is_raised_when_it_arrives(
+    server: HostileServer, tmp_path: Path, broken: bytes, verb: str
+) -> None:
+    """The body's first chunk arrives, then a malformed one; the server keeps the
+    connection open. Before: the error surfaced only at the deadline (the request's 30 s,
+    the watch's 70 s of inactivity), as a timeout."""
+    if verb == "get":
+        first = CHUNKED_HEAD + b"5\r\n" + b'{"a":' + b"\r\n"
+    else:
+        first = CHUNKED_HEAD + b"%x\r\n%s\r\n" % (len(EVENT), EVENT)
+    server.replies += [late(first, broken), answer(data("second"))]
+    kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+    events = []
+    async with await Client.connect(kubeconfig) as client:  # the default deadlines
+        with anyio.fail_after(1), pytest.raises(ProtocolViolation, match="not a valid HTTP"):
+            if verb == "get":
+                await get_body(client)
+            else:
+                async with client.watch(CONFIGMAPS, resource_version="5") as stream:
+                    async for event in stream:
+                        events.append(event.type)
+        assert await get_body(client) == "second"
+    assert events == ([] if verb == "get" else ["ADDED"])
+
+
 # --- 8: bounds ------------------------------------------------------------------------------
 
 
@@ -373,6 +437,75 @@ async def test_a_50_mb_watch_line_stops_at_the_default_bound(
     assert sent[0] < 32 << 20  # stopped soon after the 16 MiB bound, not at 50 MB
 
 
+BOOKMARK = b'{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"7"}}}\n'
+LOOP_HOLD_BOUND = 0.3
+"""The longest the event loop may be held while a watch floods in: 60 times the stream's
+5 ms budget (``Limits.watch_loop_budget``), a margin for a loaded machine. The server in
+the same loop writes each MiB in one go, part of what is measured. Before: 1 MiB of
+newlines held the loop 1.6 s at a time (and up to 9 s where more was buffered)."""
+
+
+def flood(body: bytes, then: bytes = EVENT) -> bytes:
+    """A chunked watch answer: *body* in 64 KiB chunks, then *then*, then its end."""
+    pieces = [body[i : i + (1 << 16)] for i in range(0, len(body), 1 << 16)]
+    return chunked(*pieces, then)
+
+
+async def longest_hold(stop: anyio.Event, holds: list[float]) -> None:
+    """Hand the loop back at once, again and again, recording how long each return took:
+    the longest is the longest the loop was held by others."""
+    while not stop.is_set():
+        started = time.perf_counter()
+        await asyncio.sleep(0)
+        holds.append(time.perf_counter() - started)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param(b"\n" * (1 << 20), id="newlines"),
+        pytest.param(b" \n" * (1 << 19), id="blank-lines-of-spaces"),
+        pytest.param(b"\r\n" * (1 << 19), id="crlf"),
+        pytest.param(BOOKMARK * ((1 << 20) // len(BOOKMARK)), id="tiny-events"),
+        pytest.param((BOOKMARK + b"\n" * 4096) * 256, id="events-between-blank-lines"),
+    ],
+)
+async def test_a_watch_flood_never_holds_the_event_loop_long(
+    server: HostileServer, tmp_path: Path, body: bytes
+) -> None:
+    """1 MiB of blank lines (or of tiny events) then one event: the event arrives and the
+    loop is never held longer than :data:`LOOP_HOLD_BOUND`. Before, measured here: 4.3 s
+    (newlines), 1.0 s (spaces), 1.2 s (CRLF); tiny events held it 0.05 s and pass
+    either way (they guard the budget)."""
+    server.replies += [flood(body)]
+    holds: list[float] = []
+    stop = anyio.Event()
+    events: list[str] = []
+    async with await connect(server, tmp_path) as client, anyio.create_task_group() as tg:
+        tg.start_soon(longest_hold, stop, holds)
+        async with client.watch(CONFIGMAPS, resource_version="5") as stream:
+            async for event in stream:
+                events.append(event.type)
+        stop.set()
+    assert events[-1] == "ADDED" and set(events) <= {"ADDED", "BOOKMARK"}
+    assert max(holds) < LOOP_HOLD_BOUND, f"the loop was held {max(holds):.3f}s"
+
+
+async def test_blank_lines_count_against_the_watch_line_bound(
+    server: HostileServer, tmp_path: Path
+) -> None:
+    """More whitespace between two events than ``max_watch_line_bytes`` (1 MiB here) ends
+    the watch. Before: blank lines were not counted, so a server could send them forever."""
+    server.replies += [flood(EVENT + b"\n" * (1 << 20) + b" \n" * (1 << 19))]
+    events: list[str] = []
+    async with await connect(server, tmp_path, SMALL) as client:
+        with anyio.fail_after(5), pytest.raises(ResponseTooLarge, match="blank lines"):
+            async with client.watch(CONFIGMAPS, resource_version="5") as stream:
+                async for event in stream:
+                    events.append(event.type)
+    assert events == ["ADDED"]
+
+
 async def test_a_header_bomb_is_bounded(server: HostileServer, tmp_path: Path) -> None:
     """The former transport accepted 60,000 headers as one answer."""
     bomb = b"".join(b"X-%d: 1\r\n" % i for i in range(60_000))
@@ -454,3 +587,147 @@ async def test_an_informer_relists_with_backoff_after_a_watch_event_beyond_the_b
     verbs = ["WATCH" if "watch=true" in t else t.split()[0] for t in server.targets()]
     assert verbs[:4] == ["GET", "WATCH", "GET", "WATCH"]
     assert len(delays) == 1 and delays[0] > 0
+
+
+# --- 9: answers of the wrong shape ----------------------------------------------------------
+
+NESTED = b"[" * 10_000 + b"]" * 10_000
+"""10 KB of nested arrays: deeper than ``json`` decodes (it raised ``RecursionError``)."""
+NESTED_OBJECT = b'{"a":' * 2_000 + b"1" + b"}" * 2_000
+
+
+def lease(**spec: object) -> bytes:
+    return json.dumps(
+        {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": "l", "namespace": "default", "resourceVersion": "1"},
+            "spec": spec,
+        }
+    ).encode()
+
+
+def watch_of(*lines: bytes) -> bytes:
+    return chunked(*(line + b"\n" for line in lines))
+
+
+LIST_HEAD = answer(b'{"metadata":{"resourceVersion":"5"},"items":[]}')
+
+
+@pytest.mark.parametrize(
+    ("replies", "verb"),
+    [
+        pytest.param([answer(NESTED)], "get", id="get-nested-array"),
+        pytest.param([answer(NESTED_OBJECT)], "get", id="get-nested-object"),
+        pytest.param([answer(b'{"items":5}')], "list", id="list-items-a-number"),
+        pytest.param([answer(b'{"items":[],"metadata":"x"}')], "list", id="list-metadata-a-string"),
+        pytest.param([answer(b'{"items":[{"metadata":"x"}]}')], "list", id="list-item-metadata"),
+        pytest.param([answer(b'{"items":[7]}')], "list", id="list-item-a-number"),
+        pytest.param([answer(NESTED, status="500 Oops")], "get", id="error-body-nested"),
+        pytest.param(
+            [answer(b'{"details":{"retryAfterSeconds":1%s}}' % (b"0" * 400), status="429 No")],
+            "get",
+            id="retry-after-beyond-a-float",
+        ),
+        pytest.param([LIST_HEAD, watch_of(NESTED)], "watch", id="watch-nested"),
+        pytest.param(
+            [LIST_HEAD, watch_of(b'{"type":"ADDED","object":{"metadata":"x"}}')],
+            "watch",
+            id="watch-metadata-a-string",
+        ),
+        pytest.param(
+            [LIST_HEAD, watch_of(b'{"type":[],"object":{}}')], "watch", id="watch-type-a-list"
+        ),
+        pytest.param([answer(b'{"versions":7}')], "versions", id="discovery-versions-a-number"),
+        pytest.param(
+            [answer(b'{"versions":[],"preferredVersion":"v1"}')],
+            "versions",
+            id="discovery-preferred-a-string",
+        ),
+    ],
+)
+async def test_every_answer_the_client_cannot_read_is_a_typed_error(
+    server: HostileServer, tmp_path: Path, replies: list[bytes], verb: str
+) -> None:
+    """Before: ``RecursionError`` (deep nesting), ``TypeError``/``AttributeError`` (a LIST's
+    ``items`` a number or its ``metadata`` a string, also through
+    ``WatchEvent.resource_version``) and ``OverflowError`` (a huge ``retryAfterSeconds``)
+    left the client untyped."""
+    server.replies += [*replies, answer(data("second"))]
+    async with await connect(server, tmp_path) as client:
+        with pytest.raises(ApiError):
+            if verb == "get":
+                await get_body(client)
+            elif verb == "list":
+                await client.list(CONFIGMAPS)
+            elif verb == "versions":
+                await client.served_versions("example.com")
+            else:
+                rv = (await client.list(CONFIGMAPS)).resource_version
+                async with client.watch(CONFIGMAPS, resource_version=rv) as stream:
+                    async for event in stream:
+                        assert event.resource_version is not None
+        assert await get_body(client) == "second"
+
+
+def election(
+    lease_duration: float = 15.0, renew_deadline: float = 10.0, retry_period: float = 2.0
+) -> LeaderElectionConfig:
+    return LeaderElectionConfig(
+        lease_name="l",
+        lease_namespace="default",
+        identity="a",
+        lease_duration=lease_duration,
+        renew_deadline=renew_deadline,
+        retry_period=retry_period,
+    )
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        pytest.param(answer(NESTED), id="nested"),
+        pytest.param(answer(b'{"metadata":"x","spec":{}}'), id="metadata-a-string"),
+        pytest.param(answer(b'{"spec":"x"}'), id="spec-a-string"),
+        pytest.param(answer(lease(holderIdentity=["b"])), id="holder-a-list"),
+        pytest.param(answer(lease(leaseDurationSeconds="15")), id="duration-a-string"),
+        pytest.param(answer(lease(leaseDurationSeconds=10**400)), id="duration-huge"),
+        pytest.param(answer(lease(leaseTransitions={"n": 1})), id="transitions-an-object"),
+        pytest.param(answer(lease(renewTime=json.loads(b"[" * 500 + b"]" * 500))), id="deep"),
+    ],
+)
+async def test_a_lease_the_elector_cannot_read_is_a_failed_attempt(
+    server: HostileServer, tmp_path: Path, reply: bytes
+) -> None:
+    """Before: a 10 KB nested answer to the Lease GET ended the elector (and the process)
+    with ``RecursionError``; a Lease of the wrong shape with ``TypeError``/``ValueError``
+    (or ``OverflowError``)."""
+    server.replies += [reply]
+    async with await connect(server, tmp_path) as client:
+        elector = LeaderElector(client, election())
+        assert await elector.try_acquire_or_renew() is False
+        assert not elector.is_leader
+        assert elector.observed_holder == ""
+    assert [t.split()[0] for t in server.targets()] == ["GET"]  # nothing written
+
+
+async def test_a_leader_whose_lease_answers_turn_unreadable_steps_down_cleanly(
+    server: HostileServer, tmp_path: Path
+) -> None:
+    """The leader acquires the Lease, then every renewal reads 10 KB of nesting: it keeps
+    trying until ``renew_deadline``, closes its fence and raises ``LeaderElectionLost``.
+    Before: the first such answer ended ``run()`` with ``RecursionError``."""
+    not_found = answer(b'{"kind":"Status","code":404,"reason":"NotFound"}', status="404 No")
+    server.replies += [not_found, answer(lease(holderIdentity="a", leaseDurationSeconds=1))]
+    server.replies += [answer(NESTED)] * 200
+    async with await connect(server, tmp_path) as client:
+        elector = LeaderElector(
+            client, election(lease_duration=1.0, renew_deadline=0.5, retry_period=0.1)
+        )
+        with anyio.fail_after(10), pytest.raises(LeaderElectionLost, match="could not renew"):
+            await elector.run()
+        assert elector.elected.is_set()
+        assert not elector.is_leader
+        assert not elector.fence.held()
+    verbs = [t.split()[0] for t in server.targets()]
+    assert verbs[:2] == ["GET", "POST"] and set(verbs[2:]) == {"GET"} and len(verbs) > 3

@@ -26,7 +26,7 @@ from gpustack_operator.runtime.informer import (
     ReflectorSettings,
 )
 from gpustack_operator.runtime.resources import CONFIGMAPS, NODES
-from gpustack_operator.sim.server import SimServer
+from gpustack_sim.apiserver.server import SimServer
 
 pytestmark = pytest.mark.anyio
 

@@ -15,7 +15,7 @@ from gpustack_operator.runtime.controller import Request
 from gpustack_operator.runtime.leaderelection import LeaderElectionConfig, LeaderElectionLost
 from gpustack_operator.runtime.manager import Manager
 from gpustack_operator.runtime.resources import CONFIGMAPS
-from gpustack_operator.sim.server import SimServer
+from gpustack_sim.apiserver.server import SimServer
 from tests.unit.runtime.polling import eventually
 
 from .support import connected, options, running, start, unique

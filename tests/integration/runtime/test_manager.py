@@ -18,7 +18,7 @@ from gpustack_operator.runtime.manager import Manager, RunnableFailed
 from gpustack_operator.runtime.predicates import GENERATION_CHANGED
 from gpustack_operator.runtime.resources import CONFIGMAPS, DEPLOYMENTS, SECRETS, SERVICE_ACCOUNTS
 from gpustack_operator.runtime.workqueue import ItemExponentialFailureRateLimiter
-from gpustack_operator.sim.server import SimServer
+from gpustack_sim.apiserver.server import SimServer
 from tests.integration.sim.helpers import deployment
 from tests.unit.runtime.polling import eventually
 

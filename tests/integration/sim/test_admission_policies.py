@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from gpustack_operator.domain.bootstrap import BootstrapSettings, device_manager_prerequisites
-from gpustack_operator.sim.authn import NODE_NAME_EXTRA, TokenAuthenticator
-from gpustack_operator.sim.crds import stand_in_crds
-from gpustack_operator.sim.server import SimServer
+from gpustack_sim.apiserver.authn import NODE_NAME_EXTRA, TokenAuthenticator
+from gpustack_sim.apiserver.server import SimServer
+from gpustack_sim.standins.crds import stand_in_crds
 from tests.integration.sim.helpers import deployment as valid_deployment
 
 pytestmark = pytest.mark.anyio

@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-from gpustack_operator.sim.authn import TokenAuthenticator
-from gpustack_operator.sim.server import SimServer
+from gpustack_sim.apiserver.authn import TokenAuthenticator
+from gpustack_sim.apiserver.server import SimServer
 
 pytestmark = pytest.mark.anyio
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpustack_operator.sim.builtinkinds import qos_class
+from gpustack_sim.apiserver.builtinkinds import qos_class
 from tests.integration.sim.helpers import call
 
 pytestmark = pytest.mark.anyio

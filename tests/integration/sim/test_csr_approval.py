@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from gpustack_operator.sim import protobuf
-from gpustack_operator.sim.certificates import check_conditions
-from gpustack_operator.sim.errors import ApiError
-from gpustack_operator.sim.server import SimServer
+from gpustack_sim.apiserver import protobuf
+from gpustack_sim.apiserver.certificates import check_conditions
+from gpustack_sim.apiserver.errors import ApiError
+from gpustack_sim.apiserver.server import SimServer
 from tests.integration.sim.helpers import (
     call,
     certificate_signing_request,

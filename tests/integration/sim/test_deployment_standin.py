@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from gpustack_operator.sim.deployments import (
+from gpustack_sim.apiserver.server import SimServer
+from gpustack_sim.standins.deployments import (
     DeploymentStandIn,
     ReplicaSetStandIn,
     pod_template_hash,
 )
-from gpustack_operator.sim.podlifecycle import PodLifecycleStandIn
-from gpustack_operator.sim.server import SimServer
+from gpustack_sim.standins.podlifecycle import PodLifecycleStandIn
 from tests.integration.sim.helpers import call, eventually
 
 pytestmark = pytest.mark.anyio

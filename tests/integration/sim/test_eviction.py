@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from gpustack_operator.sim.errors import ApiError
-from gpustack_operator.sim.server import SimServer
+from gpustack_sim.apiserver.errors import ApiError
+from gpustack_sim.apiserver.server import SimServer
 from tests.integration.sim.helpers import call, pb_envelope, pb_field, pb_number, watch_lines
 
 pytestmark = pytest.mark.anyio

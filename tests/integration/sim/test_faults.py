@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 
-from gpustack_operator.sim.server import SimServer
+from gpustack_sim.apiserver.server import SimServer
 from tests.integration.sim.helpers import call
 
 pytestmark = pytest.mark.anyio

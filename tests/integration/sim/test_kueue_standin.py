@@ -11,9 +11,9 @@ import anyio
 import httpx
 import pytest
 
-from gpustack_operator.sim.crds import stand_in_crds
-from gpustack_operator.sim.kueue import KueueStandIn
-from gpustack_operator.sim.server import SimServer
+from gpustack_sim.apiserver.server import SimServer
+from gpustack_sim.standins.crds import stand_in_crds
+from gpustack_sim.standins.kueue import KueueStandIn
 
 pytestmark = pytest.mark.anyio
 

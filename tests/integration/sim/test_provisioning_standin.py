@@ -18,9 +18,9 @@ import pytest
 
 from gpustack_operator.commands.plan import read_cluster_input
 from gpustack_operator.domain.profiles import local_queue_name
-from gpustack_operator.sim.crds import autoscaling_stand_in_crds, stand_in_crds
-from gpustack_operator.sim.provisioning import PROVISIONED_ANNOTATION
-from gpustack_operator.simcluster.cluster import SimCluster
+from gpustack_sim.cluster.cluster import SimCluster
+from gpustack_sim.standins.crds import autoscaling_stand_in_crds, stand_in_crds
+from gpustack_sim.standins.provisioning import PROVISIONED_ANNOTATION
 
 pytestmark = pytest.mark.anyio
 

@@ -6,12 +6,12 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from gpustack_operator.sim import apply as ssa
-from gpustack_operator.sim.errors import ApiError
-from gpustack_operator.sim.kinds import BUILTIN_KINDS
-from gpustack_operator.sim.names import metadata_errors, name_errors
-from gpustack_operator.sim.patches import json_patch, merge_patch
-from gpustack_operator.sim.selectors import parse_field_selector, parse_label_selector
+from gpustack_sim.apiserver import apply as ssa
+from gpustack_sim.apiserver.errors import ApiError
+from gpustack_sim.apiserver.kinds import BUILTIN_KINDS
+from gpustack_sim.apiserver.names import metadata_errors, name_errors
+from gpustack_sim.apiserver.patches import json_patch, merge_patch
+from gpustack_sim.apiserver.selectors import parse_field_selector, parse_label_selector
 
 CONFIGMAP = next(k for k in BUILTIN_KINDS if k.kind == "ConfigMap")
 

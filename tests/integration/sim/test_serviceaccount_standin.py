@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpustack_operator.sim.server import SimServer
-from gpustack_operator.sim.serviceaccounts import ServiceAccountStandIn
+from gpustack_sim.apiserver.server import SimServer
+from gpustack_sim.standins.serviceaccounts import ServiceAccountStandIn
 from tests.integration.sim.helpers import call, eventually
 
 pytestmark = pytest.mark.anyio

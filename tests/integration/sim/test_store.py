@@ -6,7 +6,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from gpustack_operator.sim.errors import ApiError
+from gpustack_sim.apiserver.errors import ApiError
 from tests.integration.sim.helpers import call
 
 pytestmark = pytest.mark.anyio

@@ -8,7 +8,7 @@ import anyio
 import httpx
 import pytest
 
-from gpustack_operator.sim.server import SimServer
+from gpustack_sim.apiserver.server import SimServer
 from tests.integration.sim.helpers import call, watch_lines
 
 pytestmark = pytest.mark.anyio

@@ -8,7 +8,7 @@ import ipaddress
 
 import pytest
 
-from gpustack_operator.sim.writedefaults import SERVICE_RANGE
+from gpustack_sim.apiserver.writedefaults import SERVICE_RANGE
 from tests.integration.sim.helpers import call
 
 pytestmark = pytest.mark.anyio

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from gpustack_operator.sim.authn import TokenAuthenticator
-from gpustack_operator.sim.crds import stand_in_crds
-from gpustack_operator.sim.server import SimServer
+from gpustack_sim.apiserver.authn import TokenAuthenticator
+from gpustack_sim.apiserver.server import SimServer
+from gpustack_sim.standins.crds import stand_in_crds
 from tests.conftest import shared_crds_dir
 from tests.integration.bootstrap.support import NS, WORKER_TOKEN, worker_rbac
 

@@ -18,13 +18,14 @@ from gpustack_operator.controllers.worker import (
     setup_worker,
 )
 from gpustack_operator.domain.desired import DesiredState, desired_state
+from gpustack_operator.domain.labels import LABEL_REPAIR_ANNOTATION
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.leaderelection import LeaderElectionConfig
 from gpustack_operator.runtime.manager import Manager, ManagerOptions
-from gpustack_operator.sim.nfdmaster import NfdMaster
-from gpustack_operator.sim.server import SimServer
+from gpustack_sim.apiserver.server import SimServer
+from gpustack_sim.standins.nfdmaster import NfdMaster
 
 NS = "gpustack-system"
 KUEUE = "kueue.x-k8s.io/v1beta2"
@@ -249,7 +250,9 @@ def chain_diff(sim: SimServer, config: WorkerConfig) -> list[str]:
                 problems.append(f"{kind} {_key(obj)}: spec differs")
             if not _contains(got_meta.get("labels", {}), meta.get("labels", {})):
                 problems.append(f"{kind} {_key(obj)}: labels differ")
-            if got_meta.get("annotations", {}) != meta.get("annotations", {}):
+            got_annotations = dict(got_meta.get("annotations", {}))
+            got_annotations.pop(LABEL_REPAIR_ANNOTATION, None)  # a repair's mark stays
+            if got_annotations != meta.get("annotations", {}):
                 problems.append(f"{kind} {_key(obj)}: annotations differ")
             if not _owners(obj) <= _owners(got):
                 problems.append(f"{kind} {_key(obj)}: owner references differ")

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from gpustack_operator.runtime.controller import Reconciler, Request, Result
-from gpustack_operator.sim.server import SimServer
+from gpustack_sim.apiserver.server import SimServer
 from tests.integration.worker.support import (
     KUEUE,
     WRITE_KINDS,

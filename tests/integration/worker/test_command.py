@@ -12,7 +12,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from gpustack_operator.sim.server import SimServer
+from gpustack_sim.apiserver.server import SimServer
 from tests.integration.worker.support import (
     converged,
     fast_config,

@@ -23,9 +23,9 @@ from gpustack_operator.commands.plan import read_cluster_input
 from gpustack_operator.commands.policy_flags import read_declared_pools
 from gpustack_operator.controllers.declaredpool import PROVISIONING_NOT_SERVED
 from gpustack_operator.runtime.resources import NODES
-from gpustack_operator.sim.authn import TokenAuthenticator
-from gpustack_operator.sim.crds import autoscaling_stand_in_crds, stand_in_crds
-from gpustack_operator.sim.server import SimServer
+from gpustack_sim.apiserver.authn import TokenAuthenticator
+from gpustack_sim.apiserver.server import SimServer
+from gpustack_sim.standins.crds import autoscaling_stand_in_crds, stand_in_crds
 from tests.conftest import shared_crds_dir
 from tests.integration.bootstrap.support import NS, WORKER_TOKEN, worker_rbac
 from tests.integration.worker.support import (

@@ -22,7 +22,7 @@ from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.fence import LeaseFence
 from gpustack_operator.runtime.leaderelection import LeaderElectionConfig, LeaderElectionLost
 from gpustack_operator.runtime.manager import ManagerOptions
-from gpustack_operator.sim.server import SimServer
+from gpustack_sim.apiserver.server import SimServer
 from tests.integration.worker.support import (
     KUEUE,
     NS,

@@ -13,7 +13,7 @@ from structlog.testing import capture_logs
 
 from gpustack_operator.domain.queues import QuotaResources
 from gpustack_operator.runtime.metrics import REGISTRY
-from gpustack_operator.sim.server import SimServer
+from gpustack_sim.apiserver.server import SimServer
 from tests.integration.worker.support import (
     converged,
     eventually,

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpustack_operator.domain.desired import desired_state
-from gpustack_operator.sim.server import SimServer
+from gpustack_sim.apiserver.server import SimServer
 from tests.integration.worker.support import (
     KUEUE,
     MANAGED_BY,

@@ -19,7 +19,7 @@ import yaml
 
 from gpustack_operator.controllers.worker import TENANT_NO_NODE_FEATURES
 from gpustack_operator.domain.tenancy import host_owned_keys
-from gpustack_operator.sim.server import SimServer
+from gpustack_sim.apiserver.server import SimServer
 from tests.integration.worker.support import put_node
 
 pytestmark = [pytest.mark.anyio]

@@ -12,7 +12,7 @@ import pytest
 from gpustack_operator.commands.plan import read_cluster_file
 from gpustack_operator.domain.nodeview import name_of
 from gpustack_operator.runtime.metrics import REGISTRY
-from gpustack_operator.simcluster.cluster import SimCluster
+from gpustack_sim.cluster.cluster import SimCluster
 from tests.integration.worker.support import eventually
 
 from ..chain.support import REPO

@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from gpustack_operator.commands.plan import read_cluster_input
-from gpustack_operator.sim.celrules import rule_causes
-from gpustack_operator.sim.kinds import KindInfo, kinds_from_crd
-from gpustack_operator.sim.validation import validate_object
+from gpustack_sim.apiserver.celrules import rule_causes
+from gpustack_sim.apiserver.kinds import KindInfo, kinds_from_crd
+from gpustack_sim.apiserver.validation import validate_object
 from tests.conftest import REAL_CRDS_MISSING, shared_crds_dir
 from tests.unit.domain.test_crd_schemas import validate
 from tests.unit.domain.test_declaredpools import EXAMPLES, _state

@@ -1,9 +1,11 @@
-"""Credentials read as kubectl and client-go read them (docs/runtime.md, "Credentials"):
-kubeconfig merging, token files read again, exec plugins, the in-cluster service account."""
+"""Credentials as kr8s reads them, and the pieces this project adds where kr8s 0.20 falls short
+(docs/runtime.md, "Credentials"): a kubeconfig's ``tokenFile`` and the service-account token
+read again once a minute, the system's CAs beside a client certificate without a CA, errors
+that name the kubeconfig and the fix."""
 
 from __future__ import annotations
 
-import json
+import base64
 import ssl
 import sys
 from pathlib import Path
@@ -12,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gpustack_operator.runtime import kubeconfigfiles
 from gpustack_operator.runtime.credentials import (
     TOKEN_REREAD_SECONDS,
     CredentialError,
@@ -23,7 +26,13 @@ from ...certs import self_signed
 
 pytestmark = pytest.mark.anyio
 
-NO_ENV: dict[str, str] = {}
+
+@pytest.fixture(autouse=True)
+def no_ambient_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Neither this machine's kubeconfig nor a service account of a Pod the tests run in."""
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(kubeconfigfiles, "SERVICE_ACCOUNT_DIR", tmp_path / "no-account")
 
 
 def kubeconfig(path: Path, **sections: Any) -> Path:
@@ -51,79 +60,31 @@ class Clock:
         return self.now
 
 
-# --- merging --------------------------------------------------------------------------------
+# --- what kr8s reads ------------------------------------------------------------------------
 
 
-async def test_merged_files_the_first_to_name_an_entry_wins_it_whole(tmp_path: Path) -> None:
-    first = kubeconfig(
-        tmp_path / "one" / "config",
-        clusters=[{"name": "unused", "cluster": {"server": "https://unused.test"}}],
-        users=[{"name": "u", "user": {"tokenFile": "token"}}],
-        contexts=[{"name": "a", "context": {"cluster": "c", "user": "u"}}],
-        **{"current-context": "a"},
-    )
-    (tmp_path / "one" / "token").write_text("from-the-first-file\n")
-    second = kubeconfig(
-        tmp_path / "two" / "config",
-        clusters=[{"name": "c", "cluster": {"server": "http://127.0.0.1:1"}}],
-        users=[{"name": "u", "user": {"token": "from-the-second-file", "username": "x"}}],
-        contexts=[
-            {"name": "a", "context": {"cluster": "other", "user": "nobody"}},
-            {"name": "b", "context": {"cluster": "c", "user": "u"}},
-        ],
-        **{"current-context": "b"},
-    )
-    credentials = await load_credentials(f"{first}:{second}", env=NO_ENV)
-    # current-context and context "a" from the first file; the cluster only the second has;
-    # user "u" whole from the first (the second's token and username are discarded), its
-    # tokenFile relative to the first file.
-    assert credentials.server == "http://127.0.0.1:1"
-    assert await credentials.authorization() == "Bearer from-the-first-file"
-    assert "context a" in credentials.where
-
-
-async def test_kubeconfig_env_lists_files_and_context_picks_one(tmp_path: Path) -> None:
+async def test_kubeconfig_env_lists_files_and_context_picks_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     first = one_context(tmp_path / "a", {"token": "t"})
     second = kubeconfig(
         tmp_path / "b",
         clusters=[{"name": "d", "cluster": {"server": "https://other.test"}}],
-        contexts=[{"name": "other", "context": {"cluster": "d"}}],
+        users=[{"name": "v", "user": {}}],
+        contexts=[{"name": "other", "context": {"cluster": "d", "user": "v"}}],
     )
-    env = {"KUBECONFIG": f"{tmp_path / 'absent'}:{first}:{second}"}
-    assert (await load_credentials(env=env)).server == "https://api.test:6443"
-    other = await load_credentials(context="other", env=env)
+    monkeypatch.setenv("KUBECONFIG", f"{tmp_path / 'absent'}:{first}:{second}")
+    credentials = await load_credentials()
+    assert credentials.server == "https://api.test:6443"
+    assert await credentials.authorization() == "Bearer t"
+    other = await load_credentials(context="other")
     assert other.server == "https://other.test"
     assert await other.authorization() is None
 
 
-async def test_a_context_naming_an_undefined_user_says_so(tmp_path: Path) -> None:
-    path = kubeconfig(
-        tmp_path / "kc",
-        clusters=[{"name": "c", "cluster": {"server": "https://api.test"}}],
-        contexts=[{"name": "a", "context": {"cluster": "c", "user": "ghost"}}],
-    )
-    with pytest.raises(CredentialError, match="user 'ghost', which no file defines"):
-        await load_credentials(path, env=NO_ENV)
-
-
-async def test_auth_provider_is_refused_with_the_fix(tmp_path: Path) -> None:
-    path = one_context(tmp_path / "kc", {"auth-provider": {"name": "oidc", "config": {}}})
-    with pytest.raises(CredentialError, match=r"auth-provider 'oidc'.*exec credential plugin"):
-        await load_credentials(path, env=NO_ENV)
-
-
-async def test_basic_auth_is_sent_as_basic(tmp_path: Path) -> None:
-    path = one_context(tmp_path / "kc", {"username": "ada", "password": "pw"})
-    credentials = await load_credentials(path, env=NO_ENV)
-    assert await credentials.authorization() == "Basic YWRhOnB3"
-
-
-# --- TLS settings ---------------------------------------------------------------------------
-
-
 async def test_tls_settings_and_relative_certificate_paths(tmp_path: Path) -> None:
     (tmp_path / "certs").mkdir()
-    cert, key = self_signed(tmp_path / "certs", "client")
+    self_signed(tmp_path / "certs", "client")
     path = one_context(
         tmp_path / "kc",
         {"client-certificate": "certs/tls.crt", "client-key": "certs/tls.key"},
@@ -133,9 +94,8 @@ async def test_tls_settings_and_relative_certificate_paths(tmp_path: Path) -> No
             "proxy-url": "http://proxy.test:3128",
         },
     )
-    assert (cert.name, key.name) == ("tls.crt", "tls.key")
-    credentials = await load_credentials(path, env=NO_ENV)
-    context = credentials.ssl_context()
+    credentials = await load_credentials(path)
+    context = await credentials.ssl_context()
     assert isinstance(context, ssl.SSLContext)
     assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
     # Only the kubeconfig's CA is trusted, not the system's.
@@ -145,8 +105,6 @@ async def test_tls_settings_and_relative_certificate_paths(tmp_path: Path) -> No
 
 
 async def test_inline_data_and_insecure_skip_tls_verify(tmp_path: Path) -> None:
-    import base64
-
     cert, key = self_signed(tmp_path, "inline")
     path = one_context(
         tmp_path / "kc",
@@ -156,24 +114,68 @@ async def test_inline_data_and_insecure_skip_tls_verify(tmp_path: Path) -> None:
         },
         **{"insecure-skip-tls-verify": True},
     )
-    context = (await load_credentials(path, env=NO_ENV)).ssl_context()
+    context = await (await load_credentials(path)).ssl_context()
     assert isinstance(context, ssl.SSLContext)
     assert context.verify_mode == ssl.CERT_NONE and not context.check_hostname
-    plain = await load_credentials(one_context(tmp_path / "plain", {}), env=NO_ENV)
-    assert plain.ssl_context() is True
-    bad = one_context(tmp_path / "bad", {}, **{"certificate-authority-data": "%%%"})
-    with pytest.raises(CredentialError, match="certificate-authority-data is not base64"):
-        await load_credentials(bad, env=NO_ENV)
+    plain = await load_credentials(one_context(tmp_path / "plain", {}))
+    assert await plain.ssl_context() is True
 
 
-# --- token files ----------------------------------------------------------------------------
+EXEC_PLUGIN = """#!{python}
+import json, os
+from pathlib import Path
+counter = Path(os.environ["COUNTER"])
+runs = int(counter.read_text()) + 1 if counter.exists() else 1
+counter.write_text(str(runs))
+print(json.dumps({{"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential",
+                  "status": {{"token": f"t{{runs}}"}}}}))
+"""
+
+
+def exec_kubeconfig(tmp_path: Path, server: str = "https://api.test:6443", **cluster: Any) -> Path:
+    """A kubeconfig whose user is an exec plugin that hands out t1, t2, ... (runs counted in
+    ``runs``)."""
+    plugin = tmp_path / "plugin"
+    plugin.parent.mkdir(parents=True, exist_ok=True)
+    plugin.write_text(EXEC_PLUGIN.format(python=sys.executable))
+    plugin.chmod(0o755)
+    path = one_context(
+        tmp_path / "kc",
+        {
+            "exec": {
+                "apiVersion": "client.authentication.k8s.io/v1",
+                "command": str(plugin),
+                "env": [{"name": "COUNTER", "value": str(tmp_path / "runs")}],
+                "interactiveMode": "Never",
+            }
+        },
+        **cluster,
+    )
+    path.write_text(path.read_text().replace("https://api.test:6443", server))
+    return path
+
+
+async def test_an_exec_plugin_is_run_and_run_again_when_authenticating_again(
+    tmp_path: Path,
+) -> None:
+    credentials = await load_credentials(exec_kubeconfig(tmp_path))
+    assert await credentials.authorization() == "Bearer t1"
+    await credentials.reauthenticate()  # what a 401 does
+    assert await credentials.authorization() == "Bearer t2"
+
+
+# --- what this project adds -----------------------------------------------------------------
 
 
 async def test_a_token_file_is_read_again_once_a_minute_and_after_a_401(tmp_path: Path) -> None:
+    """kr8s 0.20 ignores ``user.tokenFile``."""
     token = tmp_path / "token"
-    token.write_text("one")
+    token.write_text("one\n")
+    path = one_context(tmp_path / "kc", {"tokenFile": "token"})  # relative to the kubeconfig
     clock = Clock()
-    credentials = Credentials(server="https://x", where="test", token_file=token, clock=clock)
+    credentials = Credentials(
+        str(path), None, where="test", service_account=tmp_path / "none", clock=clock
+    )
     await credentials.load()
     assert await credentials.authorization() == "Bearer one"
     token.write_text("two")
@@ -185,132 +187,82 @@ async def test_a_token_file_is_read_again_once_a_minute_and_after_a_401(tmp_path
     await credentials.reauthenticate()
     assert await credentials.authorization() == "Bearer three"
     token.unlink()
-    with pytest.raises(CredentialError, match=r"cannot read the token file .*token"):
+    with pytest.raises(CredentialError, match=r"test: cannot read the token file .*token"):
         await credentials.reauthenticate()
 
 
-# --- exec plugins ---------------------------------------------------------------------------
-
-PLUGIN = """#!{python}
-import json, os, sys
-from pathlib import Path
-counter = Path(os.environ["COUNTER"])
-runs = int(counter.read_text()) + 1 if counter.exists() else 1
-counter.write_text(str(runs))
-info = json.loads(os.environ["KUBERNETES_EXEC_INFO"])
-Path(os.environ["COUNTER"] + ".info").write_text(json.dumps({{"info": info, "argv": sys.argv[1:]}}))
-if os.environ.get("FAIL"):
-    print("login expired: run `cloud login`", file=sys.stderr)
-    sys.exit(3)
-status = {{"token": f"t{{runs}}"}}
-if os.environ.get("EXPIRES"):
-    status["expirationTimestamp"] = os.environ["EXPIRES"]
-print(json.dumps({{"apiVersion": os.environ.get("ANSWER_VERSION", info["apiVersion"]),
-                  "kind": "ExecCredential", "status": status}}))
-"""
-
-
-def exec_kubeconfig(tmp_path: Path, *, api_version: str, **env: str) -> Path:
-    plugin = tmp_path / "bin" / "plugin"
-    plugin.parent.mkdir(parents=True, exist_ok=True)
-    plugin.write_text(PLUGIN.format(python=sys.executable))
-    plugin.chmod(0o755)
-    entries = [{"name": "COUNTER", "value": str(tmp_path / "runs")}]
-    entries += [{"name": k, "value": v} for k, v in env.items()]
-    return one_context(
-        tmp_path / "kc",
-        {
-            "exec": {
-                "apiVersion": api_version,
-                "command": "./bin/plugin",  # relative to the kubeconfig's directory
-                "args": ["--cluster", "c"],
-                "env": entries,
-                "provideClusterInfo": True,
-                "installHint": "install plugin from example.test",
-            }
-        },
-    )
-
-
-@pytest.mark.parametrize(
-    "api_version", ["client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1"]
-)
-async def test_an_exec_plugin_is_run_with_its_environment_and_cached_until_it_expires(
-    tmp_path: Path, api_version: str
-) -> None:
-    path = exec_kubeconfig(tmp_path, api_version=api_version, EXPIRES="2030-01-01T00:00:00Z")
-    credentials = await load_credentials(path, env=NO_ENV)
-    assert await credentials.authorization() == "Bearer t1"
-    seen = json.loads((tmp_path / "runs.info").read_text())
-    assert seen["argv"] == ["--cluster", "c"]
-    assert seen["info"]["apiVersion"] == api_version
-    assert seen["info"]["spec"]["interactive"] is False
-    assert seen["info"]["spec"]["cluster"]["server"] == "https://api.test:6443"
-    # Cached until status.expirationTimestamp, then run again.
-    expiry = 1893456000.0  # 2030-01-01T00:00:00Z
-    clock = Clock()
-    cached = Credentials(
-        server="https://x",
-        where="test",
-        exec_plugin=credentials._exec,
-        clock=clock,
-        wall_clock=lambda: expiry - 100,
-    )
-    await cached.load()
-    assert await cached.authorization() == "Bearer t2"
-    clock.now = 99
-    assert await cached.authorization() == "Bearer t2"
-    clock.now = 100
-    assert await cached.authorization() == "Bearer t3"
-    await cached.reauthenticate()  # a 401
-    assert await cached.authorization() == "Bearer t4"
-
-
-async def test_exec_plugin_failures_name_the_command_and_the_fix(tmp_path: Path) -> None:
-    v1 = "client.authentication.k8s.io/v1"
-    failing = exec_kubeconfig(tmp_path / "fail", api_version=v1, FAIL="1")
-    with pytest.raises(CredentialError, match=r"'.*bin/plugin' exited with status 3: login exp"):
-        await load_credentials(failing, env=NO_ENV)
-    other = exec_kubeconfig(
-        tmp_path / "ver", api_version=v1, ANSWER_VERSION="client.authentication.k8s.io/v1beta1"
-    )
-    with pytest.raises(CredentialError, match=r"make user\.exec\.apiVersion match the plugin"):
-        await load_credentials(other, env=NO_ENV)
-    missing = one_context(
-        tmp_path / "missing",
-        {"exec": {"apiVersion": v1, "command": "no-such-plugin", "installHint": "brew it"}},
-    )
-    with pytest.raises(CredentialError, match=r"'no-such-plugin' cannot be run.*brew it"):
-        await load_credentials(missing, env=NO_ENV)
-    alpha = one_context(
-        tmp_path / "alpha",
-        {"exec": {"apiVersion": "client.authentication.k8s.io/v1alpha1", "command": "x"}},
-    )
-    with pytest.raises(CredentialError, match="v1alpha1' is not supported"):
-        await load_credentials(alpha, env=NO_ENV)
-
-
-# --- in-cluster -----------------------------------------------------------------------------
-
-
-async def test_in_cluster_credentials_from_the_service_account(tmp_path: Path) -> None:
+def service_account(tmp_path: Path) -> Path:
     account = tmp_path / "serviceaccount"
     account.mkdir()
     cert, _ = self_signed(tmp_path, "cluster-ca")
     (account / "ca.crt").write_bytes(cert.read_bytes())
     (account / "token").write_text("sa-token\n")
-    env = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
-    credentials = await load_credentials(env=env, home=tmp_path, service_account=account)
+    (account / "namespace").write_text("ops")
+    return account
+
+
+async def test_in_cluster_credentials_and_the_token_read_again_once_a_minute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kr8s reads the service-account token only when it authenticates again; client-go
+    reads it again every minute, and so does this."""
+    account = service_account(tmp_path)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    clock = Clock()
+    credentials = Credentials(None, None, where="sa", service_account=account, clock=clock)
+    await credentials.load()
     assert credentials.server == "https://10.96.0.1:443"
     assert await credentials.authorization() == "Bearer sa-token"
-    context = credentials.ssl_context()
+    context = await credentials.ssl_context()
     assert isinstance(context, ssl.SSLContext)
     assert len(context.get_ca_certs()) == 1
     (account / "token").write_text("rotated")
-    await credentials.reauthenticate()
+    clock.now = TOKEN_REREAD_SECONDS
     assert await credentials.authorization() == "Bearer rotated"
-    v6 = {"KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "6443"}
-    ipv6 = await load_credentials(env=v6, home=tmp_path, service_account=account)
-    assert ipv6.server == "https://[fd00::1]:6443"
-    with pytest.raises(CredentialError, match="KUBERNETES_SERVICE_HOST"):
-        await load_credentials(env={}, home=tmp_path, service_account=account)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "fd00::1")
+    ipv6 = await load_credentials(service_account=account)
+    assert ipv6.server == "https://[fd00::1]:443"
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST")
+    with pytest.raises(CredentialError, match=r"in-cluster service account: .*--kubeconfig"):
+        await load_credentials(service_account=account)
+
+
+async def test_a_client_certificate_without_a_ca_trusts_the_system_cas(tmp_path: Path) -> None:
+    """kr8s then builds a TLS context that trusts no CA at all; client-go uses the system's."""
+    cert, key = self_signed(tmp_path, "client")
+    path = one_context(tmp_path / "kc", {"client-certificate": str(cert), "client-key": str(key)})
+    context = await (await load_credentials(path)).ssl_context()
+    assert isinstance(context, ssl.SSLContext)
+    system = ssl.create_default_context()
+    assert len(context.get_ca_certs()) == len(system.get_ca_certs())
+    assert context.verify_mode == ssl.CERT_REQUIRED
+
+
+async def test_what_kr8s_refuses_is_one_line_naming_the_file_and_the_fix(tmp_path: Path) -> None:
+    provider = one_context(tmp_path / "p", {"auth-provider": {"name": "gcp"}})
+    with pytest.raises(
+        CredentialError, match=r"kubeconfig .*/p: .*auth-provider 'gcp'.*user\.exec"
+    ):
+        await load_credentials(provider)
+    failing = one_context(
+        tmp_path / "f",
+        {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "false"}},
+    )
+    with pytest.raises(CredentialError, match=r"kubeconfig .*/f: .*plugin 'false' failed"):
+        await load_credentials(failing)
+    missing = one_context(
+        tmp_path / "m",
+        {
+            "exec": {
+                "apiVersion": "client.authentication.k8s.io/v1",
+                "command": "no-such-plugin",
+                "installHint": "brew it",
+            }
+        },
+    )
+    with pytest.raises(CredentialError, match=r"'no-such-plugin' failed .*brew it"):
+        await load_credentials(missing)
+    bad_ca = one_context(tmp_path / "b", {}, **{"certificate-authority-data": "bm90IGEgY2VydA=="})
+    with pytest.raises(CredentialError, match=r"cannot load the CA"):
+        await (await load_credentials(bad_ca)).ssl_context()

@@ -13,6 +13,7 @@ import pytest
 from gpustack_operator.runtime import metrics
 from gpustack_operator.runtime.client import NotFound, ServerError
 from gpustack_operator.runtime.events import EventRecorder
+from gpustack_operator.runtime.fence import WriteFence
 from gpustack_operator.runtime.manager import run_async
 from gpustack_operator.runtime.probes import (
     HealthChecks,
@@ -35,9 +36,16 @@ class FakeEventClient:
         self.fail_creates = False
 
     async def create(
-        self, res: Resource, body: dict[str, Any], namespace: str | None = None
+        self,
+        res: Resource,
+        body: dict[str, Any],
+        namespace: str | None = None,
+        *,
+        fence: WriteFence | None = None,
     ) -> dict[str, Any]:
         assert res is EVENTS
+        if fence is not None:
+            fence.check("an event")  # as the client does once its connection is ready
         self.calls.append("create")
         if self.fail_creates:
             raise ServerError("etcd unavailable", status=500)
@@ -51,7 +59,10 @@ class FakeEventClient:
         patch: dict[str, Any] | list[Any],
         *,
         namespace: str | None = None,
+        fence: WriteFence | None = None,
     ) -> dict[str, Any]:
+        if fence is not None:
+            fence.check("an event")
         self.calls.append("patch")
         key = (namespace or "", name)
         if key not in self.events:
@@ -105,6 +116,36 @@ async def test_recorder_creates_then_aggregates_repeats() -> None:
     pod_event = next(e for (ns, _), e in client.events.items() if ns == "team-a")
     assert pod_event["involvedObject"]["kind"] == "Pod"
     assert pod_event["type"] == "Normal"
+
+
+class ClosingFence(WriteFence):
+    """Held at the recorder's own check, closed by the time the client checks again (the
+    rate limiter or a new connection took longer than the Lease was held)."""
+
+    def __init__(self) -> None:
+        self.checks = 0
+
+    def held(self) -> bool:
+        self.checks += 1
+        return self.checks == 1
+
+
+async def test_an_event_is_dropped_when_the_fence_closes_before_it_is_sent() -> None:
+    client = FakeEventClient()
+    recorder = EventRecorder(client, "unit", host="h", wall_clock=Ticking())
+    recorder.fence = ClosingFence()
+
+    def dropped() -> float:
+        sample = metrics.REGISTRY.get_sample_value
+        return sample("gpustack_events_dropped_total", {"reason": "not_leader"}) or 0.0
+
+    before = dropped()
+    recorder.warning(NODE, "ProbeFailed", "no driver", resource=NODES)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(recorder.run)
+        await eventually(lambda: dropped() == before + 1)
+        tg.cancel_scope.cancel()
+    assert client.calls == [] and recorder.written == 0
 
 
 async def test_each_object_gets_a_limited_burst_of_events() -> None:

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpustack_operator.runtime.jsondecode import INCREMENTAL_BYTES, decode_object
+from gpustack_operator.runtime.jsondecode import INCREMENTAL_BYTES, decode_object, loads
 
 pytestmark = pytest.mark.anyio
 
@@ -69,3 +69,16 @@ async def test_invalid_bodies_raise_value_error() -> None:
     for bad in (good[:-1], good + "x", good.replace("[1, 2]", "[1 2]")):
         with pytest.raises(ValueError):
             await decode_object(bad.encode())
+
+
+@pytest.mark.parametrize("size", [10_000, INCREMENTAL_BYTES])
+async def test_nesting_too_deep_to_decode_is_a_value_error(size: int) -> None:
+    """``json`` raises ``RecursionError`` there; callers map ``ValueError`` to typed errors."""
+    nested = "[" * size + "]" * size
+    with pytest.raises(ValueError, match="nests too deeply"):
+        loads(nested)
+    with pytest.raises(ValueError, match="nests too deeply"):
+        await decode_object(nested)
+    items = '{"items":[' + nested + "]}"
+    with pytest.raises(ValueError, match="nests too deeply"):
+        await decode_object(items)

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from gpustack_operator.sim import builtinschemas
-from gpustack_operator.sim.errors import ApiError
-from gpustack_operator.sim.kinds import KindInfo, KindRegistry
+from gpustack_sim.apiserver import builtinschemas
+from gpustack_sim.apiserver.errors import ApiError
+from gpustack_sim.apiserver.kinds import KindInfo, KindRegistry
 
 REGISTRY = KindRegistry.with_builtins()
 

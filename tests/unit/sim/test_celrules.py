@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from gpustack_operator.sim.cel import CelError, evaluate
-from gpustack_operator.sim.celrules import rule_causes
-from gpustack_operator.sim.kinds import KindInfo
+from gpustack_sim.apiserver.cel import CelError, evaluate
+from gpustack_sim.apiserver.celrules import rule_causes
+from gpustack_sim.apiserver.kinds import KindInfo
 
 SCHEMA: dict[str, Any] = {
     "type": "object",

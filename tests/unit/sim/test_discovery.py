@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gpustack_operator.sim.discovery import (
+from gpustack_sim.apiserver.discovery import (
     OpenApiCache,
     aggregated_discovery,
     api_group,
@@ -16,7 +16,7 @@ from gpustack_operator.sim.discovery import (
     openapi_v3_root,
     preferred_version,
 )
-from gpustack_operator.sim.kinds import KindInfo, KindRegistry, kinds_from_crd
+from gpustack_sim.apiserver.kinds import KindInfo, KindRegistry, kinds_from_crd
 
 
 @pytest.fixture

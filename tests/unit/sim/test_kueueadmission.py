@@ -6,7 +6,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
-from gpustack_operator.sim.kueueadmission import (
+from gpustack_sim.standins.kueueadmission import (
     ClusterQueueView,
     apply_transformations,
     assign,

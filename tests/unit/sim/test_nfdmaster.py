@@ -8,7 +8,8 @@ from typing import Any
 import anyio
 import pytest
 
-from gpustack_operator.sim.nfdmaster import (
+from gpustack_sim.apiserver.server import SimServer
+from gpustack_sim.standins.nfdmaster import (
     DEFAULT_LABEL_NAMESPACES,
     FEATURE_LABELS_ANNOTATION,
     NODE_NAME_LABEL,
@@ -16,7 +17,6 @@ from gpustack_operator.sim.nfdmaster import (
     desired_labels,
     merge_node_labels,
 )
-from gpustack_operator.sim.server import SimServer
 
 NAMESPACES = tuple(p.rstrip("/") for p in DEFAULT_LABEL_NAMESPACES)
 SYSTEM = "gpustack-system"

@@ -3,10 +3,10 @@ untyped, the rest keeps its types, fields and required lists."""
 
 from __future__ import annotations
 
-from gpustack_operator.sim.crds import stand_in_crds
-from gpustack_operator.sim.kinds import KindRegistry, kinds_from_crd
-from gpustack_operator.sim.openapiv2 import encode_document, openapi_v2_document, v2_schema
-from gpustack_operator.sim.protobuf import _fields
+from gpustack_sim.apiserver.kinds import KindRegistry, kinds_from_crd
+from gpustack_sim.apiserver.openapiv2 import encode_document, openapi_v2_document, v2_schema
+from gpustack_sim.apiserver.protobuf import _fields
+from gpustack_sim.standins.crds import stand_in_crds
 
 
 def test_untyped_parts_and_kept_structure() -> None:

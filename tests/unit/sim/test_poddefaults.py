@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gpustack_operator.sim.poddefaults import (
+from gpustack_sim.apiserver.poddefaults import (
     SERVICE_ACCOUNT_MOUNT,
     default_new_pod,
     image_pull_policy,

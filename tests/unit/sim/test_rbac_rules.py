@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
-from gpustack_operator.sim.authn import (
+from gpustack_sim.apiserver.authn import (
     NODE_NAME_EXTRA,
     TokenAuthenticator,
     TokenFileError,
     service_account_user,
 )
-from gpustack_operator.sim.rbac import Attributes, covers, request_attributes, rule_allows
+from gpustack_sim.apiserver.rbac import Attributes, covers, request_attributes, rule_allows
 
 USER = service_account_user("gpustack-system", "worker")
 

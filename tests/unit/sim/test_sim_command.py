@@ -57,3 +57,24 @@ def test_serve_can_come_from_the_environment() -> None:
     parser = build_parser(env={"GPUSTACK_SIM_SERVE": "true", "GPUSTACK_SIM_PORT": "8123"})
     args = parser.parse_args(["sim"])
     assert args.serve is True and args.port == 8123
+
+
+def test_without_the_simulator_installed_sim_says_how_to_get_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The wheel and the image hold no gpustack_sim (its own distribution, sim/)."""
+    import importlib.util
+
+    from gpustack_operator.commands import sim
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "gpustack_sim" else found(name, *a),
+    )
+    args = build_parser({}).parse_args(["sim", "--cluster", "examples/cluster.yaml"])
+    assert sim.run(args) == 2
+    said = capsys.readouterr().err
+    assert "no simulator (the gpustack-sim distribution missing)" in said
+    assert "make demo" in said and "pip install ./sim" in said

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from gpustack_operator.sim.kinds import KindInfo, KindRegistry
-from gpustack_operator.sim.strategic import (
+from gpustack_sim.apiserver.kinds import KindInfo, KindRegistry
+from gpustack_sim.apiserver.strategic import (
     StrategicMergePatchError,
     StrategicMergeUnsupportedError,
     strategic_merge_patch,

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import make_mocked_request
 
-from gpustack_operator.sim import discovery
-from gpustack_operator.sim.kinds import KindInfo, KindRegistry, kinds_from_crd
-from gpustack_operator.sim.tables import evaluate_jsonpath, human_duration, maybe_table, table_for
+from gpustack_sim.apiserver import discovery
+from gpustack_sim.apiserver.kinds import KindInfo, KindRegistry, kinds_from_crd
+from gpustack_sim.apiserver.tables import evaluate_jsonpath, human_duration, maybe_table, table_for
 
 TABLE_ACCEPT = (
     "application/json;as=Table;v=v1;g=meta.k8s.io,"

@@ -10,8 +10,8 @@ from typing import Any
 import jsonschema  # type: ignore[import-untyped]
 import pytest
 
-from gpustack_operator.sim.kinds import KindInfo, kinds_from_crd
-from gpustack_operator.sim.validation import (
+from gpustack_sim.apiserver.kinds import KindInfo, kinds_from_crd
+from gpustack_sim.apiserver.validation import (
     apply_defaults,
     find_unknown_fields,
     prune_unknown_fields,

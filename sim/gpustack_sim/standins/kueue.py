@@ -1,0 +1,558 @@
+"""A stand-in for Kueue's controllers inside the simulated cluster (a test double, not Kueue).
+
+It does what a workload needs from Kueue to go through the operator's chain, and no more:
+
+* a ``batch/v1`` Job labelled ``kueue.x-k8s.io/queue-name`` gets a ``Workload`` owned by it
+  (one pod set ``main``: the pod template, ``parallelism`` pods capped at ``completions``);
+  an unsuspended Job is suspended until admitted, as Kueue's job reconciler does;
+* pending Workloads are admitted in creation order by the rules of
+  :mod:`gpustack_sim.standins.kueueadmission` (LocalQueue -> ClusterQueue, ``stopPolicy``,
+  ``namespaceSelector``, resource transformations, flavors, quota, cohort borrowing);
+* an admitted Workload gets ``status.admission`` and the QuotaReserved/Admitted conditions,
+  and its Job is unsuspended with the flavors' ``nodeLabels`` as ``nodeSelector`` and their
+  ``tolerations``; one that does not fit keeps ``QuotaReserved=False`` with Kueue's message;
+* a finished Job's Workload gets ``Finished`` and stops counting; a deleted Job's Workload is
+  deleted; ClusterQueue and LocalQueue ``status`` carry usage and workload counts.
+
+No preemption, no admission checks, no fair sharing, no topology. docs/simulator.md, "Kueue
+admission stand-in", lists each rule with the Kueue behaviour it follows. Like the NFD-master
+stand-in it is part of the cluster: it writes through ``sim.store`` from one asyncio task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import hashlib
+from collections.abc import Mapping
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from gpustack_operator.domain.quantities import parse_quantity
+from gpustack_sim.apiserver.errors import ApiError
+from gpustack_sim.apiserver.store import now_rfc3339
+from gpustack_sim.standins.crds import workload_crd
+from gpustack_sim.standins.kueueadmission import (
+    ClusterQueueView,
+    PodSet,
+    Transformation,
+    assign,
+    format_amount,
+    podset_requests,
+    transformations_from_config,
+)
+from gpustack_sim.standins.standin import StoreLoop
+
+if TYPE_CHECKING:
+    from gpustack_sim.apiserver.server import SimServer
+
+__all__ = ["QUEUE_NAME_LABEL", "KueueStandIn", "workload_name"]
+
+log = structlog.get_logger(__name__)
+
+QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_GROUP = "kueue.x-k8s.io"
+JOB_API = "batch/v1"
+_WATCHED = frozenset({"ClusterQueue", "LocalQueue", "ResourceFlavor", "Cohort"})
+
+
+def workload_name(job_name: str, job_uid: str) -> str:
+    """``job-<name>-<5 hex>``, the shape of Kueue's names for a Job's Workload."""
+    digest = hashlib.sha1(f"{job_name}/{job_uid}/batch/v1, Kind=Job".encode()).hexdigest()
+    return f"job-{job_name}"[:247] + "-" + digest[:5]
+
+
+def _condition(obj: Mapping[str, Any], kind: str) -> dict[str, Any] | None:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == kind:
+            return dict(cond)
+    return None
+
+
+def _set_condition(
+    status: dict[str, Any], kind: str, value: str, reason: str, message: str
+) -> None:
+    """Set one condition, keeping ``lastTransitionTime`` when the status does not change."""
+    conditions = [c for c in status.get("conditions") or [] if c.get("type") != kind]
+    old = next((c for c in status.get("conditions") or [] if c.get("type") == kind), None)
+    since = old["lastTransitionTime"] if old and old.get("status") == value else now_rfc3339()
+    conditions.append(
+        {
+            "type": kind,
+            "status": value,
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": since,
+        }
+    )
+    status["conditions"] = conditions
+
+
+def _job_finished(job: Mapping[str, Any]) -> str | None:
+    """``Succeeded`` / ``Failed`` for a finished Job, else None."""
+    for cond in (job.get("status") or {}).get("conditions") or []:
+        if cond.get("status") == "True" and cond.get("type") in ("Complete", "Failed"):
+            return "Succeeded" if cond["type"] == "Complete" else "Failed"
+    return None
+
+
+def _pod_count(job: Mapping[str, Any]) -> int:
+    spec = job.get("spec") or {}
+    count = int(spec.get("parallelism", 1))
+    if spec.get("completions") is not None:
+        count = min(count, int(spec["completions"]))
+    return count
+
+
+def _selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    """A LabelSelector against *labels*; a missing selector matches nothing (Kueue's rule)."""
+    if selector is None:
+        return False
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+        present = key in labels
+        if (
+            (op == "In" and labels.get(key) not in values)
+            or (op == "NotIn" and present and labels[key] in values)
+            or (op == "Exists" and not present)
+            or (op == "DoesNotExist" and present)
+        ):
+            return False
+    return True
+
+
+class KueueStandIn(StoreLoop):
+    """Runs Kueue's admission for Jobs in a :class:`SimServer`. See the module docstring.
+
+    *config* is a Kueue ``Configuration`` object (only ``resources.transformations`` is
+    read); ``None`` is Kueue's default, with no transformations.
+    """
+
+    name = "sim-kueue"
+
+    def __init__(self, sim: SimServer, config: Mapping[str, Any] | None = None) -> None:
+        super().__init__(sim)
+        self.transformations: dict[str, Transformation] = transformations_from_config(config)
+        self._jobs: set[tuple[str, str]] = set()
+        self._schedule = False
+        self._generations: dict[tuple[str, str, str], Any] = {}
+
+    def configure(self, config: Mapping[str, Any] | None) -> None:
+        """Use another Kueue Configuration from now on and re-evaluate pending Workloads."""
+        self.transformations = transformations_from_config(config)
+        self._schedule = True
+        self._wake.set()
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Serve the Workload kind if nothing does, subscribe, and start the loop."""
+        if self._task is not None:
+            return
+        if self._api("Workload") is None:
+            self.sim.load_crds([workload_crd()])
+        self._subscribe()
+        for job in self.sim.store.list(JOB_API, "Job"):
+            self._jobs.add((job["metadata"]["namespace"], job["metadata"]["name"]))
+        self._schedule = True
+        self._launch()
+
+    def idle(self) -> bool:
+        """True when nothing waits to be synced or scheduled (tests poll this)."""
+        return not self._jobs and not self._schedule
+
+    # --- events (inside store writes: only mark work) -------------------------------------
+
+    def on_event(self, event_type: str, obj: dict[str, Any]) -> None:
+        kind, api = obj.get("kind"), str(obj.get("apiVersion", ""))
+        meta = obj.get("metadata") or {}
+        if kind == "Job" and api == JOB_API:
+            self._jobs.add((meta.get("namespace", ""), meta.get("name", "")))
+        elif kind == "Workload" and api.startswith(KUEUE_GROUP + "/"):
+            if event_type != "MODIFIED":
+                self._schedule = True
+        elif kind in _WATCHED and api.startswith(KUEUE_GROUP + "/"):
+            key = (kind, meta.get("namespace", ""), meta.get("name", ""))
+            generation = (meta.get("generation"), meta.get("labels"))
+            if event_type == "MODIFIED" and self._generations.get(key) == generation:
+                return  # a status write: quotas did not change
+            self._generations[key] = generation
+            self._schedule = True
+        elif kind == "Namespace" and api == "v1":
+            self._schedule = True
+        else:
+            return
+        self._wake.set()
+
+    # --- the loop -------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            ok = True
+            while self._jobs:
+                namespace, name = self._jobs.pop()
+                ok = self._guarded(self._sync_job, namespace, name) and ok
+                await asyncio.sleep(0)
+            if self._schedule:
+                self._schedule = False
+                ok = self._guarded(self._admit_pending) and ok
+            if not ok:
+                await asyncio.sleep(0.1)  # a refused write is retried, but not in a busy loop
+
+    def _guarded(self, step: Any, *args: Any) -> bool:
+        """Run one step; False when it failed (a pass is then retried)."""
+        try:
+            step(*args)
+        except ApiError as exc:  # changed meanwhile, or refused: try the pass again
+            log.warning("kueue stand-in: write refused", error=str(exc))
+            self._schedule = True
+            self._wake.set()
+            return False
+        except Exception:  # a bug must not stop admission for every other Job
+            log.exception("kueue stand-in failed")
+            return False
+        return True
+
+    def _api(self, kind: str) -> str | None:
+        for version in ("v1beta2", "v1beta1"):
+            api = f"{KUEUE_GROUP}/{version}"
+            if self.sim.registry.by_kind(api, kind) is not None:
+                return api
+        return None
+
+    def _list(self, kind: str) -> list[dict[str, Any]]:
+        api = self._api(kind)
+        return self.sim.store.list(api, kind) if api is not None else []
+
+    # --- Jobs -> Workloads ----------------------------------------------------------------
+
+    def _sync_job(self, namespace: str, name: str) -> None:
+        store, wl_api = self.sim.store, self._api("Workload")
+        assert wl_api is not None
+        job = store.get(JOB_API, "Job", name, namespace)
+        if job is None:
+            for owned in store.list(wl_api, "Workload", namespace=namespace):
+                owners = owned["metadata"].get("ownerReferences") or []
+                if any(o.get("kind") == "Job" and o.get("name") == name for o in owners):
+                    store.delete(wl_api, "Workload", owned["metadata"]["name"], namespace)
+            return
+        queue = (job["metadata"].get("labels") or {}).get(QUEUE_NAME_LABEL)
+        if not queue:
+            return  # Kueue leaves Jobs without a queue name alone (manageJobsWithoutQueueName)
+        wl_name = workload_name(name, job["metadata"]["uid"])
+        wl = store.get(wl_api, "Workload", wl_name, namespace)
+        finished = _job_finished(job)
+        if wl is None:
+            if finished:
+                return
+            wl = store.create(self._new_workload(job, wl_name, queue, wl_api))
+            self._schedule = True
+        if finished:
+            cond = _condition(wl, "Finished")
+            if cond is None or cond.get("status") != "True":
+                status = copy.deepcopy(wl.get("status") or {})
+                _set_condition(status, "Finished", "True", finished, f"Job {finished.lower()}")
+                store.update_status({**wl, "status": status})
+                self._schedule = True
+            return
+        admitted = (wl.get("status") or {}).get("admission") is not None
+        if not admitted and not (job.get("spec") or {}).get("suspend"):
+            job = copy.deepcopy(job)
+            job["spec"]["suspend"] = True  # "Not admitted by cluster queue"
+            store.update(job, field_manager="kueue")
+
+    @staticmethod
+    def _new_workload(
+        job: Mapping[str, Any], name: str, queue: str, api_version: str
+    ) -> dict[str, Any]:
+        meta = job["metadata"]
+        return {
+            "apiVersion": api_version,
+            "kind": "Workload",
+            "metadata": {
+                "name": name,
+                "namespace": meta["namespace"],
+                "labels": {"kueue.x-k8s.io/job-uid": meta["uid"]},
+                "ownerReferences": [
+                    {
+                        "apiVersion": JOB_API,
+                        "kind": "Job",
+                        "name": meta["name"],
+                        "uid": meta["uid"],
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            },
+            "spec": {
+                "queueName": queue,
+                "active": True,
+                "podSets": [
+                    {
+                        "name": "main",
+                        "count": _pod_count(job),
+                        "template": copy.deepcopy((job.get("spec") or {}).get("template") or {}),
+                    }
+                ],
+            },
+        }
+
+    # --- admission ------------------------------------------------------------------------
+
+    def _admit_pending(self) -> None:
+        store = self.sim.store
+        queues = {q["metadata"]["name"]: q for q in self._list("ClusterQueue")}
+        views = {name: ClusterQueueView.from_object(q) for name, q in queues.items()}
+        local = {
+            (q["metadata"]["namespace"], q["metadata"]["name"]): q for q in self._list("LocalQueue")
+        }
+        flavors = {f["metadata"]["name"]: f for f in self._list("ResourceFlavor")}
+        namespaces = {
+            n["metadata"]["name"]: n["metadata"].get("labels") or {}
+            for n in store.list("v1", "Namespace")
+        }
+        usage: dict[str, dict[tuple[str, str], Fraction]] = {}  # ClusterQueue -> usage
+        local_usage: dict[str, dict[tuple[str, str], Fraction]] = {}  # "ns/queue" -> usage
+        counts: dict[tuple[str, str], dict[str, int]] = {}  # (kind, key) -> counters
+        pending: list[dict[str, Any]] = []
+        for wl in self._list("Workload"):
+            finished = (_condition(wl, "Finished") or {}).get("status") == "True"
+            if finished:
+                continue
+            admission = (wl.get("status") or {}).get("admission")
+            if admission is None:
+                pending.append(wl)
+                continue
+            self._charge(usage, local_usage, wl, admission)
+            self._count(counts, wl, admission.get("clusterQueue"), local, "admittedWorkloads")
+        pending.sort(key=lambda w: (w["metadata"]["creationTimestamp"], w["metadata"]["name"]))
+        for wl in pending:
+            cq_name, admission = self._admit_one(wl, views, local, flavors, namespaces, usage)
+            if admission is not None:
+                self._charge(usage, local_usage, wl, admission)
+            field = "admittedWorkloads" if admission is not None else "pendingWorkloads"
+            self._count(counts, wl, cq_name, local, field)
+        self._write_queue_status(queues, views, local, usage, local_usage, counts)
+
+    @staticmethod
+    def _charge(
+        usage: dict[str, dict[tuple[str, str], Fraction]],
+        local_usage: dict[str, dict[tuple[str, str], Fraction]],
+        wl: Mapping[str, Any],
+        admission: Mapping[str, Any],
+    ) -> None:
+        """Add an admitted Workload's usage to its ClusterQueue's and its LocalQueue's."""
+        queue = f"{wl['metadata']['namespace']}/{(wl.get('spec') or {}).get('queueName', '')}"
+        targets = (
+            usage.setdefault(str(admission.get("clusterQueue")), {}),
+            local_usage.setdefault(queue, {}),
+        )
+        for assignment in admission.get("podSetAssignments") or []:
+            for resource, flavor in (assignment.get("flavors") or {}).items():
+                amount = parse_quantity((assignment.get("resourceUsage") or {}).get(resource, 0))
+                for target in targets:
+                    key = (flavor, resource)
+                    target[key] = target.get(key, Fraction(0)) + (amount or Fraction(0))
+
+    @staticmethod
+    def _count(
+        counts: dict[tuple[str, str], dict[str, int]],
+        wl: Mapping[str, Any],
+        cq_name: str | None,
+        local: Mapping[tuple[str, str], Any],
+        field: str,
+    ) -> None:
+        ns, queue = wl["metadata"]["namespace"], (wl.get("spec") or {}).get("queueName", "")
+        if (ns, queue) in local:
+            lq = counts.setdefault(("LocalQueue", f"{ns}/{queue}"), {})
+            lq[field] = lq.get(field, 0) + 1
+        if cq_name:
+            cq = counts.setdefault(("ClusterQueue", cq_name), {})
+            cq[field] = cq.get(field, 0) + 1
+
+    def _admit_one(
+        self,
+        wl: dict[str, Any],
+        views: Mapping[str, ClusterQueueView],
+        local: Mapping[tuple[str, str], Any],
+        flavors: Mapping[str, Any],
+        namespaces: Mapping[str, Mapping[str, str]],
+        usage: dict[str, dict[tuple[str, str], Fraction]],
+    ) -> tuple[str | None, dict[str, Any] | None]:
+        """Try to admit one pending Workload: (its ClusterQueue when known, the admission
+        written, None while it waits)."""
+        ns, queue = wl["metadata"]["namespace"], (wl.get("spec") or {}).get("queueName", "")
+        lq = local.get((ns, queue))
+        if lq is None:
+            self._pending(wl, "Inadmissible", f"LocalQueue {queue} doesn't exist")
+            return None, None
+        cq_name = str((lq.get("spec") or {}).get("clusterQueue", ""))
+        cq = views.get(cq_name)
+        if cq is None:
+            self._pending(wl, "Inadmissible", f"ClusterQueue {cq_name} doesn't exist")
+            return None, None
+        if cq.stopped:
+            self._pending(wl, "Inadmissible", f"ClusterQueue {cq_name} is inactive")
+            return cq_name, None
+        if not _selector_matches(cq.namespace_selector, namespaces.get(ns, {})):
+            self._pending(wl, "Pending", "workload namespace doesn't match ClusterQueue selector")
+            return cq_name, None
+        podsets = [
+            PodSet(
+                str(p.get("name", "main")),
+                int(p.get("count", 1)),
+                (p.get("template") or {}).get("spec") or {},
+            )
+            for p in (wl.get("spec") or {}).get("podSets") or []
+        ]
+        requests = [
+            (p.name, podset_requests(p, self.transformations, cq.covers("pods"))) for p in podsets
+        ]
+        members = [v for v in views.values() if cq.cohort and v.cohort == cq.cohort]
+        result = assign(cq, members, usage, requests)
+        if not result.fits:
+            self._pending(wl, "Pending", result.message)
+            return cq_name, None
+        admission = {
+            "clusterQueue": cq_name,
+            "podSetAssignments": [
+                {
+                    "name": p.name,
+                    "count": p.count,
+                    "flavors": result.flavors[p.name],
+                    "resourceUsage": {
+                        r: format_amount(r, a) for r, a in result.usage[p.name].items()
+                    },
+                }
+                for p in podsets
+            ],
+        }
+        status = copy.deepcopy(wl.get("status") or {})
+        status["admission"] = admission
+        _set_condition(
+            status,
+            "QuotaReserved",
+            "True",
+            "QuotaReserved",
+            f"Quota reserved in ClusterQueue {cq_name}",
+        )
+        _set_condition(status, "Admitted", "True", "Admitted", "The workload is admitted")
+        self.sim.store.update_status({**wl, "status": status})
+        self._start_job(wl, result.flavors, flavors)
+        log.debug("kueue stand-in admitted", workload=wl["metadata"]["name"], cluster_queue=cq_name)
+        return cq_name, admission
+
+    def _pending(self, wl: dict[str, Any], reason: str, message: str) -> None:
+        status = copy.deepcopy(wl.get("status") or {})
+        _set_condition(status, "QuotaReserved", "False", reason, message)
+        self.sim.store.update_status({**wl, "status": status})
+
+    def _start_job(
+        self,
+        wl: Mapping[str, Any],
+        assigned: Mapping[str, Mapping[str, str]],
+        flavors: Mapping[str, Any],
+    ) -> None:
+        """Unsuspend the owning Job, pinned to the flavors' nodes with their tolerations."""
+        owner = next(
+            (o for o in wl["metadata"].get("ownerReferences") or [] if o.get("kind") == "Job"), None
+        )
+        if owner is None:
+            return
+        job = self.sim.store.get(JOB_API, "Job", owner["name"], wl["metadata"]["namespace"])
+        if job is None:
+            return
+        job = copy.deepcopy(job)
+        pod = job["spec"].setdefault("template", {}).setdefault("spec", {})
+        selector = dict(pod.get("nodeSelector") or {})
+        tolerations = list(pod.get("tolerations") or [])
+        for flavor_name in sorted({f for per in assigned.values() for f in per.values()}):
+            spec = (flavors.get(flavor_name) or {}).get("spec") or {}
+            selector.update(spec.get("nodeLabels") or {})
+            tolerations += [t for t in spec.get("tolerations") or [] if t not in tolerations]
+        if selector:
+            pod["nodeSelector"] = selector
+        if tolerations:
+            pod["tolerations"] = tolerations
+        job["spec"]["suspend"] = False
+        self.sim.store.update(job, field_manager="kueue")
+
+    # --- queue status ---------------------------------------------------------------------
+
+    def _write_queue_status(
+        self,
+        queues: Mapping[str, dict[str, Any]],
+        views: Mapping[str, ClusterQueueView],
+        local: Mapping[tuple[str, str], dict[str, Any]],
+        usage: Mapping[str, Mapping[tuple[str, str], Fraction]],
+        local_usage: Mapping[str, Mapping[tuple[str, str], Fraction]],
+        counts: Mapping[tuple[str, str], Mapping[str, int]],
+    ) -> None:
+        for name, cq in queues.items():
+            view, used = views[name], usage.get(name, {})
+            flavors = []
+            for group in view.groups:
+                for flavor, quotas in group.flavors:
+                    resources = []
+                    for resource in group.covered:
+                        total = used.get((flavor, resource), Fraction(0))
+                        nominal = quotas[resource].nominal if resource in quotas else Fraction(0)
+                        resources.append(
+                            {
+                                "name": resource,
+                                "total": format_amount(resource, total),
+                                "borrowed": format_amount(
+                                    resource, max(Fraction(0), total - nominal)
+                                ),
+                            }
+                        )
+                    flavors.append({"name": flavor, "resources": resources})
+            self._put_status(cq, flavors, counts.get(("ClusterQueue", name), {}))
+        for (ns, lq_name), lq in local.items():
+            cq_name = str((lq.get("spec") or {}).get("clusterQueue", ""))
+            lq_flavors = []
+            own = local_usage.get(f"{ns}/{lq_name}", {})  # its own Workloads' usage
+            lq_view = views.get(cq_name)
+            if lq_view is not None:
+                for group in lq_view.groups:
+                    for flavor, _quotas in group.flavors:
+                        lq_flavors.append(
+                            {
+                                "name": flavor,
+                                "resources": [
+                                    {
+                                        "name": r,
+                                        "total": format_amount(
+                                            r, own.get((flavor, r), Fraction(0))
+                                        ),
+                                    }
+                                    for r in group.covered
+                                ],
+                            }
+                        )
+            self._put_status(lq, lq_flavors, counts.get(("LocalQueue", f"{ns}/{lq_name}"), {}))
+
+    def _put_status(
+        self, obj: dict[str, Any], flavors: list[dict[str, Any]], counts: Mapping[str, int]
+    ) -> None:
+        idle = not any(counts.values()) and all(
+            r["total"] == "0" for f in flavors for r in f["resources"]
+        )
+        if idle and not obj.get("status"):
+            return  # unlike Kueue, a queue no Workload ever used keeps no status (fewer writes)
+        status = copy.deepcopy(obj.get("status") or {})
+        status["flavorsReservation"] = flavors
+        status["flavorsUsage"] = copy.deepcopy(flavors)
+        admitted = counts.get("admittedWorkloads", 0)
+        status["pendingWorkloads"] = counts.get("pendingWorkloads", 0)
+        status["reservingWorkloads"] = admitted
+        status["admittedWorkloads"] = admitted
+        if status != (obj.get("status") or {}):
+            self.sim.store.update_status({**obj, "status": status})
