@@ -33,10 +33,12 @@ from gpustack_operator.controllers.flavor import NAME as FLAVOR
 from gpustack_operator.controllers.nodefacts import Part
 from gpustack_operator.domain.comparison import Compare, ObjectComparison
 from gpustack_operator.domain.declaredpools import (
+    DECLARED_POOLS_CONFIGMAP,
     POOL_LABEL,
     DeclaredPool,
     PoolResult,
     ProvisioningSettings,
+    declarations_in_configmap,
     declared_pool_chain,
     pools_from_objects,
 )
@@ -48,7 +50,7 @@ from gpustack_operator.runtime.controller import Controller, ControllerBuilder, 
 from gpustack_operator.runtime.errors import ApiError
 from gpustack_operator.runtime.informer import Informer
 from gpustack_operator.runtime.manager import Manager
-from gpustack_operator.runtime.resources import NODES, Resource
+from gpustack_operator.runtime.resources import CONFIGMAPS, NODES, Resource
 
 log = structlog.get_logger(__name__)
 
@@ -131,6 +133,8 @@ class PoolSources:
 
     informers: list[Informer] = field(default_factory=list)
     provisioning: bool = False
+    declarations: Informer | None = None
+    """The ConfigMap a person declares pools in (``DECLARED_POOLS_CONFIGMAP``)."""
 
 
 async def discover_pool_sources(
@@ -209,15 +213,41 @@ class DeclaredPoolReconciler:
         self.check, self.config = provisioning_resources(kueue.version.value)
         self.pool_informers: dict[str, Informer] = {}
         self._reported: tuple[str, ...] = ()
+        self._said_provisioning = False
+        self._configmap_problem = ""
+
+    def _declared(self) -> list[PoolResult]:
+        """The pools of the declarations ConfigMap; a document that cannot be read is
+        logged once per change and declares none."""
+        informer = self.sources.declarations
+        if informer is None:
+            return []
+        found = informer.indexer.list()
+        pools, problem = declarations_in_configmap(
+            found[0] if found else None, self.policy.manufacturers_by_resource
+        )
+        if problem and problem != self._configmap_problem:
+            log.warning("declared pools not read; fix the ConfigMap", problem=problem)
+        self._configmap_problem = problem
+        return pools
 
     def _objects(self) -> list[Mapping[str, Any]]:
         return [o for informer in self.sources.informers for o in informer.indexer.list()]
 
     async def __call__(self, request: Request) -> Result | None:
         caches = self.caches
+        declared = [*self.policy.declared_pools, *self._declared()]
         results = pools_from_objects(
-            self._objects(), self.policy.declared_pools, self.policy.manufacturers_by_resource
+            self._objects(), declared, self.policy.manufacturers_by_resource
         )
+        if (
+            not self._said_provisioning
+            and not self.sources.provisioning
+            and self.policy.provisioning.served is None
+            and any(isinstance(r, DeclaredPool) for r in results)
+        ):
+            log.warning(PROVISIONING_NOT_SERVED)  # once per process
+            self._said_provisioning = True
         self._take(results)
         self._report(results)
         nodes = [
@@ -299,18 +329,19 @@ async def add_pool_controller(
     policy: ChainPolicy,
     registry: PoolRegistry,
     queue_controllers: Sequence[Controller],
-) -> Controller | None:
+) -> Controller:
     """Discover the pool sources and add the declared-pool controller to *manager*;
     *queue_controllers* are the flavor, cohort and ClusterQueue controllers it nudges.
-    ``None`` (no controller) where the cluster serves no pool object and the policy declares
-    no pool: a NodePool CRD installed later needs a restart of the worker."""
+    The pool objects' kinds are discovered once: a NodePool CRD installed later needs a
+    restart of the worker."""
     sources = await discover_pool_sources(
         manager.client, manager.informer, policy, caches.kueue.version.value
     )
-    if not sources.informers and not policy.declared_pools:
-        return None
-    if not sources.provisioning and policy.provisioning.served is None:
-        log.warning(PROVISIONING_NOT_SERVED)  # once: discovery runs once per process
+    sources.declarations = manager.informer(
+        CONFIGMAPS,
+        namespace=policy.system_namespace,
+        field_selector=f"metadata.name={DECLARED_POOLS_CONFIGMAP}",
+    )
     by_name = {c.name: c for c in queue_controllers}
     parts = {BY_FLAVOR: FLAVOR, BY_QUEUE: CLUSTER_QUEUE, BY_COHORT: COHORT}
 
@@ -371,5 +402,12 @@ def build_declared_pool_controller(
         built = built.watches(reconciler.check, ours).watches(reconciler.config, ours)
     for informer in sources.informers:
         built = built.watches(informer.resource, always)
+    if sources.declarations is not None:
+        built = built.watches(
+            CONFIGMAPS,
+            always,
+            namespace=sources.declarations.namespace,
+            field_selector=sources.declarations.field_selector,
+        )
     built = built.watches(NODES, pool_node, NodeChanged(caches.facts))
     return built.with_options(max_concurrent_reconciles=1).complete(reconciler)

@@ -203,8 +203,7 @@ class Worker:
         self.settling = fleet_settling(manager.informer(NODES))
         """Whether Nodes still await their capacity labels (the ClusterQueues' hold)."""
         self.pool_controller: Controller | None = None
-        """The declared-pool controller, once Kueue is found, where the cluster serves pool
-        objects or the policy declares pools (docs/autoscaling.md)."""
+        """The declared-pool controller, once Kueue is found (docs/autoscaling.md)."""
         self.pools = PoolRegistry()
         """The declared pools (docs/autoscaling.md); the Node facts ask it which nodes are
         claimed."""

@@ -21,6 +21,8 @@ from enum import StrEnum
 from fractions import Fraction
 from typing import Any, Final
 
+import yaml
+
 from gpustack_operator.domain.devicesources.karpenter import (
     COUNT_LABEL as KARPENTER_GPU_COUNT,
 )
@@ -73,6 +75,10 @@ CAPI_MIN_SIZE: Final = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-s
 CAPACITY_PREFIX: Final = "capacity.cluster-autoscaler.kubernetes.io/"
 """The cluster autoscaler's scale-from-zero hints on a Cluster API node group
 (kubernetes/autoscaler ``cluster-autoscaler/cloudprovider/clusterapi/README.md``)."""
+DECLARED_POOLS_CONFIGMAP: Final = "gpustack-declared-pools"
+DECLARED_POOLS_KEY: Final = "pools.yaml"
+"""Where a person declares pools for the worker: this key of this ConfigMap in the system
+namespace, the same document ``--declared-pools FILE`` reads (docs/autoscaling.md)."""
 MAX_OBJECT_NAME: Final = 253
 CAPI_KINDS: Final = ("MachineDeployment", "MachinePool")
 POOL_COVERED: Final = ("cpu", "memory")
@@ -409,6 +415,24 @@ def _declared(
         taints=_taints(item.get("taints")),
         provisioning_class=str(item.get("provisioningClass") or ""),
     )
+
+
+def declarations_in_configmap(
+    configmap: Mapping[str, Any] | None, manufacturers_by_resource: Mapping[str, str]
+) -> tuple[list[PoolResult], str]:
+    """The pools of the ConfigMap :data:`DECLARED_POOLS_CONFIGMAP` and, when its document
+    cannot be read, why (the pools are then none)."""
+    if configmap is None:
+        return [], ""
+    data = configmap.get("data")
+    text = data.get(DECLARED_POOLS_KEY) if isinstance(data, Mapping) else None
+    if not isinstance(text, str):
+        return [], f"ConfigMap {DECLARED_POOLS_CONFIGMAP} has no data key {DECLARED_POOLS_KEY}"
+    try:
+        return parse_declarations(yaml.safe_load(text), manufacturers_by_resource), ""
+    except (yaml.YAMLError, ValueError) as exc:
+        detail = " ".join(str(exc).split())
+        return [], f"ConfigMap {DECLARED_POOLS_CONFIGMAP} key {DECLARED_POOLS_KEY}: {detail}"
 
 
 # --- All of them ------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ import structlog
 from gpustack_operator.commands.plan import read_cluster_input
 from gpustack_operator.commands.policy_flags import read_declared_pools
 from gpustack_operator.controllers.declaredpool import PROVISIONING_NOT_SERVED
+from gpustack_operator.domain.declaredpools import DECLARED_POOLS_CONFIGMAP, DECLARED_POOLS_KEY
 from gpustack_operator.runtime.resources import NODES
 from gpustack_sim.apiserver.authn import TokenAuthenticator
 from gpustack_sim.apiserver.server import SimServer
@@ -313,3 +314,37 @@ async def test_a_nodepool_that_comes_and_goes_takes_its_nodes_and_gives_them_bac
             ),
             "the pool's queue gone",
         )
+
+
+async def test_pools_declared_in_the_configmap_are_watched(
+    sim_no_pr: SimServer, tmp_path: Path
+) -> None:
+    """docs/autoscaling.md, "Pools declared by a person": the worker watches the ConfigMap
+    gpustack-declared-pools; a change reaches the queue, a broken document declares none."""
+    sim = sim_no_pr
+    if sim.store.get("v1", "Namespace", NS) is None:
+        sim.store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    text = (EXAMPLES / "declared-pools.yaml").read_text()
+    configmap = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": DECLARED_POOLS_CONFIGMAP, "namespace": NS},
+        "data": {DECLARED_POOLS_KEY: text},
+    }
+    queue = "pool-declared-l4-flex"
+    kubeconfig = sim.write_kubeconfig(tmp_path / "kc", token=WORKER_TOKEN)
+    with structlog.testing.capture_logs() as logs:
+        async with worker_running(kubeconfig, fast_config()):
+            sim.store.create(configmap)
+            await eventually(lambda: _quota(sim, queue) == "8", "the declared pool's queue")
+            stored = sim.store.get("v1", "ConfigMap", DECLARED_POOLS_CONFIGMAP, NS)
+            assert stored is not None
+            stored["data"][DECLARED_POOLS_KEY] = text.replace("maxNodes: 4", "maxNodes: 2")
+            sim.store.update(stored)
+            await eventually(lambda: _quota(sim, queue) == "4", "the new maximum")
+            stored = sim.store.get("v1", "ConfigMap", DECLARED_POOLS_CONFIGMAP, NS)
+            assert stored is not None
+            stored["data"][DECLARED_POOLS_KEY] = "pools: {not: a list}"
+            sim.store.update(stored)
+            await eventually(lambda: _quota(sim, queue) is None, "the queue gone")
+    assert any(e.get("event") == "declared pools not read; fix the ConfigMap" for e in logs)
