@@ -12,8 +12,10 @@ node-derived controllers are asked to look at the names those nodes had and have
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any, Final
 
 import structlog
@@ -37,10 +39,11 @@ from gpustack_operator.domain.declaredpools import (
     POOL_LABEL,
     DeclaredPool,
     PoolResult,
-    ProvisioningSettings,
     declarations_in_configmap,
     declared_pool_chain,
+    has_stale_checks,
     pools_from_objects,
+    without_admission_checks,
 )
 from gpustack_operator.domain.kueue import KUEUE_GROUP
 from gpustack_operator.domain.nodeview import is_deleting, labels_of, name_of
@@ -75,8 +78,30 @@ PROVISIONING_NOT_SERVED: Final = (
     "check; turn on Kueue's waitForPodsReady (docs/workloads.md, 'Pools that scale from zero')"
 )
 
+INACTIVE_CHECK: Final = (
+    "the AdmissionCheck of an autoscaled pool is not Active: Kueue runs no ProvisioningRequest "
+    "controller, most likely because the ProvisioningRequest CRD was installed after Kueue "
+    "started; the check is left out of the pool's ClusterQueue (workloads are admitted "
+    "without it: turn on waitForPodsReady, docs/workloads.md) until it becomes Active. "
+    "Restart Kueue's controller manager"
+)
+
 _CHECK_COMPARISON: Final = ObjectComparison({"spec": Compare.CONTAINS})
 """AdmissionChecks and ProvisioningRequestConfigs: Kueue's CRDs default fields inside."""
+
+
+def _is_active(check: Mapping[str, Any]) -> bool:
+    conditions = (check.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Active" and c.get("status") == "True" for c in conditions)
+
+
+def _created(obj: Mapping[str, Any]) -> float:
+    """The object's creationTimestamp as seconds since the epoch (now when absent)."""
+    stamp = str((obj.get("metadata") or {}).get("creationTimestamp") or "")
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return time.time()
 
 
 def capi_resources(version: str) -> tuple[Resource, Resource]:
@@ -203,18 +228,14 @@ class DeclaredPoolReconciler:
         self.sources = sources
         self.enqueue = enqueue
         """Asks a node-derived controller (by part) to reconcile names."""
-        self.settings = ProvisioningSettings(
-            served=sources.provisioning,
-            backoff_limit=policy.provisioning.backoff_limit,
-            backoff_base_seconds=policy.provisioning.backoff_base_seconds,
-            backoff_max_seconds=policy.provisioning.backoff_max_seconds,
-        )
+        self.settings = replace(policy.provisioning, served=sources.provisioning)
         kueue = caches.kueue
         self.check, self.config = provisioning_resources(kueue.version.value)
         self.pool_informers: dict[str, Informer] = {}
         self._reported: tuple[str, ...] = ()
         self._said_provisioning = False
         self._configmap_problem = ""
+        self._said_inactive: set[str] = set()
 
     def _declared(self) -> list[PoolResult]:
         """The pools of the declarations ConfigMap; a document that cannot be read is
@@ -254,6 +275,7 @@ class DeclaredPoolReconciler:
             n for p in self.registry.sound for n in caches.nodes.indexer.by_index(BY_POOL, p.key)
         ]
         chain = declared_pool_chain(results, nodes, caches.kueue.version, self.settings)
+        recheck = self._leave_out_inactive_checks(chain.admission_checks, chain.cluster_queues)
         kueue = caches.kueue
         wanted: list[tuple[Resource, Informer | None, dict[str, dict[str, Any]]]] = [
             (kueue.resource_flavors, caches.flavors, chain.resource_flavors),
@@ -271,7 +293,7 @@ class DeclaredPoolReconciler:
                 if have is not None and is_deleting(have):
                     continue  # its deletion brings the key back; then it is created anew
                 comparison = _CHECK_COMPARISON if resource in (self.check, self.config) else None
-                if not is_up_to_date(have, want, comparison):
+                if not is_up_to_date(have, want, comparison) or has_stale_checks(have, want):
                     await self.writer.apply(resource, want, existed=have is not None)
         held = False
         for resource, informer, objects in reversed(wanted):
@@ -286,7 +308,37 @@ class DeclaredPoolReconciler:
                     held = True  # deleted once Kueue reports nothing reserved
                     continue
                 await self.writer.delete(resource, have, "no declared pool wants it")
-        return Result(requeue_after=RESERVED_REQUEUE) if held else None
+        if held:
+            recheck = min(recheck or RESERVED_REQUEUE, RESERVED_REQUEUE)
+        return Result(requeue_after=recheck) if recheck else None
+
+    def _leave_out_inactive_checks(
+        self, checks: Mapping[str, Any], queues: dict[str, dict[str, Any]]
+    ) -> float | None:
+        """docs/autoscaling.md, "A check that never becomes Active": a pool's check older
+        than the grace without ``Active=True`` is left out of its queue (said once per
+        check); the seconds until a younger one's grace ends, if any."""
+        informer = self.pool_informers.get("check")
+        if informer is None:
+            return None
+        grace = self.settings.inactive_grace_seconds
+        now = time.time()
+        soonest: float | None = None
+        for name in checks:
+            have = informer.indexer.get(name)
+            if have is None or _is_active(have):
+                self._said_inactive.discard(name)
+                continue
+            age = now - _created(have)
+            if age < grace:
+                soonest = grace - age if soonest is None else min(soonest, grace - age)
+                continue
+            if name in queues:
+                queues[name] = without_admission_checks(queues[name])
+            if name not in self._said_inactive:
+                log.warning(INACTIVE_CHECK, check=name)
+                self._said_inactive.add(name)
+        return soonest
 
     def _take(self, results: Sequence[PoolResult]) -> None:
         """Make *results* the registry's. When the sound pools change, the nodes the old or

@@ -604,6 +604,10 @@ class ProvisioningSettings:
     backoff_limit: int = 3
     backoff_base_seconds: int = 60
     backoff_max_seconds: int = 1800
+    inactive_grace_seconds: float = 60.0
+    """How long a pool's AdmissionCheck may stay without ``Active=True`` before the worker
+    takes it out of the pool's queue (docs/autoscaling.md, "A check that never becomes
+    Active")."""
 
 
 def provisioning_objects(
@@ -639,6 +643,21 @@ def provisioning_objects(
         },
     }
     return check, config
+
+
+def without_admission_checks(queue: Mapping[str, Any]) -> dict[str, Any]:
+    """A pool's ClusterQueue with no admission check (an inactive check would hold every
+    workload of the queue). Kueue's CRD allows no empty strategy: the field is left out, and
+    the caller's apply (which owns it) removes it (:func:`has_stale_checks`)."""
+    spec = {k: v for k, v in (queue.get("spec") or {}).items() if k != "admissionChecksStrategy"}
+    return {**queue, "spec": spec}
+
+
+def has_stale_checks(have: Mapping[str, Any] | None, want: Mapping[str, Any]) -> bool:
+    """*have* (a pool's ClusterQueue) holds a check strategy *want* leaves out: field-wise
+    comparison sees only what *want* says, so this difference is asked for separately."""
+    held = (have or {}).get("spec") or {}
+    return "admissionChecksStrategy" in held and "admissionChecksStrategy" not in want["spec"]
 
 
 def declared_pool_chain(

@@ -57,6 +57,7 @@ from gpustack_sim.standins.kubelet import SimKubelet
 from gpustack_sim.standins.kueue import KueueStandIn
 from gpustack_sim.standins.nfdmaster import NfdMaster
 from gpustack_sim.standins.provisioning import PROVISIONED_ANNOTATION, ProvisioningStandIn
+from gpustack_sim.standins.provisioningcheck import ProvisioningCheckStandIn
 from gpustack_sim.standins.scheduler import SchedulerStandIn
 
 log = structlog.get_logger(__name__)
@@ -216,6 +217,9 @@ class SimCluster:
         """Binds started Jobs' pods to Nodes (``gpustack_sim/standins/scheduler.py``); in a
         shared-node tenant
         by host-owned labels, as the host scheduler does (docs/tenants.md)."""
+        self.provisioning_check = ProvisioningCheckStandIn(self.sim)
+        """Kueue's provisioning admission check controller (``standins/provisioningcheck.py``):
+        provisioning AdmissionChecks become Active where ProvisioningRequests are served."""
         self.provisioning: ProvisioningStandIn | None = None
         """Adds and removes the nodes of pools that scale from zero (``sim/provisioning.py``),
         where the input has pool objects or the policy declares pools."""
@@ -315,6 +319,7 @@ class SimCluster:
             await stack.enter_async_context(self.nfd)
         await stack.enter_async_context(self.kueue_admission)
         await stack.enter_async_context(self.scheduler)
+        await stack.enter_async_context(self.provisioning_check)
         if self.provisioning is not None:
             await stack.enter_async_context(self.provisioning)
         await self.kubelet.start()
@@ -430,6 +435,7 @@ class SimCluster:
             and self.kubelet.idle()
             and self.kueue_admission.idle()
             and self.scheduler.idle()
+            and self.provisioning_check.idle()
             and (self.provisioning is None or self.provisioning.idle())
         )
         return stand_ins and fleet_idle and worker_up and queues_empty

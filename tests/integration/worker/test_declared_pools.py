@@ -21,12 +21,13 @@ import structlog
 
 from gpustack_operator.commands.plan import read_cluster_input
 from gpustack_operator.commands.policy_flags import read_declared_pools
-from gpustack_operator.controllers.declaredpool import PROVISIONING_NOT_SERVED
+from gpustack_operator.controllers.declaredpool import INACTIVE_CHECK, PROVISIONING_NOT_SERVED
 from gpustack_operator.domain.declaredpools import DECLARED_POOLS_CONFIGMAP, DECLARED_POOLS_KEY
 from gpustack_operator.runtime.resources import NODES
 from gpustack_sim.apiserver.authn import TokenAuthenticator
 from gpustack_sim.apiserver.server import SimServer
 from gpustack_sim.standins.crds import autoscaling_stand_in_crds, stand_in_crds
+from gpustack_sim.standins.provisioningcheck import ProvisioningCheckStandIn
 from tests.conftest import shared_crds_dir
 from tests.integration.bootstrap.support import NS, WORKER_TOKEN, worker_rbac
 from tests.integration.worker.support import (
@@ -175,6 +176,7 @@ async def test_pools_at_zero_get_queues_and_scaling_writes_nothing(
     config = _config()
     async with (
         nfd_master(sim),
+        ProvisioningCheckStandIn(sim),  # Kueue's controller: the checks become Active
         worker_running(
             sim.write_kubeconfig(tmp_path / "kc", token=WORKER_TOKEN), config
         ) as running,
@@ -234,6 +236,7 @@ async def test_a_live_count_above_the_maximum_counts(sim_pr: SimServer, tmp_path
     _load_pools(sim)
     async with (
         nfd_master(sim),
+        ProvisioningCheckStandIn(sim),
         worker_running(
             sim.write_kubeconfig(tmp_path / "kc", token=WORKER_TOKEN), _config()
         ) as running,
@@ -271,6 +274,7 @@ async def test_without_provisioning_requests_one_message_and_no_check(
             )
     said = [e for e in logs if e.get("event") == PROVISIONING_NOT_SERVED]
     assert len(said) == 1
+    assert not [e for e in logs if e.get("event") == "reconcile failed; retrying with backoff"]
     assert all(
         "admissionChecksStrategy" not in q["spec"] for q in kueue_objects(sim, "ClusterQueue")
     )
@@ -348,3 +352,56 @@ async def test_pools_declared_in_the_configmap_are_watched(
             sim.store.update(stored)
             await eventually(lambda: _quota(sim, queue) is None, "the queue gone")
     assert any(e.get("event") == "declared pools not read; fix the ConfigMap" for e in logs)
+
+
+async def test_a_check_that_never_becomes_active_is_left_out_until_it_does(
+    sim_pr: SimServer, tmp_path: Path
+) -> None:
+    """docs/autoscaling.md, "A check that never becomes Active": the ProvisioningRequest
+    kinds are served but no Kueue controller marks the check Active (the CRD came after
+    Kueue's start): after the grace the queue drops the check, with one warning; once the
+    check is Active it is back in the queue."""
+    sim = sim_pr
+    _load_pools(sim)
+    config = _config()
+    provisioning = replace(config.policy.provisioning, inactive_grace_seconds=0.3)
+    config = replace(config, policy=replace(config.policy, provisioning=provisioning))
+    name = "pool-capi-md-a100"
+
+    def strategy() -> Any:
+        queue = sim.store.get(KUEUE, "ClusterQueue", name)
+        if queue is None:
+            return None
+        return (queue["spec"].get("admissionChecksStrategy") or {}).get("admissionChecks") or None
+
+    kubeconfig = sim.write_kubeconfig(tmp_path / "kc", token=WORKER_TOKEN)
+    with structlog.testing.capture_logs() as logs:
+        async with worker_running(kubeconfig, config):
+            await eventually(lambda: sim.store.get(KUEUE, "AdmissionCheck", name), "the check")
+            await eventually(
+                lambda: (
+                    sim.store.get(KUEUE, "ClusterQueue", name) is not None and strategy() is None
+                ),
+                "the inactive check left out of the queue",
+            )
+            check = sim.store.get(KUEUE, "AdmissionCheck", name)
+            assert check is not None
+            check["status"] = {
+                "conditions": [
+                    {
+                        "type": "Active",
+                        "status": "True",
+                        "reason": "Active",
+                        "message": "The admission check is active",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z",
+                    }
+                ]
+            }
+            sim.store.update_status(check)
+            await eventually(
+                lambda: strategy() == [{"name": name, "onFlavors": [name]}],
+                "the check back in the queue once Active",
+            )
+    said = [e for e in logs if e.get("event") == INACTIVE_CHECK and e.get("check") == name]
+    assert len(said) == 1
+    assert not [e for e in logs if e.get("event") == "reconcile failed; retrying with backoff"]
