@@ -22,6 +22,9 @@ RUN python3 -m venv /opt/uv \
 ENV PATH=/opt/uv/bin:$PATH
 WORKDIR /src
 # Dependencies first (cached while only the code changes), exactly as uv.lock pins them.
+# --frozen installs from the lock without reading the workspace's other member, sim/ (the
+# simulator, gpustack-sim): it is a dev-group dependency, which --no-dev leaves out, so it is
+# neither copied nor installed (docs/deploy.md, "Building and testing the image").
 COPY pyproject.toml uv.lock README.md ./
 RUN uv sync --frozen --no-dev --extra amd --no-install-project
 # Then the project itself, installed as a wheel (no editable link back to /src).

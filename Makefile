@@ -13,7 +13,9 @@ RUN_ARGS ?=
 .PHONY: install install-dev test lint fmt demo demo-autoscaling run clean help
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' \
+		'{ name[NR] = $$1; text[NR] = $$2; if (length($$1) > w) w = length($$1) } \
+		END { for (i = 1; i <= NR; i++) printf "  %-*s  %s\n", w, name[i], text[i] }'
 
 .tools/bin/uv:
 	$(PYTHON) -m venv .tools
@@ -71,11 +73,16 @@ KUBECTL ?= $(shell command -v kubectl 2>/dev/null || echo $(BIN)/kubectl)
 manifests: ## render deploy/overlays/$(OVERLAY) to stdout (OVERLAY=release|dev)
 	@$(KUBECTL) kustomize deploy/overlays/$(OVERLAY)
 
-deploy: ## kubectl apply -k deploy/overlays/$(OVERLAY) to the current kubeconfig context
+# NFD's CRDs are in no overlay: hack/nfd-crds.sh creates each only where none exists and
+# deletes only those this project created, so an NFD of the cluster's own (Helm, GPU Operator)
+# is never relabelled nor deleted (docs/deploy.md, "Beside an NFD of your own").
+deploy: ## create NFD's CRDs where none exist, then kubectl apply -k deploy/overlays/$(OVERLAY)
+	KUBECTL="$(KUBECTL)" hack/nfd-crds.sh install
 	$(KUBECTL) apply -k deploy/overlays/$(OVERLAY)
 
-undeploy: ## delete what deploy applied (the worker; see docs/deploy.md for the rest)
+undeploy: ## delete what deploy applied, NFD's CRDs only where deploy created them
 	$(KUBECTL) delete -k deploy/overlays/$(OVERLAY) --ignore-not-found
+	KUBECTL="$(KUBECTL)" hack/nfd-crds.sh uninstall
 
 docker-build: ## build the container image IMG with $(CONTAINER_TOOL)
 	@command -v $(CONTAINER_TOOL) >/dev/null 2>&1 || { \

@@ -12,9 +12,11 @@ Rules:
 - Objects of the desired names that exist without the managed-by label belong to someone
   else: they are left alone and reported with a Warning Event (delete them, or add the label,
   to let the operator manage them).
-- NFD installed by someone else (its ``nodefeatures.nfd.k8s-sigs.io`` CRD exists without the
-  label): nothing of NFD is installed; the NodeFeatureRule ``gpustack-cpu-info`` still is,
-  because the worker's CPU naming needs its annotations (docs/deploy.md).
+- NFD installed by someone else (its ``nodefeatures.nfd.k8s-sigs.io`` CRD exists and was not
+  installed by us: no managed-by label, or a Helm release's annotation,
+  ``installed_by_us``): nothing of NFD is installed, that NFD is used; the NodeFeatureRule
+  ``gpustack-cpu-info`` still is, because the worker's CPU naming needs its annotations
+  (docs/deploy.md, "Beside an NFD of your own").
 - ``--disable-applications``: a disabled application is not installed. Device-manager
   DaemonSets of manufacturers no longer configured (or of a disabled device manager) are
   deleted; NFD is never uninstalled by the worker, because that would strip every Node label
@@ -50,9 +52,11 @@ from gpustack_operator.controllers.common import (
 from gpustack_operator.domain.bootstrap import (
     DEFAULT_NFD_IMAGE,
     DEVICE_MANAGER,
+    NFD_CRDS_DIR,
     NODE_FEATURE_DISCOVERY,
     BootstrapSettings,
     device_manager_prerequisites,
+    installed_by_us,
     nfd_prerequisites,
     parse_disabled_applications,
     render_nfd_crds,
@@ -113,6 +117,10 @@ _KINDS: Final = {
     for r in (*NAMESPACED_KINDS, *PREREQUISITE_KINDS, RUNTIME_CLASSES, NODE_FEATURE_RULES)
 }
 _NFD_COMPONENT: Final = "deploy/components/node-feature-discovery"
+_NFD_CRDS_FIX: Final = (
+    f"make deploy, or kubectl create -f {NFD_CRDS_DIR}/<name>.yaml for each one missing "
+    "(docs/deploy.md)"
+)
 _DEVICE_MANAGER_RBAC: Final = "deploy/base/device-manager.yaml"
 
 
@@ -246,7 +254,7 @@ class Bootstrap:
     def foreign_nfd(self) -> bool:
         """NFD's NodeFeature CRD exists and someone else installed it."""
         crd = self.nfd_crds[NODE_FEATURES_CRD].indexer.get(NODE_FEATURES_CRD)
-        return crd is not None and not is_managed_object(crd)
+        return crd is not None and not installed_by_us(crd)
 
     def rules_served(self) -> bool:
         """Whether NodeFeatureRules can be written now (their CRD is established)."""
@@ -297,7 +305,9 @@ class Bootstrap:
         retry: Result | None = None
         nfd_wanted = NODE_FEATURE_DISCOVERY not in config.disabled and not self.foreign_nfd()
         nfd_ready = nfd_wanted and await self.prerequisites_present(
-            NODE_FEATURE_DISCOVERY, nfd_prerequisites(config.settings), _NFD_COMPONENT
+            NODE_FEATURE_DISCOVERY,
+            nfd_prerequisites(config.settings),
+            f"{_NFD_COMPONENT}, after make deploy created NFD's CRDs ({NFD_CRDS_DIR})",
         )
         if nfd_wanted and not nfd_ready:
             retry = Result(requeue_after=RETRY_SECONDS)
@@ -414,7 +424,7 @@ def setup_bootstrap(manager: Manager, config: BootstrapConfig) -> Bootstrap:
 async def check_nfd_crds(client: Client, config: BootstrapConfig) -> bool:
     """Before the manager starts: whether NFD's CRDs are installed (the worker's informers on
     NodeFeatures need them). Missing ones are logged with the fix; the worker never creates
-    them (they ship with deploy/components/node-feature-discovery)."""
+    them (they ship in deploy/nfd-crds, created by ``make deploy`` where none exist)."""
     if NODE_FEATURE_DISCOVERY in config.disabled:
         return False
     missing = []
@@ -425,13 +435,13 @@ async def check_nfd_crds(client: Client, config: BootstrapConfig) -> bool:
         except NotFound:
             missing.append(name)
             continue
-        if name == NODE_FEATURES_CRD and not is_managed_object(existing):
+        if name == NODE_FEATURES_CRD and not installed_by_us(existing):
             log.info("NFD is installed by someone else; using it", crd=NODE_FEATURES_CRD)
             return False
     if missing:
         log.error(
             "NFD's CRDs are missing; the worker does not create them",
             missing=missing,
-            fix=f"kubectl apply -k on an overlay that includes {_NFD_COMPONENT} (docs/deploy.md)",
+            fix=_NFD_CRDS_FIX,
         )
     return not missing

@@ -9,6 +9,9 @@ With no flavor left the queue is deleted, but only once Kueue reports nothing re
 used in it (``status.flavorsReservation`` / ``flavorsUsage`` / workload counts, read from
 the cache and then from the API); otherwise it is looked at again after
 ``reserved_requeue`` seconds. Queues without the managed-by label are never touched.
+A queue the reconciler creates gets a Normal Event ``PoolCreated`` naming its unit, so the
+Events that tell a person about devices (``DeviceNotPooled`` and its resolution on Nodes) are
+followed by the pool they ended in.
 
 Node, flavor and the queue's own events are coalesced per queue (``runtime.coalesce``): the
 first after a quiet batch window is reconciled at once; later ones once the events pause for
@@ -32,7 +35,7 @@ from gpustack_operator.controllers.common import (
 )
 from gpustack_operator.domain.declaredpools import is_pool_chain_object
 from gpustack_operator.domain.kueue import OwnerReference
-from gpustack_operator.domain.labels import QUEUE_ANNOTATION
+from gpustack_operator.domain.labels import QUEUE_ANNOTATION, UNIT_ANNOTATION
 from gpustack_operator.domain.nodeview import (
     annotations_of,
     is_deleting,
@@ -41,6 +44,7 @@ from gpustack_operator.domain.nodeview import (
     uid_of,
 )
 from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.poolinfo import local_queue_metadata
 from gpustack_operator.domain.quantities import parse_quantity
 from gpustack_operator.domain.queues import (
     cluster_queue_cohort,
@@ -54,6 +58,7 @@ from gpustack_operator.runtime.controller import Controller, ControllerBuilder, 
 from gpustack_operator.runtime.resources import NODES
 
 NAME: Final = "clusterqueue"
+POOL_CREATED: Final = "PoolCreated"
 _USAGE_FIELDS: Final = ("flavorsReservation", "flavorsUsage")
 _WORKLOAD_COUNTS: Final = ("reservingWorkloads", "admittedWorkloads")
 
@@ -153,8 +158,19 @@ class ClusterQueueReconciler:
             )
             want["metadata"]["ownerReferences"] = [owner.manifest()]
         if not is_up_to_date(have, want):
-            await self.writer.apply(self.resource, want, existed=have is not None)
+            applied = await self.writer.apply(self.resource, want, existed=have is not None)
+            if have is None:
+                self._created(applied, len(flavors))
         return None
+
+    def _created(self, queue: Mapping[str, Any], flavors: int) -> None:
+        """A Normal Event ``PoolCreated`` on a new pool: what one unit is, and its flavors."""
+        if self.writer.recorder is None:
+            return
+        _, annotations = local_queue_metadata(queue)
+        unit = annotations.get(UNIT_ANNOTATION) or "its unit"
+        message = f"pool created: {unit}, from {flavors} flavor(s) of the managed nodes"
+        self.writer.recorder.event(queue, "Normal", POOL_CREATED, message, resource=self.resource)
 
     def _wanted_flavors(self, name: str) -> set[str]:
         """The flavors the managed nodes of queue *name* have in their profiles."""

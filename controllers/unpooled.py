@@ -3,16 +3,22 @@ no pool").
 
 Key: the Node's name. For a managed Node the reconciler reads the Node and its DRA
 ResourceSlices from the caches, asks the domain which devices feed no pool and why
-(``unpooled_devices``), and reports each change of that answer once: a Warning Event
-``DeviceNotPooled`` on the Node per new reason (the runtime's recorder aggregates repeats)
-and the gauge ``gpustack_unpooled_devices{reason}``, the devices left out over all nodes. It
-writes nothing else.
+(``unpooled_devices``) and which of those may be judged yet (``judged_diagnostics``: the
+node's sources get the policy's ``unpooled_settling`` from when this worker first saw the
+node, unless our agent has published for the manufacturer), and reports each change of that
+answer once: a Warning Event ``DeviceNotPooled`` on the Node per new reason (the runtime's
+recorder aggregates repeats), a Normal Event ``DeviceNotPooledResolved`` when a reported
+reason stops holding, and the gauge ``gpustack_unpooled_devices{reason}``, the devices left
+out over all nodes. A node still settling is looked at again when its time is up. It writes
+nothing else.
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter
-from typing import Final
+from collections.abc import Callable
+from typing import Any, Final
 
 import structlog
 from prometheus_client import Gauge
@@ -20,9 +26,14 @@ from prometheus_client import Gauge
 from gpustack_operator.controllers.capacity import BY_SLICE_NODE, slice_node, slices_by_node
 from gpustack_operator.controllers.common import NodeChanged
 from gpustack_operator.controllers.nodefacts import NodeFacts
-from gpustack_operator.domain.devicesources import Diagnostic, unpooled_devices
+from gpustack_operator.domain.devicesources import (
+    Diagnostic,
+    judged_diagnostics,
+    unpooled_devices,
+)
 from gpustack_operator.domain.flavors import is_managed
-from gpustack_operator.runtime.controller import EventRecorderLike, Request
+from gpustack_operator.domain.nodeview import labels_of
+from gpustack_operator.runtime.controller import EventRecorderLike, Request, Result
 from gpustack_operator.runtime.informer import Informer
 from gpustack_operator.runtime.manager import Manager
 from gpustack_operator.runtime.metrics import REGISTRY
@@ -30,6 +41,7 @@ from gpustack_operator.runtime.resources import NODES, RESOURCE_SLICES
 
 NAME: Final = "unpooled"
 EVENT_REASON: Final = "DeviceNotPooled"
+RESOLVED_REASON: Final = "DeviceNotPooledResolved"
 
 log = structlog.get_logger(__name__)
 
@@ -42,6 +54,7 @@ UNPOOLED_DEVICES = Gauge(
 )
 
 Report = tuple[tuple[Diagnostic, int], ...]
+JSON = dict[str, Any]
 
 
 class UnpooledReconciler:
@@ -51,42 +64,77 @@ class UnpooledReconciler:
         recorder: EventRecorderLike | None,
         facts: NodeFacts,
         slices: Informer | None = None,
+        *,
+        settling: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.nodes = nodes
         self.recorder = recorder
         self.manufacturers = facts.manufacturers
         self.slices = slices
+        self.settling = settling
+        self.clock = clock
         self.reported: dict[str, Report] = {}
         """Per node, what was last reported (nodes with nothing left out are absent)."""
+        self.first_seen: dict[str, float] = {}
+        """Per node, when this worker first saw it (the clock's time)."""
 
-    async def __call__(self, request: Request) -> None:
-        node = self.nodes.indexer.get(request.key)
+    async def __call__(self, request: Request) -> Result | None:
+        key = request.key
+        node = self.nodes.indexer.get(key)
+        previous = self.reported.get(key, ())
         found: Report = ()
-        if node is not None and is_managed(node):
-            slices = (
-                self.slices.indexer.by_index(BY_SLICE_NODE, request.key)
-                if self.slices is not None
-                else ()
-            )
-            found = unpooled_devices(node, self.manufacturers, slices)
-        previous = self.reported.get(request.key, ())
-        if found == previous:
-            return
-        if found:
-            self.reported[request.key] = found
-        else:
-            self.reported.pop(request.key, None)
-        self._set_gauge({d.reason for d, _ in previous})
+        retry: Result | None = None
         if node is None:
-            return
-        seen = {d for d, _ in previous}
+            self.first_seen.pop(key, None)
+        elif is_managed(node):
+            slices = (
+                self.slices.indexer.by_index(BY_SLICE_NODE, key) if self.slices is not None else ()
+            )
+            now = self.clock()
+            found, wait = judged_diagnostics(
+                unpooled_devices(node, self.manufacturers, slices),
+                labels_of(node),
+                self.manufacturers,
+                seen_for=now - self.first_seen.setdefault(key, now),
+                settling=self.settling,
+                reported={d for d, _ in previous},
+            )
+            if wait is not None:
+                retry = Result(requeue_after=wait)
+        if found == previous:
+            return retry
+        if found:
+            self.reported[key] = found
+        else:
+            self.reported.pop(key, None)
+        self._set_gauge({d.reason for d, _ in previous})
+        if node is not None:
+            self._report(node, key, previous, found)
+        return retry
+
+    def _report(self, node: JSON, key: str, previous: Report, found: Report) -> None:
+        """A Warning per new reason, a Normal Event per reason that no longer holds."""
+        before, now = {d for d, _ in previous}, {d for d, _ in found}
         for diagnostic, devices in found:
-            if diagnostic in seen:
+            if diagnostic in before:
                 continue
             message = f"{diagnostic.reason}: {diagnostic}"
-            log.warning("devices feed no pool", node=request.key, devices=devices, reason=message)
+            log.warning("devices feed no pool", node=key, devices=devices, reason=message)
             if self.recorder is not None:
                 self.recorder.event(node, "Warning", EVENT_REASON, message, resource=NODES)
+        for diagnostic, devices in previous:
+            if diagnostic in now:
+                continue
+            what = diagnostic.resource or diagnostic.reason
+            message = (
+                f"resolved: {what} no longer left out (it feeds a pool, is gone, or the node "
+                "is no longer managed); "
+                f"was {diagnostic.reason}: {diagnostic}"
+            )
+            log.info("devices no longer left out", node=key, devices=devices, reason=message)
+            if self.recorder is not None:
+                self.recorder.event(node, "Normal", RESOLVED_REASON, message, resource=NODES)
 
     def _set_gauge(self, also: set[str]) -> None:
         """The gauge from every node's report; reasons in *also* drop to 0 when gone."""
@@ -105,11 +153,13 @@ def setup_unpooled(
     *,
     facts: NodeFacts,
     dra: bool = False,
+    settling: float = 0.0,
 ) -> None:
-    """Register the report on *manager*; with *dra* it reads the ResourceSlices by node."""
+    """Register the report on *manager*; with *dra* it reads the ResourceSlices by node;
+    *settling*: the policy's ``unpooled_settling``."""
     nodes = manager.informer(NODES)
     slices = slices_by_node(manager) if dra else None
-    reconciler = UnpooledReconciler(nodes, manager.recorder, facts, slices)
+    reconciler = UnpooledReconciler(nodes, manager.recorder, facts, slices, settling=settling)
     builder = manager.controller(NAME).for_(NODES, NodeChanged(facts))
     if slices is not None:
         builder = builder.watches(RESOURCE_SLICES, slice_node)

@@ -367,7 +367,12 @@ def setup_worker(manager: Manager, config: WorkerConfig) -> Worker:
             dra=config.dra,
             coalesce=config.timing.capacity_presets().per_key(),
         )
-    setup_unpooled(manager, facts=worker.facts, dra=config.dra)
+    setup_unpooled(
+        manager,
+        facts=worker.facts,
+        dra=config.dra,
+        settling=config.policy.unpooled_settling,
+    )
     manager.add_readyz_check("kueue", worker.kueue_ready)
     manager.add_runnable(worker.discover_kueue, name="kueue discovery", needs_leader=False)
     return worker

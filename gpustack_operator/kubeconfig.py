@@ -13,6 +13,8 @@ import ssl
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import anyio
+
 from gpustack_operator.runtime.errors import ApiError, ApiUnavailable
 from gpustack_operator.runtime.kubeconfigfiles import (
     KubeconfigError,
@@ -71,15 +73,47 @@ def describe_connect_error(exc: BaseException, located: Located, server: str) ->
         cause = exc.__cause__ or exc.__context__
         detail = _first_line(cause) if cause is not None else _first_line(exc)
         return f"{where}: cannot reach the API server {server} ({detail}); {fix_server}"
-    if isinstance(exc, ApiError) and exc.status in (401, 403):
+    unreachable = _kr8s_unreachable(exc)
+    if unreachable is not None:
+        return f"{where}: cannot reach the API server {server} ({unreachable}); {fix_server}"
+    refused = _refused_status(exc)
+    if refused is not None:
         return (
-            f"{where}: the API server {server} refused the credentials ({exc.status} "
-            f"{exc.reason}); renew the token or client certificate in the file"
+            f"{where}: the API server {server} refused the credentials ({refused}); renew the "
+            "token or client certificate in the file"
         )
     return (
         f"{where}: cannot use these credentials ({type(exc).__name__}: {_first_line(exc)}); "
         "check the cluster, user and context entries in the file"
     )
+
+
+def _kr8s_unreachable(exc: BaseException) -> str | None:
+    """What kr8s's HTTP client (httpx) said when no answer came: a refused or reset
+    connection, a timeout; None for anything else."""
+    import httpx
+    from kr8s import APITimeoutError
+
+    transport = _find_in_chain(exc, httpx.TransportError)
+    if transport is not None:
+        return f"{type(transport).__name__}: {_first_line(transport)}"
+    if _find_in_chain(exc, APITimeoutError) is not None:
+        return "no answer in time"
+    return None
+
+
+def _refused_status(exc: BaseException) -> str | None:
+    """``"401 Unauthorized"`` or ``"403 Forbidden"`` when the server refused the credentials
+    (the runtime's :class:`ApiError` or kr8s's ``ServerError``); None otherwise."""
+    if isinstance(exc, ApiError) and exc.status in (401, 403):
+        return f"{exc.status} {exc.reason}"
+    from kr8s import ServerError
+
+    if isinstance(exc, ServerError) and exc.response is not None:
+        code = exc.response.status_code
+        if code in (401, 403):
+            return f"{code} {exc.response.reason_phrase}"
+    return None
 
 
 def _first_line(exc: BaseException) -> str:
@@ -143,9 +177,11 @@ async def connect_kr8s(kubeconfig: str | Path | None, context: str | None) -> Ap
     api.auth = credentials
     try:
         await api.version()
-    except KubeconfigError:
-        raise
-    except Exception as exc:
+    except BaseException as exc:  # a failure, or the caller's deadline: close the session
+        with anyio.CancelScope(shield=True):
+            await close_kr8s(api)
+        if isinstance(exc, KubeconfigError) or not isinstance(exc, Exception):
+            raise
         located = locate(kubeconfig, context)
         raise KubeconfigError(describe_connect_error(exc, located, credentials.server)) from exc
     return api

@@ -18,9 +18,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from gpustack_operator.domain.bootstrap import (  # noqa: E402
+    NFD_CRDS_DIR,
     BootstrapSettings,
     device_manager_prerequisites,
-    nfd_prerequisites,
+    nfd_rbac_prerequisites,
+    render_nfd_crds,
 )
 
 HEADER = (
@@ -34,10 +36,21 @@ FILES: dict[str, tuple[str, Any]] = {
         device_manager_prerequisites,
     ),
     "deploy/components/node-feature-discovery/prerequisites.yaml": (
-        "NFD's CRDs, ServiceAccounts and RBAC.",
-        nfd_prerequisites,
+        "NFD's ServiceAccounts and RBAC.",
+        nfd_rbac_prerequisites,
     ),
 }
+
+
+def _one_crd(name: str) -> Any:
+    return lambda _settings: [c for c in render_nfd_crds() if c["metadata"]["name"] == name]
+
+
+# One file per CRD, named after it: `make deploy` creates each only where none exists
+# (docs/deploy.md, "Beside an NFD of your own").
+for _crd in render_nfd_crds():
+    _name = _crd["metadata"]["name"]
+    FILES[f"{NFD_CRDS_DIR}/{_name}.yaml"] = (f"NFD's CRD {_name}.", _one_crd(_name))
 
 
 def render(path: str) -> str:

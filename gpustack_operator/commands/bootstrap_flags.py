@@ -12,6 +12,7 @@ import argparse
 import structlog
 
 from gpustack_operator.controllers.bootstrap import BootstrapConfig, check_nfd_crds, setup_bootstrap
+from gpustack_operator.controllers.prerequisites import check_cluster_prerequisites
 from gpustack_operator.domain.bootstrap import APPLICATIONS, DEFAULT_NFD_IMAGE
 from gpustack_operator.runtime.client import ApiError, Client
 from gpustack_operator.runtime.manager import Manager
@@ -64,12 +65,17 @@ def bootstrap_config(args: argparse.Namespace) -> BootstrapConfig:
 
 
 async def start_bootstrap(client: Client, manager: Manager, config: BootstrapConfig) -> None:
-    """Check NFD's CRDs are installed (the worker's informers need them to sync; they ship
-    with deploy/), then register the bootstrap controller, which runs while *manager* leads.
+    """Check the cluster's prerequisites (docs/deploy.md: version, admission policies; a
+    problem keeps ``/readyz`` failing with what to change), check NFD's CRDs are installed
+    (the worker's informers need them to sync; they ship with deploy/), then register the
+    bootstrap controller, which runs while *manager* leads.
 
     A failed check is logged, not fatal: the bootstrap controller checks again, and the
     manager's cache-sync timeout names the kinds that stay missing.
     """
+    await check_cluster_prerequisites(
+        client, manager, pod_name=config.pod_name, namespace=config.pod_namespace
+    )
     try:
         await check_nfd_crds(client, config)
     except ApiError as exc:

@@ -61,7 +61,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "accelerators. For every node it also says which flavors it feeds and, when fewer "
             "than its hardware suggests, why (--explain NODE for one node; docs/plan.md)."
         ),
-        epilog=env_epilog(["plan"], "--kueue-api-version", "v1beta1"),
+        epilog=env_epilog(["plan"], "--kueue-version", "v1beta1"),
     )
     parser.add_argument(
         "--nodes", type=Path, metavar="FILE", help="read Nodes from FILE ('-': standard input)"
@@ -99,7 +99,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=kueue_version,
         default=argparse.SUPPRESS,
         metavar="v1beta2|v1beta1",
-        help="the same as --kueue-version (plan's earlier spelling)",
+        # Deprecated spelling of --kueue-version: still accepted, no longer shown.
+        help=argparse.SUPPRESS,
     )
     parser.set_defaults(handler=run)
 

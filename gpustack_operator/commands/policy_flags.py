@@ -14,11 +14,11 @@ from collections.abc import Mapping
 from dataclasses import replace
 from enum import StrEnum
 from pathlib import Path
-from typing import TypeVar
+from typing import Final, TypeVar
 
 import yaml
 
-from gpustack_operator.commands.argtypes import comma_list
+from gpustack_operator.commands.argtypes import comma_list, parse_duration
 from gpustack_operator.commands.envflags import SHARED_ENV
 from gpustack_operator.domain.declaredpools import (
     PoolResult,
@@ -29,7 +29,7 @@ from gpustack_operator.domain.flavors import TolerationPolicy
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.manufacturers import KNOWN_MANUFACTURERS
 from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
-from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.policy import DEFAULT_UNPOOLED_SETTLING, ChainPolicy
 from gpustack_operator.domain.queues import (
     DEFAULT_EXCLUDED_NAMESPACES,
     DEFAULT_QUOTA_RESOURCES,
@@ -40,6 +40,11 @@ from gpustack_operator.environment import load_manufacturers
 
 AUTO = "auto"
 TENANCY_CHOICES = (AUTO, *(t.value for t in Tenancy))
+READING_FLAGS: Final = frozenset(
+    {"--manufacturer", "--system-namespace", "--excluded-namespaces", "--kueue-version"}
+)
+"""The flags a command that only reads the chain (``queues``) takes: the others change what
+the worker builds, not what a reader finds."""
 
 _Choice = TypeVar("_Choice", bound=StrEnum)
 
@@ -79,6 +84,14 @@ def tolerations_policy(raw: str) -> TolerationPolicy:
 def tenancy(raw: str) -> Tenancy | None:
     """``auto`` (None: told from the Nodes) or a kind of cluster (docs/tenants.md)."""
     return _auto_or(raw, Tenancy)
+
+
+def non_negative_duration(raw: str) -> float:
+    """``0``, ``30s``, ``5m``: seconds, at least 0."""
+    value = parse_duration(raw)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a duration of at least 0, got {raw!r}")
+    return value
 
 
 def quota_caps(raw: str) -> dict[str, int]:
@@ -124,8 +137,27 @@ def _shared(action: argparse.Action) -> argparse.Action:
     return action
 
 
-def add_policy_flags(parser: argparse._ActionsContainer) -> None:
-    """Every flag of the chain policy (docs/configuration.md, "Chain policy")."""
+class _Only:
+    """A parser proxy that adds only the flags named in *only* (every one with None); any
+    other becomes a detached Action that no parser knows, so callers may still mark it."""
+
+    def __init__(self, parser: argparse._ActionsContainer, only: frozenset[str] | None) -> None:
+        self.parser = parser
+        self.only = only
+
+    def add_argument(self, *names: str, **kwargs: object) -> argparse.Action:
+        if self.only is not None and not set(names) & self.only:
+            return argparse.Action(names, dest="_skipped")
+        return self.parser.add_argument(*names, **kwargs)  # type: ignore[arg-type]
+
+
+def add_policy_flags(
+    parser: argparse._ActionsContainer, *, only: frozenset[str] | None = None
+) -> None:
+    """Every flag of the chain policy (docs/configuration.md, "Chain policy"); with *only*,
+    just those (a flag left out takes its default in :func:`policy_from_args`)."""
+    if only is not None:
+        parser = _Only(parser, only)  # type: ignore[assignment]
     default_ns = os.environ.get("KUBERNETES_POD_NAMESPACE") or DEFAULT_SYSTEM_NAMESPACE
     _shared(
         parser.add_argument(
@@ -178,6 +210,17 @@ def add_policy_flags(parser: argparse._ActionsContainer) -> None:
         )
     )
     _add_tenant_flags(parser)
+    _shared(
+        parser.add_argument(
+            "--unpooled-settling",
+            type=non_negative_duration,
+            default=DEFAULT_UNPOOLED_SETTLING,
+            metavar="DURATION",
+            help="how long a new node's device sources (our agent, GFD, a device plugin) get "
+            "before its devices are reported as feeding no pool, unless our agent has "
+            "published for it (default: 5m)",
+        )
+    )
     _add_pool_flags(parser)
 
 
@@ -274,11 +317,12 @@ def policy_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = N
         system_namespace=args.system_namespace,
         excluded_namespaces=tuple(args.excluded_namespaces),
         kueue_version=args.kueue_version,
-        quota_resources=args.quota_resources,
-        flavor_tolerations=args.flavor_tolerations,
-        tenancy=args.tenancy,
-        virtual_scheduler=args.virtual_scheduler,
-        tenant_quota_caps=args.tenant_quota_cap,
+        quota_resources=getattr(args, "quota_resources", DEFAULT_QUOTA_RESOURCES),
+        flavor_tolerations=getattr(args, "flavor_tolerations", None),
+        tenancy=getattr(args, "tenancy", None),
+        virtual_scheduler=getattr(args, "virtual_scheduler", False),
+        tenant_quota_caps=getattr(args, "tenant_quota_cap", {}),
+        unpooled_settling=getattr(args, "unpooled_settling", DEFAULT_UNPOOLED_SETTLING),
     )
     if args.manufacturer:
         policy = policy.with_manufacturers(args.manufacturer)

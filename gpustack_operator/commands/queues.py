@@ -4,7 +4,13 @@ For each LocalQueue the worker made in the namespace: the pool's device and unit
 resource that counts (the device resource, or cpu for CPU-only pools), its quota, and what
 Kueue reports as reserved and in use in the ClusterQueue's status (docs/workloads.md,
 "Finding a pool"). Read-only: it reads a few objects, so it goes through kr8s's objects
-(``new_class``, ``api.get``) rather than the runtime's informers (docs/runtime.md, "Credentials").
+(:mod:`gpustack_operator.kr8sobjects`) rather than the runtime's informers (docs/runtime.md,
+"Credentials").
+
+It takes only the chain flags that change what it prints (``READING_FLAGS``): which Kueue
+version to read, which manufacturers' device pools to list, and which namespaces get no
+LocalQueues (to say why one has no pools). An error is one line on stderr and exit 1, a
+namespace that does not exist included.
 """
 
 from __future__ import annotations
@@ -18,14 +24,18 @@ from typing import Any
 
 from gpustack_operator.apis import KUEUE_GROUP, kueue_resources
 from gpustack_operator.commands.cluster_flags import add_connection_flags
-from gpustack_operator.commands.policy_flags import add_policy_flags, policy_from_args
+from gpustack_operator.commands.policy_flags import (
+    READING_FLAGS,
+    add_policy_flags,
+    policy_from_args,
+)
 from gpustack_operator.domain.nodeview import name_of
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.poolinfo import unit_text
 from gpustack_operator.domain.queues import is_owned
 from gpustack_operator.gateway.pools import pool_entry
+from gpustack_operator.kr8sobjects import list_objects, served_versions
 from gpustack_operator.kubeconfig import KubeconfigError, close_kr8s, connect_kr8s
-from gpustack_operator.runtime.resources import Resource
 
 HOST_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 COLUMNS = ("LOCALQUEUE", "UNIT", "RESOURCE", "QUOTA", "RESERVED", "USED")
@@ -51,7 +61,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "-o", "--output", choices=("table", "json"), default="table", help="(default: table)"
     )
     add_policy_flags(
-        parser.add_argument_group("the chain, as the worker's flags (docs/configuration.md)")
+        parser.add_argument_group("the chain, as the worker's flags (docs/configuration.md)"),
+        only=READING_FLAGS,
     )
     parser.set_defaults(handler=run_queues)
 
@@ -63,16 +74,22 @@ def _counted_resource(entry: Mapping[str, Any]) -> str:
 
 
 def pool_rows(
-    cluster_queues: Iterable[Mapping[str, Any]], local_queues: Iterable[Mapping[str, Any]]
+    cluster_queues: Iterable[Mapping[str, Any]],
+    local_queues: Iterable[Mapping[str, Any]],
+    manufacturers: Iterable[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per LocalQueue of the worker's whose ClusterQueue is known, by name."""
+    """One row per LocalQueue of the worker's whose ClusterQueue is known, by name; with
+    *manufacturers*, device pools of other manufacturers are left out (CPU pools stay)."""
     queues = {name_of(q): q for q in cluster_queues if is_owned(q)}
+    wanted = None if manufacturers is None else set(manufacturers)
     rows = []
     for local in sorted(local_queues, key=name_of):
         target = str((local.get("spec") or {}).get("clusterQueue") or "")
         if not is_owned(local) or target not in queues:
             continue
         entry = pool_entry("", queues[target])
+        if wanted is not None and entry["acceleratable"] and entry["manufacturer"] not in wanted:
+            continue
         unit = entry["unit"]
         resource = _counted_resource(entry)
         usage, reservation = entry["usage"] or {}, entry["reservation"] or {}
@@ -114,27 +131,11 @@ def render_table(rows: list[dict[str, Any]]) -> str:
     )
 
 
-async def served_versions(api: Any, group: str) -> list[str]:
-    """The versions of *group* the cluster serves (kr8s's discovery of API versions)."""
-    prefix = f"{group}/"
-    return [v.removeprefix(prefix) async for v in api.api_versions() if v.startswith(prefix)]
-
-
-async def list_objects(
-    api: Any, res: Resource, namespace: str | None = None
-) -> list[dict[str, Any]]:
-    """Every object of *res* (in *namespace*) as plain dicts, through a kr8s object class."""
-    from kr8s.asyncio.objects import new_class
-
-    kind = new_class(res.kind, res.api_version, namespaced=res.namespaced, plural=res.plural)
-    return [obj.raw.to_dict() async for obj in api.async_get(kind, namespace=namespace)]
-
-
 async def fetch_queues(
     args: argparse.Namespace, policy: ChainPolicy
 ) -> tuple[list[Any], list[Any]] | str:
     """Every ClusterQueue and the namespace's LocalQueues in the Kueue version *policy*
-    chooses, or why they cannot be read."""
+    chooses, or why they cannot be read (one line)."""
     try:
         api = await connect_kr8s(args.kubeconfig, args.context)
     except KubeconfigError as exc:  # one line naming the file and the fix
@@ -152,11 +153,29 @@ async def fetch_queues(
         kueue = kueue_resources(version)
         cluster_queues = await list_objects(api, kueue.cluster_queues)
         local_queues = await list_objects(api, kueue.local_queues, args.namespace)
+        if not local_queues and not await _namespace_exists(api, args.namespace):
+            return (
+                f"namespace {args.namespace} does not exist: pass an existing one with -n "
+                "(kubectl get namespaces)"
+            )
         return cluster_queues, local_queues
     except Exception as exc:  # kr8s's ServerError, httpx's transport errors
         return f"cannot read the queues: {exc}"
     finally:
         await close_kr8s(api)
+
+
+async def _namespace_exists(api: Any, namespace: str) -> bool:
+    """False only when the API server says the namespace is not there; a caller who may
+    not read Namespaces (a namespaced role) gets the benefit of the doubt."""
+    from kr8s import ServerError
+
+    try:
+        async with api.call_api("GET", version="v1", url=f"namespaces/{namespace}"):
+            pass
+    except ServerError as exc:
+        return exc.response is None or exc.response.status_code != 404
+    return True
 
 
 def run_queues(args: argparse.Namespace) -> int:
@@ -169,7 +188,7 @@ def run_queues(args: argparse.Namespace) -> int:
     if isinstance(fetched, str):
         sys.stderr.write(f"gpustack-operator queues: error: {fetched}\n")
         return 1
-    rows = pool_rows(*fetched)
+    rows = pool_rows(*fetched, manufacturers=policy.manufacturers if args.manufacturer else None)
     if args.output == "json":
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
     elif rows:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 import yaml
 
-from gpustack_operator.commands.argtypes import comma_list
+from gpustack_operator.commands.argtypes import comma_list, duration
 from gpustack_operator.commands.helptext import env_epilog
 from gpustack_operator.commands.plan import DEFAULT_NAMESPACES as PLAN_DEFAULT_NAMESPACES
 from gpustack_operator.commands.plan import PlanInputError, read_cluster_input
@@ -45,6 +45,8 @@ log = structlog.get_logger(__name__)
 DEFAULT_NAMESPACES = ("default", "kube-system", "gpustack-system")
 SYSTEM_NAMESPACE = "gpustack-system"
 DEFAULT_TIMEOUT = 60.0
+DEFAULT_JOB_RUN_TIME = 10.0
+"""How long a served Job's simulated containers run (sim.jobrunner)."""
 EXIT_NOT_CONVERGED = 1
 EXIT_BAD_INPUT = 2
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -104,6 +106,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=DEFAULT_TIMEOUT,
         metavar="SECONDS",
         help="how long to wait for convergence (default: %(default)gs)",
+    )
+    parser.add_argument(
+        "--job-run-time",
+        type=duration,
+        default=DEFAULT_JOB_RUN_TIME,
+        metavar="DURATION",
+        help="with --serve --cluster: how long the containers of a started Job's Pods run "
+        "before they exit 0 and the Job completes (default: 10s)",
     )
     parser.add_argument(
         "--serve",
@@ -389,7 +399,11 @@ async def _converge_and_print(
         "Stop with Ctrl-C (SIGINT) or SIGTERM.\n"
     )
     sys.stderr.flush()
-    await stop.wait()
+    from gpustack_sim.standins.jobrunner import JobRunnerStandIn
+
+    # Served, admitted Jobs run to completion (docs/simulator.md, "Job runner stand-in").
+    async with JobRunnerStandIn(cluster.sim, run_seconds=args.job_run_time):
+        await stop.wait()
     return 0
 
 

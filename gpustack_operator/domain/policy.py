@@ -23,6 +23,9 @@ from gpustack_operator.domain.queues import (
 )
 from gpustack_operator.domain.tenancy import Tenancy, TenantSettings, detect_tenancy
 
+DEFAULT_UNPOOLED_SETTLING = 300.0
+"""Five minutes: a first install pulls the agent's image and starts a Pod per node."""
+
 NEWEST_FIRST: tuple[KueueVersion, ...] = (KueueVersion.V1BETA2, KueueVersion.V1BETA1)
 """The Kueue versions the chain can be written in, preferred first."""
 
@@ -54,6 +57,10 @@ class ChainPolicy:
     tenant_quota_caps: Mapping[str, int] = field(default_factory=dict)
     """A shared-node tenant's declared share per device resource (docs/tenants.md, "Quota a
     tenant may count on")."""
+    unpooled_settling: float = DEFAULT_UNPOOLED_SETTLING
+    """Seconds a node's device sources get, from when the worker first sees the node, before
+    its devices are judged to feed no pool, unless our agent has published for it already
+    (docs/devices.md, "Why a device gets no pool")."""
     declared_pools: tuple[PoolResult, ...] = ()
     """Pools a person declared (docs/autoscaling.md, "Pools declared by a person"); those of
     NodePools and Cluster API node groups come from the cluster."""
@@ -69,6 +76,10 @@ class ChainPolicy:
         object.__setattr__(
             self, "excluded_namespaces", tuple(n for n in excluded if n != self.system_namespace)
         )
+        if not self.unpooled_settling >= 0:
+            raise ValueError(
+                f"unpooled settling {self.unpooled_settling!r}: give a duration of at least 0"
+            )
         bad = [f"{r}={n}" for r, n in self.tenant_quota_caps.items() if not r or n < 0]
         if bad:
             raise ValueError(

@@ -3,7 +3,8 @@
 ======  ===========================================  ==========================================
 GET     ``/apis/v1/clusters``                        every cluster: status, last error, counts
 GET     ``/apis/v1/clusters/{name}``                 one cluster
-POST    ``/apis/v1/clusters/{name}[?context=]``      register (body: kubeconfig, YAML or JSON)
+POST    ``/apis/v1/clusters/{name}[?context=]``      register (body: kubeconfig, YAML or JSON);
+                                                     the cluster is checked first (422 if unfit)
 DELETE  ``/apis/v1/clusters/{name}``                 unregister
 GET     ``/apis/v1/pools[?cluster=]``                one entry per ClusterQueue
 GET     ``/apis/v1/clusters/{name}/{kind}``          raw objects (resourceflavors, cohorts,
@@ -20,7 +21,9 @@ line (a ``Status`` with reason :data:`~.hub.OVERFLOW_REASON`) and is disconnecte
 With tokens configured every path but ``/healthz`` and ``/readyz`` needs
 ``Authorization: Bearer <token>`` (compared in constant time); each token (or, without tokens,
 all clients together) may hold ``max_watchers_per_token`` watch streams. Registration accepts
-only servers of the static clusters or of ``allowed_servers``, and no ``proxy-url``.
+only servers of the static clusters or of ``allowed_servers``, and no ``proxy-url``; then it
+reaches the cluster once through kr8s (:mod:`.registration`) and refuses it (422, the reason
+and the fix) when it cannot be reached, refuses the credentials or lacks Kueue.
 """
 
 from __future__ import annotations
@@ -37,7 +40,6 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from gpustack_operator.gateway.cluster import ClusterSpec
 from gpustack_operator.gateway.config import check_name
 from gpustack_operator.gateway.gateway import ClusterExists, Gateway, UnknownCluster
 from gpustack_operator.gateway.hub import OVERFLOW_REASON, Event, Subscription, encode
@@ -52,6 +54,7 @@ from gpustack_operator.gateway.kubeconfig import (
     parse_kubeconfig,
     read_kubeconfig,
 )
+from gpustack_operator.gateway.registration import MemberRefused
 from gpustack_operator.gateway.sharing import share
 from gpustack_operator.runtime.metrics import REGISTRY
 from gpustack_operator.runtime.probes import HealthChecks, probes_app
@@ -215,15 +218,20 @@ class _Handlers:
             check_inline_credentials(config)
             context = check_context(config, request.query.get("context") or None, "request body")
             check_allowed_server(config, context, self._allowed_servers())
-            runner = self.gateway.add(ClusterSpec(name, None, context), kubeconfig_text=text)
+            runner, facts = await self.gateway.register(name, context, text)
         except ClusterExists as exc:
             return _error(409, "AlreadyExists", f"{exc}: DELETE it first to replace it")
         except ConfigError as exc:
             return _error(400, "BadRequest", str(exc))
+        except MemberRefused as exc:
+            log.warning("cluster_registration_refused", cluster=name, reason=exc.reason,
+                        error=str(exc))  # fmt: skip
+            return _error(422, exc.reason, f"cluster {name!r} not registered: {exc}")
         except OSError as exc:
             log.error("cannot store a registered kubeconfig", cluster=name, error=str(exc))
             return _error(500, "InternalError", f"cannot store the kubeconfig: {exc}")
-        return web.json_response(runner.entry(), status=201)
+        return web.json_response({**runner.entry(), "serverVersion": facts.server_version},
+                                 status=201)  # fmt: skip
 
     async def unregister_cluster(self, request: web.Request) -> web.StreamResponse:
         """``DELETE /clusters/{name}``: stop serving a cluster."""

@@ -1,10 +1,10 @@
 """The set of upstream clusters, and the aggregated views the API serves.
 
 Clusters are added at start-up (flags, config file) and, when registration is allowed, at run
-time. Each runs in its own cancel scope inside the gateway's task group, so removing one (or
-one failing) leaves the others alone. Removal is atomic for watchers: the cluster stops
-publishing, a DELETED is published for each of its objects, pools and itself, and only then
-are its informers stopped.
+time once they pass the registration checks (:mod:`.registration`). Each runs in its own cancel
+scope inside the gateway's task group, so removing one (or one failing) leaves the others
+alone. Removal is atomic for watchers: the cluster stops publishing, a DELETED is published
+for each of its objects, pools and itself, and only then are its informers stopped.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from anyio.abc import TaskGroup
 from gpustack_operator.gateway.cluster import ClusterRunner, ClusterSpec, RunnerSettings
 from gpustack_operator.gateway.hub import Event, Hub
 from gpustack_operator.gateway.kinds import KIND_NAMES
+from gpustack_operator.gateway.registration import MemberFacts, check_member
 
 __all__ = ["ClusterExists", "Gateway", "UnknownCluster"]
 
@@ -70,15 +71,12 @@ class Gateway:
                 shutil.rmtree(self._tmpdir, ignore_errors=True)
                 self._tmpdir = None
 
-    def add(self, spec: ClusterSpec, *, kubeconfig_text: str | None = None) -> ClusterRunner:
-        """Serve one more cluster; *kubeconfig_text* is written to a private file for it."""
+    def add(self, spec: ClusterSpec, *, owned_kubeconfig: Path | None = None) -> ClusterRunner:
+        """Serve one more cluster; *owned_kubeconfig* (a file :meth:`register` wrote) is
+        deleted with it."""
         if spec.name in self.clusters:
             raise ClusterExists(f"cluster {spec.name!r} is already registered")
-        owned: Path | None = None
-        if kubeconfig_text is not None:
-            owned = self._write_kubeconfig(spec.name, kubeconfig_text)
-            spec = ClusterSpec(spec.name, owned, spec.context)
-        runner = ClusterRunner(spec, self.hub, self.settings, owned_kubeconfig=owned)
+        runner = ClusterRunner(spec, self.hub, self.settings, owned_kubeconfig=owned_kubeconfig)
         self.clusters[spec.name] = runner
         self.hub.publish(Event("ADDED", "clusters", spec.name, runner.entry()))
         if self._task_group is None:
@@ -87,6 +85,34 @@ class Gateway:
             self._task_group.start_soon(runner.run, name=f"cluster {spec.name}")
         log.info("cluster_added", cluster=spec.name, context=spec.context)
         return runner
+
+    async def register(
+        self, name: str, context: str | None, kubeconfig_text: str
+    ) -> tuple[ClusterRunner, MemberFacts]:
+        """Serve a cluster posted at run time, once it passed the registration checks
+        (:func:`~.registration.check_member`, through kr8s): its kubeconfig goes to a private
+        file, deleted if the checks fail. Raises :class:`ClusterExists` or
+        :class:`~.registration.MemberRefused`."""
+        if name in self.clusters:
+            raise ClusterExists(f"cluster {name!r} is already registered")
+        path = self._write_kubeconfig(name, kubeconfig_text)
+        try:
+            facts = await check_member(path, context, within=self.settings.request_timeout)
+            # Checked again: another registration of the name may have finished meanwhile.
+            runner = self.add(ClusterSpec(name, path, context), owned_kubeconfig=path)
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
+        runner.server = facts.server
+        runner.kueue_version = facts.kueue_version
+        log.info(
+            "cluster_registered",
+            cluster=name,
+            server=facts.server,
+            server_version=facts.server_version,
+            kueue=facts.kueue_version.value,
+        )
+        return runner, facts
 
     async def remove(self, name: str) -> None:
         """Stop serving *name*: watchers get a DELETED for everything it had."""

@@ -766,9 +766,14 @@ class Client:
             versions.insert(0, preferred)
         return versions
 
+    async def server_version(self) -> JSON:
+        """The API server's ``/version`` answer (``major``, ``minor``, ``gitVersion``, ...)."""
+        async with self._call("GET", "/version") as answer:
+            return _decode_object(answer)
+
     async def served_resources(self, group: str, version: str) -> builtins.list[str]:
-        """The resources (plurals, no subresources) the server serves at *group*/*version*;
-        [] if unserved. Discovery: it needs no RBAC on the resources themselves."""
+        """The resources (plurals, subresources as ``a/b``) the server serves in *group*
+        *version*; [] if it serves no such group version."""
         path = f"/apis/{_segment(group)}/{_segment(version)}" if group else f"/api/{version}"
         try:
             async with self._call("GET", path) as answer:
@@ -778,7 +783,7 @@ class Client:
         return [
             str(r["name"])
             for r in data.get("resources") or []
-            if isinstance(r, dict) and isinstance(r.get("name"), str) and "/" not in r["name"]
+            if isinstance(r, dict) and r.get("name")
         ]
 
 

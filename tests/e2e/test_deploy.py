@@ -37,7 +37,7 @@ from gpustack_operator.domain.bootstrap import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-OVERLAYS = ("release", "dev")
+OVERLAYS = ("release", "dev", "release-k8s-1.30")
 # A widely deployed release among those kubernetes-validate bundles (it works offline).
 KUBERNETES_VERSION = "1.33.0"
 RELEASE_IMAGE = "docker.io/gpustack/gpustack-operator:v0.1.0"
@@ -81,10 +81,11 @@ def find(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
 def test_overlay_renders_the_worker(rendered: dict[str, Any], overlay: str) -> None:
     objects = rendered[overlay]
     kinds = sorted({o["kind"] for o in objects})
+    # No CRD: kubectl apply would relabel another NFD's as ours, and delete -k would delete
+    # them (make deploy creates NFD's CRDs only where none exist, docs/deploy.md).
     assert kinds == [
         "ClusterRole",
         "ClusterRoleBinding",
-        "CustomResourceDefinition",
         "Deployment",
         "Namespace",
         "NetworkPolicy",
@@ -102,7 +103,7 @@ def test_overlay_renders_the_worker(rendered: dict[str, Any], overlay: str) -> N
     deployment = find(objects, "Deployment", "gpustack-operator-worker")
     pod = deployment["spec"]["template"]["spec"]
     container = pod["containers"][0]
-    expected_image = RELEASE_IMAGE if overlay == "release" else "gpustack-operator:dev"
+    expected_image = "gpustack-operator:dev" if overlay == "dev" else RELEASE_IMAGE
     assert container["image"] == expected_image
     security = container["securityContext"]
     assert security["runAsNonRoot"] and security["readOnlyRootFilesystem"]
@@ -121,6 +122,22 @@ def test_overlay_renders_the_worker(rendered: dict[str, Any], overlay: str) -> N
     assert args.handler.__name__ == "run_worker"
     env = {e["name"] for e in container["env"]}
     assert {"KUBERNETES_POD_NAME", "KUBERNETES_POD_NAMESPACE"} <= env
+
+
+def test_the_pre_1_32_overlay_is_the_release_without_the_node_bound_policy(
+    rendered: dict[str, Any],
+) -> None:
+    """deploy/overlays/release-k8s-1.30 (docs/deploy.md, "Prerequisites")."""
+
+    def names(overlay: str) -> set[tuple[str, str]]:
+        return {(o["kind"], o["metadata"]["name"]) for o in rendered[overlay]}
+
+    bound = "gpustack-operator-device-manager-own-node"
+    assert names("release") - names("release-k8s-1.30") == {
+        ("ValidatingAdmissionPolicy", bound),
+        ("ValidatingAdmissionPolicyBinding", bound),
+    }
+    assert names("release-k8s-1.30") <= names("release")
 
 
 @pytest.mark.parametrize("source", [*OVERLAYS, "bootstrap"])
@@ -378,3 +395,25 @@ def test_configuration_doc_lists_every_flag() -> None:
         if f"`{option}`" not in sections.get(title, ""):
             missing.append(f"{title} {option}")
     assert not missing, "docs/configuration.md does not list:\n" + "\n".join(missing)
+
+
+# --- the Makefile -------------------------------------------------------------------------
+
+
+def test_make_help_aligns_its_columns() -> None:
+    if shutil.which("make") is None:
+        pytest.skip("make not found")
+    out = subprocess.run(
+        ["make", "-s", "--no-print-directory", "help"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    lines = [line for line in out.splitlines() if line.strip()]
+    targets = set(re.findall(r"^([a-z-]+):.*## ", (REPO / "Makefile").read_text(), re.M))
+    assert {line.split()[0] for line in lines} == targets
+    # Every description starts in the same column, past the longest target's name.
+    starts = {len(line) - len(line.lstrip()[len(line.split()[0]) :].lstrip()) for line in lines}
+    assert len(starts) == 1, out
+    assert starts.pop() > max(len(t) for t in targets) + 2

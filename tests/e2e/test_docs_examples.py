@@ -141,10 +141,13 @@ def shell(tmp_path: Path) -> Iterator[Shell]:
 
 def test_the_demo_output_in_the_readme_is_what_the_demo_prints(shell: Shell) -> None:
     shown = PLAIN.findall(section("README.md", "### The demo"))[0].splitlines()
-    printed = shell.run(  # what `make demo` runs
+    printed = shell.run(  # what `make demo` runs, its log lines included
         "gpustack-operator --log-level warning sim --cluster examples/cluster.yaml -o table "
-        "--demo-jobs"
+        "--demo-jobs 2>&1"
     )
+    # Every device of the example ends up pooled: no false alarm while the agents' labels
+    # land (docs/devices.md, "Why a device gets no pool").
+    assert "devices feed no pool" not in printed and "DeviceNotPooled" not in printed
     missing = [line for line in shown if line.rstrip() not in printed.splitlines()]
     assert not missing, printed
     assert "(one of its eleven Cohorts)" in section("README.md", "### The demo")
@@ -303,3 +306,66 @@ def test_the_gateway_walkthrough_runs_as_written(shell: Shell) -> None:
     shell.run(delete_west)
     assert len(poll(lambda: watched("DELETED"), "the DELETED event of the west pool")) == 1
     assert "kill %3 %2 %1" in page
+
+
+def _rows(text: str) -> list[list[str]]:
+    """A table's lines as cells (column widths aside)."""
+    return [line.split() for line in text.splitlines() if line.strip()]
+
+
+def _console_steps(block: str) -> list[tuple[str, list[str]]]:
+    """(command, the output lines shown under it) for each ``$ `` line of a console block."""
+    steps: list[tuple[str, list[str]]] = []
+    for line in block.splitlines():
+        if line.startswith("$ "):
+            steps.append((line[2:], []))
+        elif steps and line.strip():
+            steps[-1][1].append(line)
+    return steps
+
+
+def test_the_workloads_job_runs_to_completion_as_documented(shell: Shell) -> None:
+    """docs/workloads.md end to end on ``sim --serve --cluster``: the pools ``queues`` lists
+    (and the README's rows of them), then the page's Job, applied with kubectl, Running on a
+    T4 node with its card counted, then complete (docs/simulator.md, "Job runner stand-in")."""
+    kubeconfig = shell.tmp / "sim.kubeconfig"
+    log = shell.tmp / "sim.out"
+    sim = shell.start(
+        "gpustack-operator --log-level warning sim --serve --cluster examples/cluster.yaml "
+        f"--namespaces default,team-a --kubeconfig-out {kubeconfig} --job-run-time 20s",
+        log,
+    )
+    poll(lambda: "Stop with Ctrl-C" in log.read_text() or sim.poll() is not None, "the sim")
+    assert sim.poll() is None, log.read_text()
+    shell.env["KUBECONFIG"] = str(kubeconfig)
+
+    finding = CONSOLE.findall(section("docs/workloads.md", "## Finding a pool"))[0]
+    ((command, shown),) = _console_steps(finding)
+    assert _rows(shell.run(command)) == _rows("\n".join(shown))
+
+    page = section("docs/workloads.md", "## A complete Job")
+    job = re.search(r"^```yaml\n(.*?)^```", page, re.MULTILINE | re.DOTALL)
+    assert job is not None
+    (shell.tmp / "t4-smoke.yaml").write_text(job.group(1))
+    steps = _console_steps(CONSOLE.findall(page)[0])
+    assert len(steps) == 4, steps
+    for command, shown in steps:
+        out = shell.run(f"cd {shell.tmp} && {command}")
+        if command.startswith("gpustack-operator queues"):
+            assert _rows(out) == _rows("\n".join(shown)), out
+            # The README's rows are those of the same cluster while the Job runs (it runs 20 s,
+            # long enough for two listings on a loaded machine; the step's rows show it is).
+            readme = CONSOLE.findall(section("README.md", "## What it does"))[0]
+            (_, readme_rows), *_ = _console_steps(readme)
+            every = _rows(shell.run("gpustack-operator queues -n team-a"))
+            assert [r for r in _rows("\n".join(shown)) if r not in every] == [], every
+            assert [r for r in _rows("\n".join(readme_rows)) if r not in every] == []
+        elif shown:
+            assert _rows(out) == _rows("\n".join(shown)), out
+    node = shell.run(
+        "kubectl -n team-a get pod t4-smoke-0 -o jsonpath='{.spec.nodeName} {.status.phase}'"
+    )
+    assert node in ("gpu-t4-1 Succeeded", "gpu-t4-2 Succeeded"), node
+    rows = _rows(shell.run("gpustack-operator queues -n team-a"))
+    (t4,) = [r for r in rows if r[0] == "gpustack-fnv64-6e2ada8e7ab9ade3"]
+    assert t4[-2:] == ["0", "0"]  # the finished Workload no longer holds its card

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from gpustack_operator import cli
-from gpustack_operator.kubeconfig import KubeconfigError, connect
+from gpustack_operator.kubeconfig import KubeconfigError, connect, connect_kr8s
 
 from ..certs import self_signed
 
@@ -255,4 +255,18 @@ async def test_the_shared_connect_raises_the_same_line(
     path = case.make(tmp_path, server_for(case_name))
     with pytest.raises(KubeconfigError) as caught:
         await connect(path, case.context, timeout=10)
+    _check_line(str(caught.value), path, case)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("case_name", list(CASES))
+async def test_the_kr8s_connection_raises_the_same_line(
+    case_name: str, tmp_path: Path, server_for: Callable[[str], str]
+) -> None:
+    """``queues`` and the gateway's registration connect through kr8s's objects: kr8s's own
+    errors (httpx's refused connection, its TLS failure) become the same line."""
+    case = CASES[case_name]
+    path = case.make(tmp_path, server_for(case_name))
+    with pytest.raises(KubeconfigError) as caught:
+        await connect_kr8s(path, case.context)
     _check_line(str(caught.value), path, case)

@@ -11,7 +11,7 @@ validation included) render them without a cluster.
 - :mod:`.devicemanager` — one device-manager DaemonSet per manufacturer and the agent's
   least-privilege RBAC;
 - :mod:`.prerequisites` — the CRDs and RBAC shipped statically with deploy/, which the
-  bootstrap checks but never writes.
+  bootstrap checks but never writes, and who installed an NFD CRD.
 """
 
 from __future__ import annotations
@@ -32,18 +32,24 @@ from gpustack_operator.domain.bootstrap.devicemanager import (
 )
 from gpustack_operator.domain.bootstrap.nfd import render_cpu_info_rule, render_nfd, render_nfd_rbac
 from gpustack_operator.domain.bootstrap.prerequisites import (
+    NFD_CRDS_DIR,
     device_manager_prerequisites,
+    installed_by_us,
     nfd_prerequisites,
+    nfd_rbac_prerequisites,
 )
 
 __all__ = [
     "APPLICATIONS",
     "DEFAULT_NFD_IMAGE",
     "DEVICE_MANAGER",
+    "NFD_CRDS_DIR",
     "NODE_FEATURE_DISCOVERY",
     "BootstrapSettings",
     "device_manager_prerequisites",
+    "installed_by_us",
     "nfd_prerequisites",
+    "nfd_rbac_prerequisites",
     "parse_disabled_applications",
     "render_cpu_info_rule",
     "render_device_manager",

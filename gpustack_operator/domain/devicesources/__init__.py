@@ -11,6 +11,7 @@ from gpustack_operator.domain.devicesources.merge import (
     DerivedDevices,
     agent_manufacturers,
     derive_devices,
+    judged_diagnostics,
     node_device_diagnostics,
     unpooled_devices,
 )
@@ -22,6 +23,7 @@ __all__ = [
     "Diagnostic",
     "agent_manufacturers",
     "derive_devices",
+    "judged_diagnostics",
     "node_device_diagnostics",
     "unpooled_devices",
 ]

@@ -13,7 +13,7 @@ own, earlier output): the result depends on the vendor labels and allocatable al
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Final
@@ -340,3 +340,38 @@ def unpooled_devices(
         for d in node_device_diagnostics(node, manufacturers, slices)
         if d.reason not in INFORMATIONAL_REASONS
     )
+
+
+def judged_diagnostics(
+    found: Iterable[tuple[Diagnostic, int]],
+    labels: Mapping[str, str],
+    manufacturers: Mapping[str, Manufacturer],
+    *,
+    seen_for: float,
+    settling: float,
+    reported: Collection[Diagnostic] = (),
+) -> tuple[tuple[tuple[Diagnostic, int], ...], float | None]:
+    """Which of a node's unpooled devices (*found*, from :func:`unpooled_devices`) may be
+    reported now, and in how many seconds the others may (None: none waits); docs/devices.md,
+    "Why a device gets no pool".
+
+    The node's sources get their chance first: the labels of our agent, GFD or a vendor's
+    labeller land some time after a device plugin advertises the devices. A reason is judged
+    once the node has been seen for *settling* seconds, or at once when our agent describes
+    the manufacturer whose resource it names (what the agent found is then final); one in
+    *reported* (already said) stays judged while it holds.
+    """
+    published = agent_manufacturers(labels, manufacturers)
+    by_resource = {m.resource_name: name for name, m in manufacturers.items()}
+    judged = []
+    waiting = False
+    for diagnostic, devices in found:
+        if (
+            diagnostic in reported
+            or by_resource.get(diagnostic.resource) in published
+            or seen_for >= settling
+        ):
+            judged.append((diagnostic, devices))
+        else:
+            waiting = True
+    return tuple(judged), (max(settling - seen_for, 0.0) if waiting else None)

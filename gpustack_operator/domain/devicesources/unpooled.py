@@ -3,7 +3,8 @@ pool").
 
 A device plugin can advertise devices that no label names (a managed cloud's plugin without
 NVIDIA GPU Feature Discovery, a plugin this project has no source for). Every such resource
-gets a reason naming what is missing and the fix, so that no device is passed over in silence.
+gets a reason naming what is missing and the fix, so that no device is passed over in silence
+(and, through ``merge.judged_diagnostics``, none before the node's sources had their chance).
 """
 
 from __future__ import annotations

@@ -73,8 +73,9 @@ _CREATE_ONLY: dict[tuple[str, str], tuple[tuple[str, dict[str, str]], ...]] = {
 them)."""
 
 
-def version_info() -> dict[str, Any]:
-    major, minor, patch = KUBERNETES_VERSION
+def version_info(version: tuple[int, int, int] = KUBERNETES_VERSION) -> dict[str, Any]:
+    """The ``/version`` document of a server of *version* (``SimServer.kubernetes_version``)."""
+    major, minor, patch = version
     return {
         "major": str(major),
         "minor": str(minor),
@@ -468,7 +469,7 @@ def add_discovery_routes(app: web.Application, sim: SimServer) -> None:
         return current
 
     async def get_version(request: web.Request) -> web.Response:
-        return _json(version_info())
+        return _json(version_info(sim.kubernetes_version))
 
     def aggregated(request: web.Request, *, core: bool) -> web.Response | None:
         """The aggregated discovery document when the client asked for one (kubectl does)."""

@@ -52,7 +52,7 @@ from gpustack_sim.apiserver.errors import (
 from gpustack_sim.apiserver.faults import Fault, Faults
 from gpustack_sim.apiserver.gc import BackgroundControllers
 from gpustack_sim.apiserver.health import add_health_routes
-from gpustack_sim.apiserver.kinds import BUILTIN_KINDS, KindInfo, KindRegistry
+from gpustack_sim.apiserver.kinds import BUILTIN_KINDS, KUBERNETES_VERSION, KindInfo, KindRegistry
 from gpustack_sim.apiserver.patches import json_patch, merge_patch
 from gpustack_sim.apiserver.rbac import CURRENT_REQUEST, RbacAuthorizer, request_attributes
 from gpustack_sim.apiserver.reviews import add_review_routes
@@ -212,6 +212,9 @@ class SimServer:
         tls: bool = False,
     ) -> None:
         self.registry = KindRegistry.with_builtins()
+        self.kubernetes_version: tuple[int, int, int] = KUBERNETES_VERSION
+        """What ``/version`` reports; a test sets an older release to see what the operator
+        says about it (the kinds served stay those of the newest)."""
         self.store = Store(self.registry, watch_history)
         self.store.cel_rules = (
             cel_rules  # CRDs' x-kubernetes-validations (gpustack_sim/apiserver/celrules.py)

@@ -151,21 +151,27 @@ class SimCluster:
     ) -> None:
         """*policy* shapes the chain for the worker and for :meth:`expected` alike
         (docs/configuration.md, "Chain policy"; default: every manufacturer with
-        ``GPUSTACK_<MFR>_*`` applied). *authenticator* turns on the server's authentication
-        and RBAC authorization; *token* is then the bearer token of the kubeconfig the agents
-        and worker use. With *tls* the server serves HTTPS with its own CA, and the kubeconfig
-        of the agents and the worker carries that CA (and, without *token*, the
-        administrator's client certificate). The policy's tenant settings (docs/tenants.md;
-        an unset tenancy told from *nodes*) decide whether this is a vCluster tenant: one
-        runs no NFD stand-in and no agents, as the worker installs neither there; the
-        simulated worker tells its tenancy from the served Nodes at start, as the worker
-        does."""
+        ``GPUSTACK_<MFR>_*`` applied, unpooled devices judged without settling).
+        *authenticator* turns on the server's authentication and RBAC authorization; *token*
+        is then the bearer token of the kubeconfig the agents and worker use. With *tls* the
+        server serves HTTPS with its own CA, and the kubeconfig of the agents and the worker
+        carries that CA (and, without *token*, the administrator's client certificate). The
+        policy's tenant settings (docs/tenants.md; an unset tenancy told from *nodes*)
+        decide whether this is a vCluster tenant: one runs no NFD stand-in and no agents, as
+        the worker installs neither there; the simulated worker tells its tenancy from the
+        served Nodes at start, as the worker does."""
         self.nodes: dict[str, dict[str, Any]] = {}
         for node in nodes:
             self.nodes[name_of(node)] = copy.deepcopy(dict(node))
         self.namespaces: list[Namespace] = list(namespaces)
         if policy is None:
-            policy = worker_config.policy if worker_config else ChainPolicy(load_manufacturers())
+            # Without a policy (tests): unpooled devices are judged at once, since the nodes
+            # given are complete; `sim --cluster` passes the flags' policy (5m settling).
+            policy = (
+                worker_config.policy
+                if worker_config
+                else ChainPolicy(load_manufacturers(), unpooled_settling=0.0)
+            )
         self.policy = policy
         self.with_memory = with_memory
         self.resource_slices = [copy.deepcopy(dict(s)) for s in resource_slices]

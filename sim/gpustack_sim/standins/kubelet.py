@@ -7,6 +7,14 @@ card count of each manufacturer, unless the Node already carried that resource w
 first seen (a manifest's own value wins and is never touched). Values it set follow later
 edits of the annotation and are removed when a manufacturer's cards are gone.
 
+It also reports a registered Node as a kubelet does: a Node without ``status.conditions``
+gets ``Ready=True`` (reason ``KubeletReady``) and ``MemoryPressure``/``DiskPressure``/
+``PIDPressure=False``, and each of cpu, memory, ephemeral-storage and pods found in
+``status.capacity`` but missing from ``status.allocatable`` gets the capacity's value (no
+reservations configured). Both only fill what is absent: conditions a test or a person wrote
+(``Ready=False``, ``Unknown``) and allocatable values of a manifest are never changed, so node
+lifecycle stays theirs to drive (docs/simulator.md, item 3 of the ``sim --cluster`` run).
+
 It writes through the store, like the NFD-master stand-in: it is part of the cluster, not a
 client, so injected faults and request counters leave it alone.
 """
@@ -26,9 +34,51 @@ from gpustack_operator.domain.simdevices import (
 )
 from gpustack_sim.apiserver.errors import ApiError
 from gpustack_sim.apiserver.server import SimServer
+from gpustack_sim.apiserver.store import now_rfc3339
 from gpustack_sim.standins.standin import NodeStandIn
 
 log = structlog.get_logger(__name__)
+
+HOST_RESOURCES = ("cpu", "memory", "ephemeral-storage", "pods")
+_PRESSURES = (
+    ("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+    ("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+    ("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+)
+
+
+def kubelet_defaults(status: dict[str, Any], now: str) -> bool:
+    """Fill what a kubelet reports of a registered, healthy Node where *status* lacks it:
+    the conditions (Ready and no pressure) and the host resources' allocatable (= capacity).
+    Returns whether anything was added; nothing present is changed."""
+    changed = False
+    if not status.get("conditions"):
+        conditions = [
+            _condition(kind, "False", reason, message, now) for kind, reason, message in _PRESSURES
+        ]
+        conditions.append(
+            _condition("Ready", "True", "KubeletReady", "kubelet is posting ready status", now)
+        )
+        status["conditions"] = conditions
+        changed = True
+    capacity = status.get("capacity") or {}
+    allocatable = status.setdefault("allocatable", {})
+    for resource in HOST_RESOURCES:
+        if resource in capacity and resource not in allocatable:
+            allocatable[resource] = capacity[resource]
+            changed = True
+    return changed
+
+
+def _condition(kind: str, state: str, reason: str, message: str, now: str) -> dict[str, str]:
+    return {
+        "type": kind,
+        "status": state,
+        "reason": reason,
+        "message": message,
+        "lastHeartbeatTime": now,
+        "lastTransitionTime": now,
+    }
 
 
 def card_resources(
@@ -98,9 +148,9 @@ class SimKubelet(NodeStandIn):
             )
             wanted = {}
         status = node.setdefault("status", {})
+        changed = kubelet_defaults(status, now_rfc3339())
         allocatable = status.setdefault("allocatable", {})
         owned = self._owned.setdefault(name, set())
-        changed = False
         for resource, count in wanted.items():
             if resource in allocatable and resource not in owned:
                 continue  # the manifest (or a person) set it: never touched

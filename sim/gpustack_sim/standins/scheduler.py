@@ -148,7 +148,8 @@ class SchedulerStandIn(StoreLoop):
         used: dict[str, dict[str, Fraction]] = {}
         for pod in by_name.values():
             node = (pod.get("spec") or {}).get("nodeName")
-            if node:
+            if node and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                # A finished pod's containers are gone: it holds no node resources.
                 for r, v in pod_requests(pod["spec"]).items():
                     used.setdefault(node, {})[r] = used.get(node, {}).get(r, Fraction(0)) + v
         for key in sorted(by_name):

@@ -65,8 +65,7 @@ POD = "gpustack-operator-worker-0"
 # Grants no request of the recorded run needs, each kept on purpose (docs/security.md).
 DELIBERATE_EXTRAS: dict[str, set[tuple[str, str, str]]] = {
     "worker": {
-        # Failure Events: the recorder writes them only when something goes wrong.
-        ("create", "", "events"),
+        # Repeated Events: the recorder patches an Event's count only when one repeats.
         ("patch", "", "events"),
     },
     "agent": {

@@ -1,7 +1,8 @@
-"""docs/workloads.md's Job, applied as written to a cluster of two-T4 nodes carrying a
-dedication taint: the sim's Kueue stand-in, with Kueue's default configuration, admits it to
-the T4 pool, and the started Job is pinned to the flavor's nodes and tolerates their taint
-(docs/workloads.md, "A complete Job"; docs/worker.md, "Tolerations")."""
+"""docs/workloads.md's Job, applied as written to the two T4 nodes of examples/cluster.yaml,
+here carrying a dedication taint: the sim's Kueue stand-in, with Kueue's default
+configuration, admits it to the T4 pool, and the started Job is pinned to the flavor's nodes
+and tolerates their taint (docs/workloads.md, "A complete Job"; docs/worker.md,
+"Tolerations")."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from gpustack_sim.cluster.cluster import SimCluster
 from tests.conftest import shared_crds_dir
 from tests.integration.chain.test_kueue_admission import KUEUE, get, quota_reserved
 from tests.integration.worker.support import MANUFACTURERS, NS, node
-from tests.unit.domain.test_workloads_doc import job_example
+from tests.unit.domain.test_workloads_doc import example_t4_nodes, job_example
 
 pytestmark = pytest.mark.anyio
 TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
@@ -52,8 +53,8 @@ async def test_the_documented_job_is_admitted_pinned_and_tolerated() -> None:
     job = job_example()
     namespace = job["metadata"]["namespace"]  # type: ignore[index]
     jobs = f"/apis/batch/v1/namespaces/{namespace}/jobs"
-    nodes = [tainted(node(n, cards=("Tesla T4", 2))) for n in ("gpu-a", "gpu-b")]
-    async with SimCluster(nodes, [namespace], run_agents=False) as cluster:
+    nodes = [tainted(n) for n in example_t4_nodes()]
+    async with SimCluster(nodes, [namespace]) as cluster:
         await cluster.converge(45)
         async with httpx.AsyncClient(base_url=cluster.sim.url, timeout=10) as http:
             (await http.post(jobs, json=job)).raise_for_status()

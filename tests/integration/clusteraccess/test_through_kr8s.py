@@ -17,7 +17,8 @@ import yaml
 from gpustack_operator.cli import build_parser
 from gpustack_operator.commands.cluster_flags import connect
 from gpustack_operator.commands.policy_flags import policy_from_args
-from gpustack_operator.commands.queues import fetch_queues, list_objects
+from gpustack_operator.commands.queues import fetch_queues
+from gpustack_operator.kr8sobjects import list_objects
 from gpustack_operator.kubeconfig import close_kr8s, connect_kr8s
 from gpustack_operator.runtime import kubeconfigfiles
 from gpustack_operator.runtime.resources import NAMESPACES

@@ -32,4 +32,12 @@ def test_shipped_prerequisites_match_the_renderers(path: str) -> None:
         f"{path} differs from the renderers: run .venv/bin/python hack/render_prerequisites.py"
     )
     kinds = {d["kind"] for d in yaml.safe_load_all(shipped) if d}
-    assert "ServiceAccount" in kinds and "ClusterRole" in kinds
+    if "/nfd-crds/" in path:
+        # One CRD per file, named after it: hack/nfd-crds.sh creates each only where absent.
+        (crd,) = [d for d in yaml.safe_load_all(shipped) if d]
+        assert crd["kind"] == "CustomResourceDefinition"
+        assert path.endswith(f"/{crd['metadata']['name']}.yaml")
+    else:
+        assert "ServiceAccount" in kinds and "ClusterRole" in kinds
+        # No overlay carries a CRD: kubectl apply would relabel another NFD's as ours.
+        assert "CustomResourceDefinition" not in kinds

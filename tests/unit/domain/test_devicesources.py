@@ -335,3 +335,28 @@ def test_plan_table_names_each_pools_resource(capsys: pytest.CaptureFixture[str]
         == 0
     )
     assert "ephemeral-storage=7152Gi credits=16" in capsys.readouterr().out
+
+
+def test_unpooled_devices_are_judged_once_their_sources_had_their_chance() -> None:
+    """docs/devices.md, "Why a device gets no pool": settling time, or the agent's word."""
+    from gpustack_operator.domain.devicesources import Diagnostic, judged_diagnostics
+    from gpustack_operator.domain.manufacturers import default_manufacturers
+
+    manufacturers = default_manufacturers()
+    gpu = Diagnostic("allocatable", "model-unknown", "nvidia.com/gpu (2): ...", "nvidia.com/gpu")
+    efa = Diagnostic("allocatable", "unknown-resource", "vpc.amazonaws.com/efa (1)", "x/efa")
+    found = ((gpu, 2), (efa, 1))
+
+    judged, wait = judged_diagnostics(found, {}, manufacturers, seen_for=10.0, settling=300.0)
+    assert judged == () and wait == 290.0
+    judged, wait = judged_diagnostics(found, {}, manufacturers, seen_for=300.0, settling=300.0)
+    assert judged == found and wait is None
+    # Our agent has published NVIDIA's devices: what it found is final for nvidia.com/gpu.
+    agent = {"acceleratable.feature.gpustack.ai/nvidia": "true"}
+    judged, wait = judged_diagnostics(found, agent, manufacturers, seen_for=1.0, settling=300.0)
+    assert judged == ((gpu, 2),) and wait == 299.0
+    # A reason already reported stays reported while it holds.
+    judged, _ = judged_diagnostics(
+        found, {}, manufacturers, seen_for=0.0, settling=300.0, reported={efa}
+    )
+    assert judged == ((efa, 1),)

@@ -93,6 +93,17 @@ def test_v1beta1_output(capsys: pytest.CaptureFixture[str]) -> None:
     assert queues and all("cohort" in q["spec"] for q in queues)
 
 
+def test_deprecated_kueue_api_version_is_accepted_but_not_shown(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["plan", "--help"])
+    assert exit_info.value.code == 0
+    out, _ = capsys.readouterr()
+    assert "--kueue-version" in out
+    assert "--kueue-api-version" not in out
+
+
 @pytest.mark.parametrize(
     ("content", "needle"),
     [

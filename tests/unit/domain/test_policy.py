@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpustack_operator.cli import build_parser
-from gpustack_operator.commands.policy_flags import policy_from_args
+from gpustack_operator.commands.policy_flags import READING_FLAGS, policy_from_args
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.queues import QuotaResources
@@ -15,7 +15,6 @@ COMMANDS = {
     "worker": ["worker"],
     "plan": ["plan"],
     "sim": ["sim"],
-    "queues": ["queues"],
 }
 FLAGS = [
     "--manufacturer",
@@ -80,7 +79,25 @@ def test_the_tenant_flags_read_the_shared_and_the_command_variables() -> None:
     assert worker.tenant_quota_caps == {"nvidia.com/gpu": 1}
     plan = policy_of(["plan"], env)
     assert plan.tenancy is Tenancy.PSEUDO_NODES and plan.tenant_quota_caps == {}
-    assert policy_of(["queues"], env).tenancy is Tenancy.PSEUDO_NODES
+    assert policy_of(["sim"], env).tenancy is Tenancy.PSEUDO_NODES
+
+
+def test_queues_takes_the_flags_that_change_what_it_reads_and_no_others(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``queues`` reads the chain: the flags that shape it but not a reader's view are not
+    accepted (docs/configuration.md, ``gpustack-operator queues``)."""
+    reading = FLAGS[: FLAGS.index("--quota-resources")]
+    assert {f for f in reading if f.startswith("--")} == READING_FLAGS
+    queues, worker = policy_of(["queues", *reading]), policy_of(["worker", *reading])
+    assert repr(queues) == repr(worker)
+    for flag in ("--quota-resources", "--flavor-tolerations", "--tenancy", "--tenant-quota-cap"):
+        with pytest.raises(SystemExit) as exit_info:
+            build_parser({}).parse_args(["queues", flag, "x"])
+        assert exit_info.value.code == 2
+        assert f"unrecognized arguments: {flag}" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        build_parser({}).parse_args(["queues", "--virtual-scheduler"])
 
 
 def test_the_tenancy_is_set_or_told_from_the_nodes() -> None:

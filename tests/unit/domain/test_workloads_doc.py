@@ -1,4 +1,5 @@
-"""docs/workloads.md's Job example fits the chain the worker builds for two-T4 nodes: its
+"""docs/workloads.md's Job example fits the chain the worker builds for the two T4 nodes of
+examples/cluster.yaml: its
 queue-name label names the T4 pool's LocalQueue and every resource it requests is covered
 by that pool (directly, or through the documented credits transformation)."""
 
@@ -11,12 +12,10 @@ from typing import Any
 import yaml
 
 from gpustack_operator.commands.plan import read_cluster_file
-from gpustack_operator.domain.desired import desired_state
 from gpustack_operator.domain.kueueconfig import recommended_configuration
 from gpustack_operator.domain.manufacturers import default_manufacturers
 from gpustack_operator.domain.plan import plan_state
 from gpustack_operator.domain.policy import ChainPolicy
-from tests.integration.worker.support import node
 
 DOC = Path(__file__).parents[3] / "docs" / "workloads.md"
 MFRS = default_manufacturers()
@@ -37,12 +36,19 @@ def job_example() -> dict[str, object]:
     return jobs[0]
 
 
+def example_t4_nodes() -> list[dict[str, Any]]:
+    """The two T4 nodes of examples/cluster.yaml, whose pool the page's Job names."""
+    nodes, _, _ = read_cluster_file(DOC.parents[1] / "examples" / "cluster.yaml")
+    return [dict(n) for n in nodes if n["metadata"]["name"] in ("gpu-t4-1", "gpu-t4-2")]
+
+
 def test_job_example_targets_the_t4_pool_and_its_covered_resources() -> None:
     job = job_example()
     namespace = job["metadata"]["namespace"]  # type: ignore[index]
-    nodes = [node("gpu-a", cards=("Tesla T4", 2)), node("gpu-b", cards=("Tesla T4", 2))]
-    state = desired_state(
-        nodes, [namespace], ChainPolicy(manufacturers=MFRS, system_namespace="gpustack-system")
+    state = plan_state(
+        example_t4_nodes(),
+        [namespace],
+        ChainPolicy(manufacturers=MFRS, system_namespace="gpustack-system"),
     )
     queue_name = job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]  # type: ignore[index]
     (local,) = [lq for lq in state.local_queues if lq["metadata"]["name"] == queue_name]

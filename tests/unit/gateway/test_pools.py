@@ -44,7 +44,9 @@ def test_a_sliced_device_queue() -> None:
         "flavors": ["gpustack--amd-25-1-ln-x64-48c-188g-196g--nvidia-a10g-4d-8s"],
         "nominalQuota": {
             "cpu": "48",
-            "nvidia.com/gpu": "4",
+            # 4 cards x 8 time-slicing replicas, as the device plugin advertises them
+            # (examples/cluster.yaml; docs/devices.md, "NVIDIA").
+            "nvidia.com/gpu": "32",
             "ephemeral-storage": "196Gi",
             "memory": "188Gi",
         },
