@@ -40,14 +40,16 @@ from gpustack_operator.domain.declaredpools import (
     DeclaredPool,
     PoolResult,
     declarations_in_configmap,
-    declared_pool_chain,
-    has_stale_checks,
     pools_from_objects,
-    without_admission_checks,
 )
 from gpustack_operator.domain.kueue import KUEUE_GROUP
 from gpustack_operator.domain.nodeview import is_deleting, labels_of, name_of
 from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.poolchain import (
+    declared_pool_chain,
+    has_stale_checks,
+    without_admission_checks,
+)
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request, Result
 from gpustack_operator.runtime.errors import ApiError

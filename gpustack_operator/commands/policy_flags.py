@@ -22,7 +22,6 @@ from gpustack_operator.commands.argtypes import comma_list, parse_duration
 from gpustack_operator.commands.envflags import SHARED_ENV
 from gpustack_operator.domain.declaredpools import (
     PoolResult,
-    ProvisioningSettings,
     parse_declarations,
 )
 from gpustack_operator.domain.flavors import TolerationPolicy
@@ -30,6 +29,7 @@ from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.manufacturers import KNOWN_MANUFACTURERS
 from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
 from gpustack_operator.domain.policy import DEFAULT_UNPOOLED_SETTLING, ChainPolicy
+from gpustack_operator.domain.poolchain import ProvisioningSettings
 from gpustack_operator.domain.queues import (
     DEFAULT_EXCLUDED_NAMESPACES,
     DEFAULT_QUOTA_RESOURCES,

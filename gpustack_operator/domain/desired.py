@@ -16,7 +16,6 @@ from typing import Any
 from gpustack_operator.domain.declaredpools import (
     PoolRejection,
     claimed_nodes,
-    declared_pool_chain,
     pools_from_objects,
 )
 from gpustack_operator.domain.devicesources.dra import node_slices
@@ -25,6 +24,7 @@ from gpustack_operator.domain.flavors import desired_resource_flavors, flavor_no
 from gpustack_operator.domain.nodefeature import merge_node_features, worker_node_feature
 from gpustack_operator.domain.nodeview import name_of
 from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.poolchain import declared_pool_chain
 from gpustack_operator.domain.queues import (
     desired_cluster_queues,
     desired_cohorts,

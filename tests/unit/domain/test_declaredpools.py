@@ -22,13 +22,13 @@ from gpustack_operator.domain.declaredpools import (
     CLASS_ATOMIC_SCALE_UP,
     CLASS_GKE_QUEUED,
     PoolRejection,
-    ProvisioningSettings,
     karpenter_pool,
 )
 from gpustack_operator.domain.desired import DesiredState
 from gpustack_operator.domain.manufacturers import default_manufacturers
 from gpustack_operator.domain.plan import plan_state
 from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.poolchain import ProvisioningSettings
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "autoscaling"
 MFRS = default_manufacturers()
