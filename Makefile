@@ -7,6 +7,7 @@ UV := $(shell command -v uv 2>/dev/null || echo .tools/bin/uv)
 VENV := .venv
 BIN := $(VENV)/bin
 CLUSTER ?= examples/cluster.yaml
+TAS_CLUSTER ?= examples/topology-gke-a3-ultra.yaml
 PYTEST_ARGS ?=
 RUN_ARGS ?=
 
@@ -55,6 +56,7 @@ run: install ## run the worker against the current kubeconfig
 
 demo: install ## run the worker on a simulated cluster, print the Kueue chain, submit demo Jobs
 	$(BIN)/gpustack-operator --log-level warning sim --cluster $(CLUSTER) -o table --demo-jobs
+	$(BIN)/gpustack-operator --log-level warning sim --cluster $(TAS_CLUSTER) -o table --demo-jobs
 
 demo-autoscaling: install ## the same for pools that scale from zero: a Job admitted at zero nodes, a node arriving, its pod running
 	$(BIN)/gpustack-operator --log-level warning sim --cluster examples/autoscaling/pools-at-zero.yaml --declared-pools examples/autoscaling/declared-pools.yaml -o table --demo-jobs

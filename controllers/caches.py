@@ -16,11 +16,18 @@ from gpustack_operator.apis import KueueResources
 from gpustack_operator.controllers.common import index_values
 from gpustack_operator.controllers.nodefacts import NodeFacts, Part
 from gpustack_operator.controllers.tenantview import TenantView
+from gpustack_operator.domain.flavors import TolerationPolicy, is_managed
 from gpustack_operator.domain.labels import COHORT_ANNOTATION, QUEUE_ANNOTATION
 from gpustack_operator.domain.manufacturers import Manufacturer
 from gpustack_operator.domain.nodeview import annotations_of
 from gpustack_operator.domain.queues import cluster_queue_cohort
 from gpustack_operator.domain.tenancy import TenantSettings
+from gpustack_operator.domain.topology import (
+    TopologyPolicy,
+    node_group,
+    parse_group,
+    topology_name_of_digest,
+)
 from gpustack_operator.runtime.cache import namespace_index
 from gpustack_operator.runtime.coalesce import IndexHold
 from gpustack_operator.runtime.informer import Informer
@@ -31,6 +38,8 @@ BY_FLAVOR: Final = "flavor"
 BY_QUEUE: Final = "queue"
 BY_COHORT: Final = "cohort"
 BY_NAMESPACE: Final = "namespace"
+BY_TOPOLOGY: Final = "topology"
+"""Node index: managed Nodes by the Topology their group names (docs/topology.md)."""
 AWAITING_LABELS: Final = "awaiting-labels"
 """Node index: the Nodes that do not carry their capacity labels yet, under "yes"."""
 _YES: Final = "yes"
@@ -40,13 +49,21 @@ no longer counts as settling (a node NFD never labels cannot hold the queues for
 
 
 def node_facts(
-    nodes: Informer, manufacturers: Mapping[str, Manufacturer], publishes_labels: bool = True
+    nodes: Informer,
+    manufacturers: Mapping[str, Manufacturer],
+    publishes_labels: bool = True,
+    topology: TopologyPolicy | None = None,
+    tolerations: TolerationPolicy = None,
 ) -> NodeFacts:
     """A :class:`NodeFacts` for the Node informer *nodes*, sized by its Node count. Create
     one per informer and share it: the cache pays off when every user asks the same one.
     *publishes_labels* is False in a vCluster tenant (no capacity labels to await)."""
     return NodeFacts(
-        manufacturers, size_hint=lambda: len(nodes.indexer), publishes_labels=publishes_labels
+        manufacturers,
+        size_hint=lambda: len(nodes.indexer),
+        publishes_labels=publishes_labels,
+        topology=topology,
+        tolerations=tolerations,
     )
 
 
@@ -56,6 +73,8 @@ def add_node_indexes(nodes: Informer, facts: NodeFacts) -> None:
     existing = set(nodes.indexer.index_names)
     if AWAITING_LABELS not in existing:
         nodes.add_index(AWAITING_LABELS, lambda obj: [_YES] if facts.awaits_labels(obj) else [])
+    if BY_TOPOLOGY not in existing:
+        nodes.add_index(BY_TOPOLOGY, topology_index)
     for part in (BY_FLAVOR, BY_QUEUE, BY_COHORT):
         if part in existing:
             continue
@@ -97,6 +116,8 @@ class KueueCaches:
     cluster_queues: Informer
     local_queues: Informer
     tenant: TenantView | None = None
+    topologies: Informer | None = None
+    """Kueue Topologies, while TAS is on (docs/topology.md)."""
     """In a shared-node or pseudo-node tenant, the Nodes as its pools see them
     (docs/tenants.md); ``None`` in an ordinary cluster."""
 
@@ -128,6 +149,11 @@ class KueueCaches:
             cohorts=manager.informer(kueue.cohorts),
             cluster_queues=cluster_queues,
             local_queues=local_queues,
+            topologies=(
+                manager.informer(kueue.topologies)
+                if kueue.topologies is not None and facts.topology is not None
+                else None
+            ),
             tenant=(
                 TenantView(nodes, facts, tenant)
                 if tenant is not None and tenant.is_tenant
@@ -159,7 +185,14 @@ class KueueCaches:
             self.cohorts,
             self.cluster_queues,
             self.local_queues,
+            *((self.topologies,) if self.topologies is not None else ()),
         )
+
+
+def topology_index(obj: dict[str, Any]) -> list[str]:
+    """The Topology a managed Node's group names (none for a node without a group)."""
+    parsed = parse_group(node_group(obj)) if is_managed(obj) else None
+    return [topology_name_of_digest(parsed[0])] if parsed else []
 
 
 def _ensure_index(informer: Informer, name: str, fn: Any) -> None:

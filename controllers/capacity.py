@@ -23,6 +23,7 @@ from gpustack_operator.apis import NODE_FEATURES
 from gpustack_operator.controllers.common import NodeChanged, Writer, is_up_to_date
 from gpustack_operator.controllers.labelrepair import LabelsTaken, repair_request
 from gpustack_operator.controllers.nodefacts import NodeFacts
+from gpustack_operator.domain.availability import in_planned_maintenance
 from gpustack_operator.domain.labels import PART_OF_LABEL, PART_OF_WORKER
 from gpustack_operator.domain.nodefeature import (
     is_worker_label,
@@ -116,7 +117,14 @@ class CapacityReconciler:
             else ()
         )
         if slices:
-            want = worker_node_feature(node, self.system_namespace, self.manufacturers, slices)
+            want = worker_node_feature(
+                node,
+                self.system_namespace,
+                self.manufacturers,
+                slices,
+                topology=self.facts.topology,
+                tolerations=self.facts.tolerations,
+            )
         else:
             labels = self.facts.capacity_labels(node)
             want = worker_node_feature_with(node, labels, self.system_namespace)
@@ -128,6 +136,11 @@ class CapacityReconciler:
         if is_up_to_date(have, want):
             if taken:
                 await self._repair(node, want, have)
+            return
+        if have is not None and in_planned_maintenance(node):
+            # The device plugin is paused and device labels may be stale or gone: keep the
+            # labels published before it, so no flavor is renamed (docs/node-lifecycle.md,
+            # "Devices: identity from what is installed, quota from what is healthy").
             return
         await self._apply(want, have)
 

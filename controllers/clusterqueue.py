@@ -25,6 +25,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+import structlog
+from prometheus_client import Counter
+
+from gpustack_operator.controllers.availability import AvailabilityTracker
 from gpustack_operator.controllers.caches import BY_COHORT, BY_FLAVOR, BY_QUEUE, KueueCaches
 from gpustack_operator.controllers.common import (
     METADATA_OR_SPEC_CHANGED,
@@ -33,12 +37,14 @@ from gpustack_operator.controllers.common import (
     is_managed_object,
     is_up_to_date,
 )
+from gpustack_operator.domain.availability import NodeAvailability
 from gpustack_operator.domain.declaredpools import is_pool_chain_object
 from gpustack_operator.domain.kueue import OwnerReference
-from gpustack_operator.domain.labels import QUEUE_ANNOTATION, UNIT_ANNOTATION
+from gpustack_operator.domain.labels import MANAGED_BY_LABEL, QUEUE_ANNOTATION, UNIT_ANNOTATION
 from gpustack_operator.domain.nodeview import (
     annotations_of,
     is_deleting,
+    labels_of,
     metadata,
     name_of,
     uid_of,
@@ -47,18 +53,31 @@ from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.poolinfo import local_queue_metadata
 from gpustack_operator.domain.quantities import parse_quantity
 from gpustack_operator.domain.queues import (
+    HOLD,
+    HOLD_NOTE,
     cluster_queue_cohort,
     desired_cluster_queue,
+    quota_below_usage,
     without_flavors,
 )
 from gpustack_operator.domain.tenancy import tenant_cluster_queue
 from gpustack_operator.runtime.client import NotFound
 from gpustack_operator.runtime.coalesce import Coalesce
 from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request, Result
+from gpustack_operator.runtime.metrics import REGISTRY
 from gpustack_operator.runtime.resources import NODES
+
+log = structlog.get_logger(__name__)
 
 NAME: Final = "clusterqueue"
 POOL_CREATED: Final = "PoolCreated"
+QUOTA_BELOW_USAGE = Counter(
+    "gpustack_quota_below_usage",
+    "Times a ClusterQueue's nominal quota was lowered below what Kueue reports in use "
+    '(docs/node-lifecycle.md, "Seeing why").',
+    ["clusterqueue"],
+    registry=REGISTRY,
+)
 _USAGE_FIELDS: Final = ("flavorsReservation", "flavorsUsage")
 _WORKLOAD_COUNTS: Final = ("reservingWorkloads", "admittedWorkloads")
 
@@ -109,9 +128,12 @@ class ClusterQueueReconciler:
         reserved_requeue: float,
         waiting_requeue: float,
         policy: ChainPolicy,
+        tracker: AvailabilityTracker | None = None,
     ) -> None:
         self.caches = caches
         self.policy = policy
+        self.tracker = tracker
+        """Each node's availability (docs/node-lifecycle.md); None counts every node."""
         self.writer = writer
         self.resource = caches.kueue.cluster_queues
         self.reserved_requeue = reserved_requeue
@@ -133,13 +155,19 @@ class ClusterQueueReconciler:
             # A flavor the nodes want is missing from the cache (a person deleted it): the
             # flavor reconciler recreates it, and its creation brings the queue back here.
             return Result(requeue_after=self.waiting_requeue)
-        want = self._desired(name, flavors)
+        want, until = self._desired(name, flavors)
+        # A grace or join window ending changes the quota with no event: look again then.
+        later = (
+            Result(requeue_after=max(until - self.tracker.clock(), 0.0) + 0.01)
+            if until is not None and self.tracker is not None
+            else None
+        )
         if want is None and wanted and have is not None:
             # Every flavor is being deleted (Kueue holds a flavor while a queue lists it):
             # the queue lets go of them instead of going away (docs/worker.md, "Chain
             # objects deleted by hand").
             live = [_without_deletion(f) for f in flavors]
-            full = self._desired(name, live)
+            full, _ = self._desired(name, live)
             want = without_flavors(full) if full is not None else None
         if want is None:
             return await self._delete(have)
@@ -158,10 +186,28 @@ class ClusterQueueReconciler:
             )
             want["metadata"]["ownerReferences"] = [owner.manifest()]
         if not is_up_to_date(have, want):
+            self._say_shrink_below_usage(want, have)
             applied = await self.writer.apply(self.resource, want, existed=have is not None)
             if have is None:
                 self._created(applied, len(flavors))
-        return None
+        return later
+
+    def _say_shrink_below_usage(
+        self, want: Mapping[str, Any], have: Mapping[str, Any] | None
+    ) -> None:
+        """Kueue evicts nothing when a quota drops below usage, but admits nothing there
+        until usage falls: say so (docs/node-lifecycle.md, "Seeing why")."""
+        below = quota_below_usage(want, have)
+        if not below or have is None:
+            return
+        QUOTA_BELOW_USAGE.labels(clusterqueue=name_of(want)).inc()
+        message = "nominal quota below usage (nothing is evicted; nothing new is admitted " + (
+            "until usage falls): " + "; ".join(below)
+        )
+        log.warning("quota below usage", clusterqueue=name_of(want), below=below)
+        recorder = self.writer.recorder
+        if recorder is not None:
+            recorder.event(have, "Warning", "QuotaBelowUsage", message, resource=self.resource)
 
     def _created(self, queue: Mapping[str, Any], flavors: int) -> None:
         """A Normal Event ``PoolCreated`` on a new pool: what one unit is, and its flavors."""
@@ -182,8 +228,22 @@ class ClusterQueueReconciler:
             if p.queue == name and p.flavor
         }
 
-    def _desired(self, name: str, flavors: list[dict[str, Any]]) -> dict[str, Any] | None:
+    def _desired(
+        self, name: str, flavors: list[dict[str, Any]]
+    ) -> tuple[dict[str, Any] | None, float | None]:
+        """The queue *name* wants, and when a node's verdict next changes by time alone."""
         caches = self.caches
+        untils: list[float] = []
+        availability = None
+        tracker = self.tracker
+        if tracker is not None:
+
+            def availability(node: object) -> NodeAvailability:
+                verdict = tracker.look(node)
+                if verdict.until is not None:
+                    untils.append(verdict.until)
+                return verdict
+
         index: dict[str, list[object]] = {
             name_of(f): list(caches.managed_nodes(BY_FLAVOR, name_of(f))) for f in flavors
         }
@@ -196,16 +256,18 @@ class ClusterQueueReconciler:
             version=caches.kueue.version,
             flavor_index=index,
             quota_resources=self.policy.quota_resources,
+            availability=availability,
         )
         if want is not None and caches.tenant is not None:
             # docs/tenants.md, "Quota a tenant may count on"
             want = tenant_cluster_queue(want, caches.tenant.settings.quota_caps)
-        return want
+        return want, min(untils, default=None)
 
     async def _delete(self, have: Mapping[str, Any] | None) -> Result | None:
         if have is None or is_deleting(have):
             return None
         if has_reservations(have):
+            await self._hold(have)
             return Result(requeue_after=self.reserved_requeue)
         try:  # the cache may lag behind Kueue's status: ask the API before deleting
             fresh = await self.writer.client.get(self.resource, name_of(have))
@@ -218,6 +280,32 @@ class ClusterQueueReconciler:
         )
         return None
 
+    async def _hold(self, have: Mapping[str, Any]) -> None:
+        """A queue whose nodes are gone for good admits nothing more while Kueue still
+        reports work in it (``stopPolicy: Hold`` evicts nothing; docs/node-lifecycle.md,
+        "Whole-pool Hold"); it is deleted as before once nothing is reserved."""
+        spec = have.get("spec")
+        if not isinstance(spec, Mapping) or spec.get("stopPolicy") in (HOLD, "HoldAndDrain"):
+            return
+        meta: dict[str, Any] = {
+            "name": name_of(have),
+            "labels": {k: v for k, v in labels_of(have).items() if k == MANAGED_BY_LABEL},
+            "annotations": {
+                HOLD_NOTE: "every node of the pool is gone; held until nothing is reserved, "
+                "then deleted"
+            },
+        }
+        owners = metadata(have).get("ownerReferences")
+        if owners:
+            meta["ownerReferences"] = owners
+        held = {
+            "apiVersion": have.get("apiVersion"),
+            "kind": have.get("kind"),
+            "metadata": meta,
+            "spec": {**spec, "stopPolicy": HOLD},
+        }
+        await self.writer.apply(self.resource, held, existed=True)
+
 
 def build_cluster_queue_controller(
     builder: ControllerBuilder,
@@ -229,9 +317,11 @@ def build_cluster_queue_controller(
     waiting_requeue: float,
     coalesce: Coalesce,
     policy: ChainPolicy,
+    tracker: AvailabilityTracker | None = None,
 ) -> Controller:
     """*coalesce*: one preset shared by the queue's own, Cohort, Node and flavor watches
-    (docs/worker.md, "Batching")."""
+    (docs/worker.md, "Batching"); *tracker*: each node's availability
+    (docs/node-lifecycle.md)."""
     facts = caches.facts
 
     def by_node(node: dict[str, Any]) -> list[str]:
@@ -258,6 +348,7 @@ def build_cluster_queue_controller(
         reserved_requeue=reserved_requeue,
         waiting_requeue=waiting_requeue,
         policy=policy,
+        tracker=tracker,
     )
     # A queue's quotas are sums over its nodes: while nodes keep arriving, wait for a pause
     # (bounded; longer while nodes still await their labels) rather than write every

@@ -50,9 +50,10 @@ def trim_for_worker(obj: JSON) -> JSON:
     """Informer transform: managedFields always; for Nodes, everything the worker never reads.
 
     A Node's status carries images, conditions, addresses and volume lists that dwarf the
-    rest; the worker reads only labels, annotations, ``status.capacity`` and
-    ``status.allocatable``. Other kinds keep everything (ClusterQueue status holds the
-    reservations the deletion rule reads).
+    rest; the worker reads only labels, annotations, ``status.capacity``,
+    ``status.allocatable``, the Ready condition, taints and ``spec.unschedulable``. Other
+    kinds keep everything (ClusterQueue status holds the reservations the deletion rule
+    reads).
     """
     obj = strip_managed_fields(obj)
     if obj.get("kind") != "Node" or obj.get("apiVersion") != "v1":
@@ -63,9 +64,21 @@ def trim_for_worker(obj: JSON) -> JSON:
         trimmed["status"] = {
             k: status[k] for k in ("capacity", "allocatable") if isinstance(status.get(k), Mapping)
         }
+        # The availability rule (docs/node-lifecycle.md) reads Ready's status and since when;
+        # heartbeats and the other conditions are left out. A Node reporting no conditions
+        # keeps none, one reporting others keeps an empty list.
+        conditions = status.get("conditions")
+        if isinstance(conditions, list):
+            trimmed["status"]["conditions"] = [
+                {k: c[k] for k in ("type", "status", "lastTransitionTime") if k in c}
+                for c in conditions
+                if isinstance(c, Mapping) and c.get("type") == "Ready"
+            ]
     spec = obj.get("spec")
-    if isinstance(spec, Mapping) and "taints" in spec:
-        trimmed["spec"] = {"taints": spec["taints"]}
+    if isinstance(spec, Mapping):
+        kept = {k: spec[k] for k in ("taints", "unschedulable") if k in spec}
+        if kept:
+            trimmed["spec"] = kept
     return trimmed
 
 

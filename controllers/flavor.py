@@ -13,9 +13,12 @@ stops carrying a flavor still reaches it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Final
 
-from gpustack_operator.controllers.caches import BY_FLAVOR, KueueCaches
+import structlog
+
+from gpustack_operator.controllers.caches import BY_FLAVOR, BY_QUEUE, BY_TOPOLOGY, KueueCaches
 from gpustack_operator.controllers.common import (
     METADATA_OR_SPEC_CHANGED,
     NodeChanged,
@@ -25,14 +28,21 @@ from gpustack_operator.controllers.common import (
 )
 from gpustack_operator.domain.declaredpools import is_pool_chain_object
 from gpustack_operator.domain.flavors import desired_resource_flavor
-from gpustack_operator.domain.nodeview import is_deleting
+from gpustack_operator.domain.labels import QUEUE_ANNOTATION, TOPOLOGY_LABEL
+from gpustack_operator.domain.nodeview import annotations_of, is_deleting, name_of
 from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.profiles import strip_tas_suffix
+from gpustack_operator.domain.quantities import parse_quantity
 from gpustack_operator.domain.tenancy import tenant_flavor
+from gpustack_operator.domain.topology import manifests_digest, parse_group, tas_queue_name
 from gpustack_operator.runtime.coalesce import Coalesce
 from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request
+from gpustack_operator.runtime.predicates import Predicate
 from gpustack_operator.runtime.resources import NODES
 
 NAME: Final = "resourceflavor"
+
+log = structlog.get_logger(__name__)
 
 
 class FlavorReconciler:
@@ -61,6 +71,8 @@ class FlavorReconciler:
             want = tenant_flavor(want, nodes, tenant.settings.virtual_scheduler)
         if want is None:
             if have is not None and is_managed_object(have) and not is_deleting(have):
+                if self._in_use(have):
+                    return  # docs/topology.md, "Upgrading a chain built without TAS"
                 await self.writer.delete(self.resource, have, "no managed node has this flavor")
             return
         if have is not None and not is_managed_object(have):
@@ -68,8 +80,73 @@ class FlavorReconciler:
             return
         if have is not None and is_deleting(have):
             return  # Kueue still holds it; recreated once it is gone
+        if not self._tas_ready(name, have, want):
+            return
         if not is_up_to_date(have, want):
             await self.writer.apply(self.resource, want, existed=have is not None)
+
+    def _in_use(self, flavor: Mapping[str, Any]) -> bool:
+        """*flavor*'s nodes may feed the TAS queue of its profile now (its nodes moved to
+        TAS, or to another TAS group) and Kueue reports usage or reservations of *flavor*
+        in its ClusterQueue: it stays (listed, with no quota) until that is zero, so no
+        admitted workload loses the flavor it was admitted to (docs/topology.md, "Upgrading
+        a chain built without TAS")."""
+        name = name_of(flavor)
+        queue = annotations_of(flavor).get(QUEUE_ANNOTATION, "")
+        moved_to = tas_queue_name(strip_tas_suffix(queue)) if queue else ""
+        if not moved_to or not self.caches.managed_nodes(BY_QUEUE, moved_to):
+            return False  # its nodes left the pools: it goes at once, as it always did
+        have = self.caches.cluster_queues.indexer.get(queue)
+        return have is not None and flavor_in_use(have, name)
+
+    def _tas_ready(
+        self, name: str, have: Mapping[str, Any] | None, want: Mapping[str, Any]
+    ) -> bool:
+        """A TAS flavor is written only once its Topology exists and only while the frozen
+        fields match its name; an existing one is never patched in a frozen field
+        (docs/topology.md, "Flavors")."""
+        topology = want["spec"].get("topologyName")
+        if not topology:
+            return True
+        if have is not None:
+            return all(
+                (have.get("spec") or {}).get(k) == want["spec"].get(k) for k in FROZEN_FIELDS
+            ) or not _log_frozen(name)
+        topologies = self.caches.topologies
+        existing = topologies.indexer.get(topology) if topologies is not None else None
+        if existing is None or is_deleting(existing):
+            return False  # the Topology's creation brings the flavor back here
+        group = want["spec"]["nodeLabels"].get(TOPOLOGY_LABEL, "")
+        parsed = parse_group(group)
+        return parsed is not None and parsed[1] == manifests_digest(want["spec"]["tolerations"])
+
+
+FROZEN_FIELDS: Final = ("nodeLabels", "tolerations", "topologyName")
+"""What Kueue 0.17-0.19 freezes on a TAS flavor (0.14-0.16: the whole spec, which the
+worker writes as exactly these fields)."""
+
+
+def _log_frozen(name: str) -> bool:
+    log.info("TAS flavor differs in a frozen field; its nodes move to a new flavor", flavor=name)
+    return True
+
+
+def flavor_in_use(cluster_queue: Mapping[str, Any], flavor: str) -> bool:
+    """Whether *cluster_queue*'s status reports anything reserved or used in *flavor*."""
+    status = cluster_queue.get("status")
+    if not isinstance(status, Mapping):
+        return False
+    for field in ("flavorsReservation", "flavorsUsage"):
+        for entry in status.get(field) or ():
+            if not isinstance(entry, Mapping) or entry.get("name") != flavor:
+                continue
+            for resource in entry.get("resources") or ():
+                if not isinstance(resource, Mapping):
+                    continue
+                amount = parse_quantity(resource.get("total", "0"))
+                if amount is None or amount != 0:
+                    return True
+    return False
 
 
 def build_flavor_controller(
@@ -89,9 +166,46 @@ def build_flavor_controller(
     def by_node(node: dict[str, Any]) -> list[str]:
         return caches.event_names(node, "flavor")
 
-    return (
+    def by_queue(queue: dict[str, Any]) -> list[str]:
+        """A queue's usage reaching zero lets the flavors it no longer needs go."""
+        status = queue.get("status") or {}
+        names = {
+            str(entry.get("name"))
+            for field in ("flavorsReservation", "flavorsUsage")
+            for entry in status.get(field) or ()
+            if isinstance(entry, Mapping) and entry.get("name")
+        }
+        return sorted(names)
+
+    def by_topology(topology: dict[str, Any]) -> list[str]:
+        """A Topology's creation lets the TAS flavors that name it be written."""
+        topology_name = name_of(topology)
+        return sorted(
+            {
+                flavor
+                for node in caches.managed_nodes(BY_TOPOLOGY, topology_name)
+                for flavor in facts.names(node, "flavor")
+            }
+        )
+
+    built = (
         builder.for_(caches.kueue.resource_flavors, METADATA_OR_SPEC_CHANGED)
         .watches(NODES, by_node, NodeChanged(facts), coalesce=coalesce)
-        .with_options(max_concurrent_reconciles=workers)
-        .complete(FlavorReconciler(caches, writer, policy))
+        .watches(caches.kueue.cluster_queues, by_queue, UsageChanged())
     )
+    if caches.topologies is not None and caches.kueue.topologies is not None:
+        built = built.watches(caches.kueue.topologies, by_topology, METADATA_OR_SPEC_CHANGED)
+    return built.with_options(max_concurrent_reconciles=workers).complete(
+        FlavorReconciler(caches, writer, policy)
+    )
+
+
+class UsageChanged(Predicate):
+    """ClusterQueue updates that change what Kueue reports reserved or used per flavor."""
+
+    def update(self, old: dict[str, Any], new: dict[str, Any]) -> bool:
+        def usage(obj: Mapping[str, Any]) -> tuple[object, object]:
+            status = obj.get("status") or {}
+            return status.get("flavorsReservation"), status.get("flavorsUsage")
+
+        return usage(old) != usage(new)

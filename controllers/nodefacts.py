@@ -16,12 +16,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Protocol
 
+from gpustack_operator.domain.availability import availability_inputs
 from gpustack_operator.domain.capacity import worker_capacity_labels
 from gpustack_operator.domain.devicesources.merge import (
     VENDOR_LABEL_PREFIXES,
     VENDOR_RESOURCE_PREFIXES,
 )
-from gpustack_operator.domain.flavors import Profile, dedication_taints, is_managed, node_profiles
+from gpustack_operator.domain.flavors import (
+    Profile,
+    TolerationPolicy,
+    dedication_taints,
+    is_managed,
+    node_profiles,
+)
 from gpustack_operator.domain.labels import (
     ACCELERATABLE_PREFIX,
     ARCH_LABEL,
@@ -39,6 +46,8 @@ from gpustack_operator.domain.nodefeature import can_publish_for
 from gpustack_operator.domain.nodeview import is_deleting, labels_of, metadata, name_of, uid_of
 from gpustack_operator.domain.queues import HOST_RESOURCES
 from gpustack_operator.domain.tenancy import HOST_LABELS_ANNOTATION, INSTANCE_TYPE_LABEL
+from gpustack_operator.domain.topology import TopologyPolicy, is_level_label
+from gpustack_operator.domain.topologylabels import topology_labels
 from gpustack_operator.runtime.cache import shared_strings
 
 Part = Literal["flavor", "queue", "cohort"]
@@ -77,7 +86,9 @@ _VERSIONS: Final = 2
 
 
 def node_view(
-    node: Mapping[str, Any], manufacturers: Mapping[str, Manufacturer]
+    node: Mapping[str, Any],
+    manufacturers: Mapping[str, Manufacturer],
+    topology: TopologyPolicy | None = None,
 ) -> tuple[Any, ...]:
     """Everything about a Node that the worker's output depends on, as a comparable value.
 
@@ -90,7 +101,9 @@ def node_view(
         sorted(
             (k, v)
             for k, v in labels_of(node).items()
-            if k in _NODE_LABELS or k.startswith(_NODE_LABEL_PREFIXES)
+            if k in _NODE_LABELS
+            or k.startswith(_NODE_LABEL_PREFIXES)
+            or (topology is not None and is_level_label(k, topology))
         )
     )
     raw_annotations = meta.get("annotations")
@@ -121,6 +134,7 @@ def node_view(
         annotations,
         tuple(amounts),
         tuple(sorted(dedication_taints(node))),
+        availability_inputs(node),
     )
 
 
@@ -156,8 +170,14 @@ class NodeFacts:
         manufacturers: Mapping[str, Manufacturer],
         size_hint: Callable[[], int] | None = None,
         publishes_labels: bool = True,
+        topology: TopologyPolicy | None = None,
+        tolerations: TolerationPolicy = None,
     ) -> None:
         self.manufacturers = manufacturers
+        self.topology = topology if topology is not None and topology.enabled else None
+        """TAS settings the topology label follows (docs/topology.md, "Groups"); ``None``:
+        off."""
+        self.tolerations = tolerations
         self.publishes_labels = publishes_labels
         """False in a vCluster tenant: no capacity labels are published, none awaited."""
         self._size_hint = size_hint
@@ -202,7 +222,7 @@ class NodeFacts:
         """:func:`node_view` of *node*."""
         facts = self._facts(node)
         if facts.view is None:
-            facts.view = node_view(node, self.manufacturers)
+            facts.view = node_view(node, self.manufacturers, self.topology)
             if self.pools is not None and self.pools.version:
                 facts.view = (*facts.view, self.pools.claim(node))
         return facts.view
@@ -245,7 +265,10 @@ class NodeFacts:
         facts = self._facts(node)
         if facts.capacity_labels is None:
             # Interned: tens of labels per Node, the same keys and mostly the same values.
-            facts.capacity_labels = shared_strings(worker_capacity_labels(node, self.manufacturers))
+            labels = worker_capacity_labels(node, self.manufacturers)
+            if self.topology is not None:
+                labels = {**labels, **topology_labels(node, self.topology, self.tolerations)}
+            facts.capacity_labels = shared_strings(labels)
         return facts.capacity_labels
 
     def awaits_labels(self, node: Mapping[str, Any]) -> bool:

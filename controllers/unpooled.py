@@ -33,6 +33,7 @@ from gpustack_operator.domain.devicesources import (
 )
 from gpustack_operator.domain.flavors import is_managed
 from gpustack_operator.domain.nodeview import labels_of
+from gpustack_operator.domain.topology import missing_level
 from gpustack_operator.runtime.controller import EventRecorderLike, Request, Result
 from gpustack_operator.runtime.informer import Informer
 from gpustack_operator.runtime.manager import Manager
@@ -42,6 +43,7 @@ from gpustack_operator.runtime.resources import NODES, RESOURCE_SLICES
 NAME: Final = "unpooled"
 EVENT_REASON: Final = "DeviceNotPooled"
 RESOLVED_REASON: Final = "DeviceNotPooledResolved"
+LEVEL_EVENT_REASON: Final = "TopologyLevelMissing"
 
 log = structlog.get_logger(__name__)
 
@@ -71,9 +73,12 @@ class UnpooledReconciler:
         self.nodes = nodes
         self.recorder = recorder
         self.manufacturers = facts.manufacturers
+        self.topology = facts.topology
         self.slices = slices
         self.settling = settling
         self.clock = clock
+        self.lacking: dict[str, str] = {}
+        """Per node, the topology level label last reported missing (docs/topology.md)."""
         self.reported: dict[str, Report] = {}
         """Per node, what was last reported (nodes with nothing left out are absent)."""
         self.first_seen: dict[str, float] = {}
@@ -82,6 +87,7 @@ class UnpooledReconciler:
     async def __call__(self, request: Request) -> Result | None:
         key = request.key
         node = self.nodes.indexer.get(key)
+        self._report_missing_level(key, node)
         previous = self.reported.get(key, ())
         found: Report = ()
         retry: Result | None = None
@@ -135,6 +141,28 @@ class UnpooledReconciler:
             log.info("devices no longer left out", node=key, devices=devices, reason=message)
             if self.recorder is not None:
                 self.recorder.event(node, "Normal", RESOLVED_REASON, message, resource=NODES)
+
+    def _report_missing_level(self, key: str, node: dict[str, Any] | None) -> None:
+        """A Warning Event ``TopologyLevelMissing`` once per node and label: the node
+        carries a coarser level of a set but not this one, so it is grouped apart (its
+        own Topology and flavor) from the nodes that carry it (docs/topology.md, "Seeing
+        it")."""
+        lacking = ""
+        if node is not None and self.topology is not None and is_managed(node):
+            lacking = missing_level(node, self.topology)
+        if lacking == self.lacking.get(key, ""):
+            return
+        if not lacking:
+            self.lacking.pop(key, None)
+            return
+        self.lacking[key] = lacking
+        message = (
+            f"node lacks the topology level label {lacking}: it is grouped apart from the "
+            "nodes that carry it, in a Topology without that level; label it to join them"
+        )
+        log.warning("topology level missing", node=key, label=lacking)
+        if self.recorder is not None and node is not None:
+            self.recorder.event(node, "Warning", LEVEL_EVENT_REASON, message, resource=NODES)
 
     def _set_gauge(self, also: set[str]) -> None:
         """The gauge from every node's report; reasons in *also* drop to 0 when gone."""

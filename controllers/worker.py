@@ -22,6 +22,7 @@ Build the manager with :func:`new_worker_manager` to get the worker's informer t
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Final
@@ -30,6 +31,7 @@ import anyio
 import structlog
 
 from gpustack_operator.apis import KUEUE_GROUP, KueueResources, kueue_resources
+from gpustack_operator.controllers.availability import AvailabilityTracker
 from gpustack_operator.controllers.caches import (
     KueueCaches,
     add_node_indexes,
@@ -52,6 +54,8 @@ from gpustack_operator.controllers.kueueconfig import (
 )
 from gpustack_operator.controllers.localqueue import NAME as LOCAL_QUEUE
 from gpustack_operator.controllers.localqueue import build_local_queue_controller
+from gpustack_operator.controllers.topology import NAME as TOPOLOGY
+from gpustack_operator.controllers.topology import build_topology_controller
 from gpustack_operator.controllers.unpooled import setup_unpooled
 from gpustack_operator.domain.kueueconfig import DEFAULT_KUEUE_CONFIGMAP, DEFAULT_KUEUE_NAMESPACE
 from gpustack_operator.domain.labels import MANAGED_BY_VALUE
@@ -64,7 +68,7 @@ from gpustack_operator.runtime.coalesce import CoalescePresets, Hold
 from gpustack_operator.runtime.controller import (
     Controller,
 )
-from gpustack_operator.runtime.informer import InformerFactory, ReflectorSettings
+from gpustack_operator.runtime.informer import HandlerFuncs, InformerFactory, ReflectorSettings
 from gpustack_operator.runtime.manager import Manager, ManagerOptions
 from gpustack_operator.runtime.poll import poll_until
 from gpustack_operator.runtime.resources import NODES, RESOURCE_SLICES
@@ -166,6 +170,9 @@ class WorkerConfig:
     max_concurrent_reconciles: int = 2
     timing: WorkerTiming = field(default_factory=WorkerTiming)
     """Every wait and coalescing window of the worker, one value."""
+    clock: Callable[[], float] = time.time
+    """Wall-clock seconds the availability rule's timers run on (docs/node-lifecycle.md);
+    tests pass a clock they drive."""
 
     def __post_init__(self) -> None:
         if self.max_concurrent_reconciles < 1:
@@ -198,10 +205,18 @@ class Worker:
             manager.informer(NODES),
             config.policy.manufacturers,
             publishes_labels=not config.tenant.is_tenant,
+            topology=None if config.tenant.is_tenant else config.policy.topology,
+            tolerations=config.policy.flavor_tolerations,
         )
         """Per-Node derived data shared by all five controllers and the Node indexes."""
         self.settling = fleet_settling(manager.informer(NODES))
         """Whether Nodes still await their capacity labels (the ClusterQueues' hold)."""
+        self.availability = AvailabilityTracker(
+            config.policy.lifecycle, clock=config.clock, recorder=manager.recorder
+        )
+        """Each node's availability and what the worker remembers of it
+        (docs/node-lifecycle.md)."""
+        manager.informer(NODES).add_event_handler(HandlerFuncs(delete=self.availability.forget))
         self.pool_controller: Controller | None = None
         """The declared-pool controller, once Kueue is found (docs/autoscaling.md)."""
         self.pools = PoolRegistry()
@@ -294,6 +309,7 @@ class Worker:
                 waiting_requeue=timing.waiting_requeue,
                 coalesce=presets.until_quiet_or_late(),
                 policy=policy,
+                tracker=self.availability,
             ),
             build_local_queue_controller(
                 manager.controller(LOCAL_QUEUE),
@@ -302,6 +318,19 @@ class Worker:
                 workers=workers,
                 policy=policy,
                 coalesce=presets.deletes_at_once(),
+            ),
+            *(
+                [
+                    build_topology_controller(
+                        manager.controller(TOPOLOGY),
+                        caches,
+                        self.writer,
+                        workers=workers,
+                        policy=policy.topology,
+                    )
+                ]
+                if caches.topologies is not None
+                else []
             ),
             build_kueue_config_controller(
                 manager.controller(KUEUE_CONFIG),
@@ -324,6 +353,37 @@ async def serves_dra(client: Client) -> bool:
             "cannot discover resource.k8s.io; DRA ResourceSlices are not read", error=str(exc)
         )
         return False
+
+
+TAS_UNSERVED: Final = (
+    "Kueue serves no topologies in v1beta2 or v1beta1 (Kueue older than 0.14): "
+    "Topology-Aware Scheduling is off, the chain is built without it"
+)
+
+
+async def detect_topology_at_start(client: Client, policy: ChainPolicy) -> ChainPolicy:
+    """*policy* with TAS turned off, said once, when the Kueue installed serves no
+    ``topologies`` in a version this project writes (docs/topology.md, "The switch"). With
+    no Kueue yet, TAS stays as the policy says (a Kueue installed now is 0.14 or later)."""
+    topology = policy.topology
+    if not topology.enabled:
+        if topology.reason:
+            log.info("topology-aware scheduling off", reason=topology.reason)
+        return policy
+    try:
+        served = await client.served_versions(KUEUE_GROUP)
+        found = [
+            v
+            for v in ("v1beta2", "v1beta1")
+            if v in served and "topologies" in await client.served_resources(KUEUE_GROUP, v)
+        ]
+    except ApiError as exc:
+        log.warning("cannot discover Kueue's topologies; TAS stays on", error=str(exc))
+        return policy
+    if served and not found:
+        log.warning(TAS_UNSERVED)
+        return replace(policy, topology=topology.off(TAS_UNSERVED))
+    return policy
 
 
 async def detect_tenancy_at_start(client: Client, policy: ChainPolicy) -> ChainPolicy:

@@ -42,6 +42,8 @@ class KueueResources:
     cohorts: Resource
     cluster_queues: Resource
     local_queues: Resource
+    topologies: Resource | None = None
+    """Kueue's Topology at the same version (docs/topology.md), for TAS flavors."""
 
 
 def kueue_resources(version: str | KueueVersion = KueueVersion.V1BETA2) -> KueueResources:
@@ -60,4 +62,5 @@ def kueue_resources(version: str | KueueVersion = KueueVersion.V1BETA2) -> Kueue
         cohorts=Resource(KUEUE_GROUP, v.value, "Cohort", "cohorts", namespaced=False),
         cluster_queues=Resource(KUEUE_GROUP, v.value, "ClusterQueue", "clusterqueues", False),
         local_queues=Resource(KUEUE_GROUP, v.value, "LocalQueue", "localqueues", namespaced=True),
+        topologies=Resource(KUEUE_GROUP, v.value, "Topology", "topologies", namespaced=False),
     )

@@ -22,6 +22,7 @@ from gpustack_operator.domain.labels import note
 from gpustack_operator.domain.nodeview import annotations_of, labels_of, name_of
 from gpustack_operator.domain.queues import pool_resource_label
 from gpustack_operator.domain.tenancy import Tenancy
+from gpustack_operator.domain.topology import domain_tree, topology_levels
 
 FORMATS = ("table", "yaml", "json")
 EXPLANATIONS_FIELD = "explanations"
@@ -77,6 +78,8 @@ def render_explanation(explanation: NodeExplanation, output: str) -> str:
         f"  feeds {len(explanation.flavors)} flavor(s)" + (":" if explanation.flavors else ""),
     ]
     lines.extend(f"    {flavor}" for flavor in explanation.flavors)
+    if explanation.topology:
+        lines.append(f"  topology: {explanation.topology}")
     if explanation.reasons:
         lines.append("  why not more:")
         lines.extend(f"    {r.code}: {r.message}" for r in explanation.reasons)
@@ -207,4 +210,27 @@ def render_table(state: DesiredState, manufacturers: Mapping[str, Any]) -> str:
         queues = by_cohort.get(name, [])
         for i, member in enumerate(queues):
             lines.extend(_queue_lines(member, counts, local, i == len(queues) - 1))
+    lines.extend(_topology_lines(state, manufacturers))
     return "\n".join(lines) + "\n"
+
+
+def _topology_lines(state: DesiredState, manufacturers: Mapping[str, Any]) -> list[str]:
+    """Each TAS flavor's domain tree with the devices (CPUs for a CPU pool) under each
+    domain (docs/topology.md, "Seeing it")."""
+    levels = {t["metadata"]["name"]: topology_levels(t) for t in state.topologies}
+    members = flavor_nodes(state.nodes, manufacturers)
+    lines: list[str] = []
+    for flavor in state.resource_flavors:
+        topology = flavor["spec"].get("topologyName")
+        if not topology or topology not in levels:
+            continue
+        notes = flavor["metadata"].get("annotations", {})
+        accelerated = notes.get(note("acceleratable")) == "true"
+        per_node = int(notes.get(note("accelerator" if accelerated else "cpu"), "0") or 0)
+        nodes = members.get(flavor["metadata"]["name"], [])
+        unit = "devices" if accelerated else "CPUs"
+        lines += ["", f"Topology {topology} of flavor {flavor['metadata']['name']} ({unit}):"]
+        lines.append("  levels: " + " > ".join(levels[topology]))
+        tree = domain_tree(nodes, levels[topology], {name_of(n): per_node for n in nodes})
+        lines.extend(f"  {line}" for line in tree)
+    return lines

@@ -12,8 +12,9 @@ import argparse
 import asyncio
 import json
 import sys
+import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from gpustack_operator.domain.nodeview import (
     name_of,
 )
 from gpustack_operator.domain.plan import plan_state
+from gpustack_operator.domain.topology import explain_topology
 from gpustack_operator.domain.validation import is_valid_dns_subdomain
 from gpustack_operator.environment import load_group_id_with_memory
 from gpustack_operator.kubeconfig import KubeconfigError
@@ -316,6 +318,7 @@ def run(args: argparse.Namespace) -> int:
             with_memory=load_group_id_with_memory(),
             resource_slices=slices,
             pool_objects=pool_objects,
+            now=time.time(),
         )
         if args.explain is not None:
             found_explanation = next(
@@ -325,6 +328,10 @@ def run(args: argparse.Namespace) -> int:
                 raise PlanInputError(
                     f"node {args.explain} is not in the input: give one of the Node names it holds"
                 )
+            merged = next(n for n in state.nodes if name_of(n) == args.explain)
+            found_explanation = replace(
+                found_explanation, topology=explain_topology(merged, policy.topology)
+            )
             sys.stdout.write(render_explanation(found_explanation, args.output))
             return 0
     except (PlanInputError, ValueError) as exc:

@@ -20,6 +20,7 @@ import yaml
 
 from gpustack_operator.commands.argtypes import comma_list, parse_duration
 from gpustack_operator.commands.envflags import SHARED_ENV
+from gpustack_operator.domain.availability import LifecycleTimers
 from gpustack_operator.domain.declaredpools import (
     PoolResult,
     parse_declarations,
@@ -36,12 +37,23 @@ from gpustack_operator.domain.queues import (
     QuotaResources,
 )
 from gpustack_operator.domain.tenancy import Tenancy
+from gpustack_operator.domain.topology import TopologyPolicy
 from gpustack_operator.environment import load_manufacturers
 
 AUTO = "auto"
 TENANCY_CHOICES = (AUTO, *(t.value for t in Tenancy))
 READING_FLAGS: Final = frozenset(
-    {"--manufacturer", "--system-namespace", "--excluded-namespaces", "--kueue-version"}
+    {
+        "--manufacturer",
+        "--system-namespace",
+        "--excluded-namespaces",
+        "--kueue-version",
+        "--topology",
+        "--soft-grace",
+        "--maintenance-grace",
+        "--join-window",
+        "--device-grace",
+    }
 )
 """The flags a command that only reads the chain (``queues``) takes: the others change what
 the worker builds, not what a reader finds."""
@@ -79,6 +91,25 @@ def tolerations_policy(raw: str) -> TolerationPolicy:
             f"{raw!r}: expected common, none or a comma-separated list of taint keys"
         )
     return keys
+
+
+def topology_policy(raw: str) -> TopologyPolicy:
+    """``auto`` (the published level sets), ``off``, or a comma-separated level list, coarse
+    to fine (docs/topology.md, "The switch")."""
+    value = raw.strip()
+    if value == AUTO:
+        return TopologyPolicy()
+    if value == "off":
+        return TopologyPolicy(enabled=False, reason="turned off by --topology=off")
+    levels = tuple(k for k in comma_list(value) if k)
+    try:
+        if not levels:
+            raise ValueError("no level given")
+        return TopologyPolicy(levels=levels)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(
+            f"{raw!r}: {err}; expected auto, off or a comma-separated list of node-label keys"
+        ) from None
 
 
 def tenancy(raw: str) -> Tenancy | None:
@@ -209,6 +240,18 @@ def add_policy_flags(
             "never (default: common)",
         )
     )
+    _shared(
+        parser.add_argument(
+            "--topology",
+            type=topology_policy,
+            default=TopologyPolicy(),
+            metavar="auto|off|LEVEL,...",
+            help="Kueue Topology-Aware Scheduling: auto builds TAS flavors for nodes that "
+            "publish topology labels (GKE, EKS, GFD clique, Topograph); off keeps every flavor "
+            "non-TAS; a list of node-label keys, coarse to fine, is used instead of the "
+            "published sets (kubernetes.io/hostname is always the last level) (default: auto)",
+        )
+    )
     _add_tenant_flags(parser)
     _shared(
         parser.add_argument(
@@ -222,6 +265,7 @@ def add_policy_flags(
         )
     )
     _add_pool_flags(parser)
+    _add_lifecycle_flags(parser)
 
 
 def provisioning_choice(raw: str) -> bool | None:
@@ -270,6 +314,40 @@ def read_declared_pools(
         return tuple(parse_declarations(document, manufacturers_by_resource))
     except ValueError as exc:
         raise ValueError(f"--declared-pools {path}: {exc}") from None
+
+
+_LIFECYCLE_FLAGS: Final = (
+    (
+        "soft_grace",
+        "how long a cordoned or NotReady node keeps counting in its queues' quotas",
+    ),
+    (
+        "maintenance_grace",
+        "how long a node in a GPU driver upgrade or MIG change keeps counting, with its "
+        "installed devices",
+    ),
+    ("join_window", "how long a withheld node must look usable before it counts again"),
+    (
+        "device_grace",
+        "how long devices missing from allocatable while capacity still reports them keep "
+        "counting (a device plugin restarting)",
+    ),
+)
+
+
+def _add_lifecycle_flags(parser: argparse._ActionsContainer) -> None:
+    """The availability rule's timers (docs/node-lifecycle.md, "Timers")."""
+    defaults = LifecycleTimers()
+    for name, help_ in _LIFECYCLE_FLAGS:
+        _shared(
+            parser.add_argument(
+                "--" + name.replace("_", "-"),
+                type=non_negative_duration,
+                default=getattr(defaults, name),
+                metavar="DURATION",
+                help=f"{help_} (default: {getattr(defaults, name):g}s; docs/node-lifecycle.md)",
+            )
+        )
 
 
 def _add_tenant_flags(parser: argparse._ActionsContainer) -> None:
@@ -323,6 +401,13 @@ def policy_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = N
         virtual_scheduler=getattr(args, "virtual_scheduler", False),
         tenant_quota_caps=getattr(args, "tenant_quota_cap", {}),
         unpooled_settling=getattr(args, "unpooled_settling", DEFAULT_UNPOOLED_SETTLING),
+        topology=getattr(args, "topology", TopologyPolicy()),
+        lifecycle=LifecycleTimers(
+            **{
+                name: getattr(args, name, getattr(LifecycleTimers(), name))
+                for name, _ in _LIFECYCLE_FLAGS
+            }
+        ),
     )
     if args.manufacturer:
         policy = policy.with_manufacturers(args.manufacturer)

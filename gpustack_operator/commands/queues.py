@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import json
 import sys
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -29,13 +30,20 @@ from gpustack_operator.commands.policy_flags import (
     add_policy_flags,
     policy_from_args,
 )
+from gpustack_operator.domain.availability import (
+    NodeAvailability,
+    explain_availability,
+    node_availability,
+)
 from gpustack_operator.domain.nodeview import name_of
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.poolinfo import unit_text
-from gpustack_operator.domain.queues import is_owned
+from gpustack_operator.domain.queues import is_owned, withheld_by_queue
+from gpustack_operator.domain.topology import topology_levels
 from gpustack_operator.gateway.pools import pool_entry
 from gpustack_operator.kr8sobjects import list_objects, served_versions
 from gpustack_operator.kubeconfig import KubeconfigError, close_kr8s, connect_kr8s
+from gpustack_operator.runtime.resources import NODES
 
 HOST_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 COLUMNS = ("LOCALQUEUE", "UNIT", "RESOURCE", "QUOTA", "RESERVED", "USED")
@@ -73,13 +81,41 @@ def _counted_resource(entry: Mapping[str, Any]) -> str:
     return devices[0] if devices else "cpu"
 
 
+def queue_levels(
+    cluster_queues: Iterable[Mapping[str, Any]],
+    flavors: Iterable[Mapping[str, Any]],
+    topologies: Iterable[Mapping[str, Any]],
+) -> dict[str, list[list[str]]]:
+    """Per ClusterQueue, the level sets of its TAS flavors' Topologies (docs/topology.md,
+    "Seeing it"): the keys a workload may name in ``podset-required-topology``."""
+    levels = {name_of(t): list(topology_levels(t)) for t in topologies}
+    named = {name_of(f): str((f.get("spec") or {}).get("topologyName") or "") for f in flavors}
+    out: dict[str, list[list[str]]] = {}
+    for queue in cluster_queues:
+        sets: list[list[str]] = []
+        for group in (queue.get("spec") or {}).get("resourceGroups") or []:
+            for flavor in group.get("flavors") or []:
+                found = levels.get(named.get(str(flavor.get("name")), ""))
+                if found and found not in sets:
+                    sets.append(found)
+        if sets:
+            out[name_of(queue)] = sets
+    return out
+
+
 def pool_rows(
     cluster_queues: Iterable[Mapping[str, Any]],
     local_queues: Iterable[Mapping[str, Any]],
+    levels: Mapping[str, list[list[str]]] | None = None,
+    *,
     manufacturers: Iterable[str] | None = None,
+    withheld: Mapping[str, list[NodeAvailability]] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per LocalQueue of the worker's whose ClusterQueue is known, by name; with
-    *manufacturers*, device pools of other manufacturers are left out (CPU pools stay)."""
+    *manufacturers*, device pools of other manufacturers are left out (CPU pools stay);
+    *levels* (:func:`queue_levels`) adds the topology levels each offers; *withheld* (queue
+    -> verdicts), the nodes each pool does not count now and why (docs/node-lifecycle.md,
+    "Seeing why")."""
     queues = {name_of(q): q for q in cluster_queues if is_owned(q)}
     wanted = None if manufacturers is None else set(manufacturers)
     rows = []
@@ -116,15 +152,42 @@ def pool_rows(
                 "nominalQuota": entry["nominalQuota"],
                 "reservation": entry["reservation"],
                 "usage": entry["usage"],
+                **({"levels": levels[target]} if levels and target in levels else {}),
+                "stopPolicy": (queues[target].get("spec") or {}).get("stopPolicy", ""),
+                "nodes": [
+                    {"node": v.node, **v.as_dict()} for v in (withheld or {}).get(target, [])
+                ],
             }
         )
     return rows
 
 
+def _levels_text(row: Mapping[str, Any]) -> str:
+    return " | ".join(",".join(s) for s in row.get("levels") or []) or "-"
+
+
+def render_nodes(rows: list[dict[str, Any]], withheld: Mapping[str, list[NodeAvailability]]) -> str:
+    """Lines under the table: held pools and the nodes a pool does not count, and why."""
+    lines = []
+    for row in rows:
+        if row["stopPolicy"] in ("Hold", "HoldAndDrain"):
+            lines.append(f"{row['localQueue']}: stopPolicy {row['stopPolicy']}")
+        for verdict in withheld.get(row["clusterQueue"], []):
+            said = explain_availability(verdict)
+            if said is not None:
+                lines.append(f"{row['localQueue']}: node {verdict.node} {said[0]}: {said[1]}")
+    return "".join(line + "\n" for line in lines)
+
+
 def render_table(rows: list[dict[str, Any]]) -> str:
     keys = ("localQueue", "unit", "resource", "quota", "reserved", "used")
-    table = [list(COLUMNS), *([str(row[k]) for k in keys] for row in rows)]
-    widths = [max(len(line[i]) for line in table) for i in range(len(COLUMNS))]
+    columns = list(COLUMNS)
+    table = [columns, *([str(row[k]) for k in keys] for row in rows)]
+    if any(row.get("levels") for row in rows):  # TAS pools: the levels they offer
+        columns.append("LEVELS")
+        for line, row in zip(table[1:], rows, strict=True):
+            line.append(_levels_text(row))
+    widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
     return "\n".join(
         "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
         for line in table
@@ -133,9 +196,9 @@ def render_table(rows: list[dict[str, Any]]) -> str:
 
 async def fetch_queues(
     args: argparse.Namespace, policy: ChainPolicy
-) -> tuple[list[Any], list[Any]] | str:
-    """Every ClusterQueue and the namespace's LocalQueues in the Kueue version *policy*
-    chooses, or why they cannot be read (one line)."""
+) -> tuple[list[Any], list[Any], dict[str, list[list[str]]]] | str:
+    """Every ClusterQueue, the namespace's LocalQueues and each queue's topology levels in
+    the Kueue version *policy* chooses, or why they cannot be read (one line)."""
     try:
         api = await connect_kr8s(args.kubeconfig, args.context)
     except KubeconfigError as exc:  # one line naming the file and the fix
@@ -158,7 +221,13 @@ async def fetch_queues(
                 f"namespace {args.namespace} does not exist: pass an existing one with -n "
                 "(kubectl get namespaces)"
             )
-        return cluster_queues, local_queues
+        levels: dict[str, list[list[str]]] = {}
+        if kueue.topologies is not None and policy.topology.enabled:
+            topologies = await _list_if_served(api, kueue.topologies)
+            if topologies:
+                flavors = await list_objects(api, kueue.resource_flavors)
+                levels = queue_levels(cluster_queues, flavors, topologies)
+        return cluster_queues, local_queues, levels
     except Exception as exc:  # kr8s's ServerError, httpx's transport errors
         return f"cannot read the queues: {exc}"
     finally:
@@ -178,6 +247,34 @@ async def _namespace_exists(api: Any, namespace: str) -> bool:
     return True
 
 
+async def _list_if_served(api: Any, res: Any) -> list[dict[str, Any]]:
+    """Every object of *res*, or none where the server does not serve the kind (a Kueue
+    without topologies has no TAS pool)."""
+    from kr8s import ServerError
+
+    try:
+        return await list_objects(api, res)
+    except ServerError as exc:
+        if exc.response is not None and exc.response.status_code == 404:
+            return []
+        raise
+
+
+async def fetch_nodes(args: argparse.Namespace) -> list[Any]:
+    """The cluster's Nodes, to say which a pool does not count now ([] if unreadable: the
+    pools are still listed)."""
+    try:
+        api = await connect_kr8s(args.kubeconfig, args.context)
+    except KubeconfigError:
+        return []
+    try:
+        return await list_objects(api, NODES)
+    except Exception:  # kr8s's ServerError (a role without nodes), httpx's transport errors
+        return []
+    finally:
+        await close_kr8s(api)
+
+
 def run_queues(args: argparse.Namespace) -> int:
     try:
         policy = policy_from_args(args)
@@ -188,11 +285,25 @@ def run_queues(args: argparse.Namespace) -> int:
     if isinstance(fetched, str):
         sys.stderr.write(f"gpustack-operator queues: error: {fetched}\n")
         return 1
-    rows = pool_rows(*fetched, manufacturers=policy.manufacturers if args.manufacturer else None)
+    cluster_queues, local_queues, levels = fetched
+    nodes = asyncio.run(fetch_nodes(args))
+    now = time.time()
+    withheld = withheld_by_queue(
+        nodes,
+        policy.manufacturers,
+        lambda n: node_availability(n, policy.lifecycle, now),
+    )
+    rows = pool_rows(
+        cluster_queues,
+        local_queues,
+        levels,
+        manufacturers=policy.manufacturers if args.manufacturer else None,
+        withheld=withheld,
+    )
     if args.output == "json":
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
     elif rows:
-        sys.stdout.write(render_table(rows) + "\n")
+        sys.stdout.write(render_table(rows) + "\n" + render_nodes(rows, withheld))
     elif args.namespace in policy.namespaces_without_queues:
         sys.stderr.write(
             f"no pools in namespace {args.namespace}: it is the system namespace or an "

@@ -33,6 +33,7 @@ from gpustack_operator.controllers.worker import (
     WorkerConfig,
     WorkerTiming,
     detect_tenancy_at_start,
+    detect_topology_at_start,
     new_worker_manager,
     serves_dra,
     setup_worker,
@@ -247,6 +248,7 @@ async def serve(
         manager = new_worker_manager(client, options)
         config.dra = await serves_dra(client)
         config.policy = await detect_tenancy_at_start(client, config.policy)
+        config.policy = await detect_topology_at_start(client, config.policy)
         setup_worker(manager, config)
         # Stage 1 (docs/worker.md): NFD and the device managers; never in a vCluster tenant,
         # where the host runs them (docs/tenants.md, "Shared host nodes")

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpustack_operator.domain.availability import NodeAvailability, node_availability
 from gpustack_operator.domain.declaredpools import (
     PoolRejection,
     claimed_nodes,
@@ -20,7 +21,7 @@ from gpustack_operator.domain.declaredpools import (
 )
 from gpustack_operator.domain.devicesources.dra import node_slices
 from gpustack_operator.domain.explain import NodeExplanation
-from gpustack_operator.domain.flavors import desired_resource_flavors, flavor_nodes
+from gpustack_operator.domain.flavors import desired_resource_flavors, flavor_nodes, is_managed
 from gpustack_operator.domain.nodefeature import merge_node_features, worker_node_feature
 from gpustack_operator.domain.nodeview import name_of
 from gpustack_operator.domain.policy import ChainPolicy
@@ -37,6 +38,7 @@ from gpustack_operator.domain.tenancy import (
     tenant_flavor,
     tenant_fleet,
 )
+from gpustack_operator.domain.topology import desired_topologies
 
 
 @dataclass
@@ -44,6 +46,8 @@ class DesiredState:
     """Every object of the chain, each group sorted by name."""
 
     node_features: list[dict[str, Any]] = field(default_factory=list)
+    topologies: list[dict[str, Any]] = field(default_factory=list)
+    """Kueue Topologies of the TAS flavors (docs/topology.md), created before them."""
     resource_flavors: list[dict[str, Any]] = field(default_factory=list)
     cohorts: list[dict[str, Any]] = field(default_factory=list)
     cluster_queues: list[dict[str, Any]] = field(default_factory=list)
@@ -56,6 +60,8 @@ class DesiredState:
     """The kind of cluster the chain was built for (docs/tenants.md)."""
     fleet: TenantFleet | None = None
     """A tenant's Nodes as its pools see them (``None`` outside a tenant)."""
+    availability: dict[str, NodeAvailability] = field(default_factory=dict)
+    """Per managed node, whether it counts now and why not (docs/node-lifecycle.md)."""
     admission_checks: list[dict[str, Any]] = field(default_factory=list)
     """ProvisioningRequest checks of autoscaled pools (docs/autoscaling.md)."""
     provisioning_configs: list[dict[str, Any]] = field(default_factory=list)
@@ -63,9 +69,11 @@ class DesiredState:
     """Declared pools that get no queue, each with the fix (not part of :meth:`objects`)."""
 
     def objects(self) -> list[dict[str, Any]]:
-        """NodeFeatures, ResourceFlavors, Cohorts, ClusterQueues, LocalQueues, in that order."""
+        """NodeFeatures, Topologies, ResourceFlavors, Cohorts, ClusterQueues, LocalQueues, in
+        that order (each before what refers to it)."""
         return [
             *self.node_features,
+            *self.topologies,
             *self.resource_flavors,
             *self.cohorts,
             *self.provisioning_configs,
@@ -101,6 +109,7 @@ def desired_state(
     extra_node_features: Iterable[dict[str, Any]] = (),
     resource_slices: Sequence[Mapping[str, Any]] = (),
     pool_objects: Sequence[Mapping[str, Any]] = (),
+    now: float | None = None,
 ) -> DesiredState:
     """The chain for *nodes* as the cluster holds them (device labels already present),
     shaped by *policy* alone (docs/configuration.md, "Chain policy"); a policy without a
@@ -118,6 +127,10 @@ def desired_state(
     *pool_objects* (Karpenter NodePools, Cluster API node groups) and the policy's declared
     pools add one flavor and queue per sound pool (docs/autoscaling.md); the nodes such a
     pool selects feed its flavor, not flavors of their own.
+
+    Each node's availability at *now* (epoch seconds; None takes every timer as run out)
+    decides what it adds to its queues (docs/node-lifecycle.md); with no memory of the
+    nodes, a signal the Node does not date is taken as having run out its timer.
     """
     manufacturers = policy.manufacturers
     kueue_version = policy.offline_kueue_version
@@ -132,7 +145,14 @@ def desired_state(
     else:
         for node in ordered:
             slices = node_slices(name_of(node), resource_slices) if resource_slices else ()
-            feature = worker_node_feature(node, policy.system_namespace, manufacturers, slices)
+            feature = worker_node_feature(
+                node,
+                policy.system_namespace,
+                manufacturers,
+                slices,
+                topology=policy.topology,
+                tolerations=policy.flavor_tolerations,
+            )
             own = [feature] if feature is not None else []
             features.extend(own)
             merged.append(merge_node_features(node, own, owned="worker"))
@@ -153,6 +173,14 @@ def desired_state(
             for name, flavor in flavors.items()
         }
     cohorts = desired_cohorts(merged, manufacturers, kueue_version)
+    verdicts: dict[str, NodeAvailability] = {}
+
+    def availability(node: object) -> NodeAvailability:
+        name = name_of(node)
+        if name not in verdicts:
+            verdicts[name] = node_availability(node, policy.lifecycle, now)
+        return verdicts[name]
+
     queues = desired_cluster_queues(
         flavors,
         merged,
@@ -160,6 +188,7 @@ def desired_state(
         cohort_uids=cohort_uids,
         version=kueue_version,
         quota_resources=policy.quota_resources,
+        availability=availability,
     )
     if tenant.is_tenant:
         queues = {n: tenant_cluster_queue(q, tenant.quota_caps) for n, q in queues.items()}
@@ -173,15 +202,22 @@ def desired_state(
         excluded=policy.excluded_namespaces,
         version=kueue_version,
     )
+    topologies = (
+        {}
+        if tenant.is_tenant
+        else desired_topologies(merged, policy.topology, kueue_version, is_member=is_managed)
+    )
     return DesiredState(
         node_features=_unique_by_name([*extra_node_features, *features]),
-        resource_flavors=[flavors[n] for n in sorted(flavors)],
-        cohorts=[cohorts[n] for n in sorted(cohorts)],
-        cluster_queues=[queues[n] for n in sorted(queues)],
+        topologies=list(topologies.values()),
+        resource_flavors=[flavors[k] for k in sorted(flavors)],
+        cohorts=[cohorts[k] for k in sorted(cohorts)],
+        cluster_queues=[queues[k] for k in sorted(queues)],
         local_queues=list(locals_.values()),
         nodes=all_nodes,
         tenancy=tenant.tenancy,
         fleet=fleet,
+        availability=dict(sorted(verdicts.items())),
         admission_checks=[chain.admission_checks[n] for n in sorted(chain.admission_checks)],
         provisioning_configs=[
             chain.provisioning_configs[n] for n in sorted(chain.provisioning_configs)

@@ -67,15 +67,20 @@ class NodeExplanation:
     managed: bool
     flavors: tuple[str, ...]
     reasons: tuple[Reason, ...]
+    topology: str = ""
+    """The Topology the node is in, or why none (docs/topology.md); ``""``: not asked."""
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON/YAML shape ``plan`` prints (docs/plan.md, "Output")."""
-        return {
+        shape: dict[str, Any] = {
             "node": self.node,
             "managed": self.managed,
             "flavors": list(self.flavors),
             "reasons": [{"code": r.code, "message": r.message} for r in self.reasons],
         }
+        if self.topology:
+            shape["topology"] = self.topology
+        return shape
 
 
 Check = Callable[[Mapping[str, Any], Mapping[str, Manufacturer]], list[Reason]]

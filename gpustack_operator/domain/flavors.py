@@ -29,6 +29,7 @@ from gpustack_operator.domain.labels import (
     SUFFIX_QUEUE,
     SUFFIX_RAM,
     SUFFIX_STORAGE,
+    TOPOLOGY_LABEL,
     accelerated_key,
     general_key,
     note,
@@ -37,15 +38,28 @@ from gpustack_operator.domain.manufacturers import Manufacturer
 from gpustack_operator.domain.nodeview import label_of, labels_of, metadata, name_of
 from gpustack_operator.domain.profiles import GENERIC_GKEY, format_node_profile
 from gpustack_operator.domain.quantities import floor_gi, parse_count, parse_quantity
+from gpustack_operator.domain.topology import (
+    node_group,
+    parse_group,
+    tas_flavor_name,
+    tas_queue_name,
+    topology_name_of_digest,
+)
 from gpustack_operator.domain.validation import is_valid_dns_subdomain, is_valid_label_value
 
 DEDICATION_EFFECTS: Final = frozenset({"NoSchedule", "NoExecute"})
 LIFECYCLE_TAINT_PREFIXES: Final = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/")
 LIFECYCLE_TAINT_KEYS: Final = frozenset(
-    {"ToBeDeletedByClusterAutoscaler", "DeletionCandidateOfClusterAutoscaler"}
+    {
+        "ToBeDeletedByClusterAutoscaler",
+        "DeletionCandidateOfClusterAutoscaler",
+        "karpenter.sh/disrupted",
+        "cloud.google.com/impending-node-termination",
+    }
 )
-"""Taints Kubernetes and its autoscaler set on a node's condition (not-ready, unreachable,
-unschedulable, pressure, shutdown, scale-down): a flavor never tolerates them
+"""Taints Kubernetes and its autoscalers set on a node's condition (not-ready, unreachable,
+unschedulable, pressure, shutdown, scale-down, Karpenter's disruption, a spot notice; see
+docs/node-lifecycle.md): a flavor never tolerates them
 (docs/worker.md, "Tolerations")."""
 
 TolerationPolicy = tuple[str, ...] | None
@@ -82,10 +96,22 @@ class Profile:
     queue_spec: str
     pin_general: bool
     """Accelerated flavors also select ``general.feature.gpustack.ai/<gKey>=true``."""
+    flavor_label: str = ""
+    """The node label whose value is the flavor spec (``<P or Q>.z-flavor``)."""
+    flavor_spec: str = ""
+    group: str = ""
+    """The node's TAS group (``feature.gpustack.ai/topology``); ``""``: not TAS
+    (docs/topology.md)."""
 
     @property
     def acceleratable(self) -> bool:
         return bool(self.akey)
+
+    @property
+    def topology(self) -> str:
+        """The Topology a TAS profile's flavor names (``""`` when not TAS)."""
+        parsed = parse_group(self.group)
+        return topology_name_of_digest(parsed[0]) if parsed else ""
 
 
 def is_managed(node: object) -> bool:
@@ -138,11 +164,17 @@ def _profile(
     accelerators: int,
     queue_label: str,
     pin_general: bool,
+    group: str = "",
 ) -> Profile | None:
     cpu, ram, storage, flavor_spec, queue_spec, cohort_spec = view
     names = [format_node_profile(gkey, akey, s) for s in (flavor_spec, queue_spec, cohort_spec)]
     if not all(is_valid_dns_subdomain(n) for n in names) or not is_valid_label_value(queue_spec):
         return None
+    if group:  # docs/topology.md, "Names": TAS flavors and queues have names of their own
+        names[0] = tas_flavor_name(names[0], group)
+        names[1] = tas_queue_name(names[1])
+        if not all(is_valid_dns_subdomain(n) for n in names[:2]):
+            return None
     return Profile(
         node=node,
         flavor=names[0],
@@ -158,6 +190,9 @@ def _profile(
         queue_label=queue_label,
         queue_spec=queue_spec,
         pin_general=pin_general,
+        flavor_label=queue_label[: -len(SUFFIX_QUEUE)] + SUFFIX_FLAVOR,
+        flavor_spec=flavor_spec,
+        group=group,
     )
 
 
@@ -169,6 +204,7 @@ def node_profiles(node: object, manufacturers: Mapping[str, Manufacturer]) -> li
     """
     labels = labels_of(node)
     name = name_of(node)
+    group = node_group(node)
     profiles: list[Profile] = []
     gkeys = general_keys(labels)
     for gkey in gkeys:
@@ -176,7 +212,15 @@ def node_profiles(node: object, manufacturers: Mapping[str, Manufacturer]) -> li
         if view is None:
             continue
         p = _profile(
-            name, gkey, "", gkey.split("-", 1)[0], view, 0, general_key(gkey, SUFFIX_QUEUE), False
+            name,
+            gkey,
+            "",
+            gkey.split("-", 1)[0],
+            view,
+            0,
+            general_key(gkey, SUFFIX_QUEUE),
+            False,
+            group,
         )
         if p is not None:
             profiles.append(p)
@@ -196,6 +240,7 @@ def node_profiles(node: object, manufacturers: Mapping[str, Manufacturer]) -> li
             count,
             q + SUFFIX_QUEUE,
             bool(gkeys),
+            group,
         )
         if p is not None:
             profiles.append(p)
@@ -255,6 +300,9 @@ def resource_flavor(profile: Profile, tolerations: tuple[Toleration, ...] = ()) 
     node_labels = {MANAGED_LABEL: "true", profile.queue_label: profile.queue_spec}
     if profile.pin_general:
         node_labels[general_key(profile.gkey)] = "true"
+    if profile.group:  # docs/topology.md, "Flavors": exactly the group's nodes
+        node_labels[profile.flavor_label] = profile.flavor_spec
+        node_labels[TOPOLOGY_LABEL] = profile.group
     annotations = {
         QUEUE_ANNOTATION: profile.queue,
         COHORT_ANNOTATION: profile.cohort,
@@ -274,6 +322,7 @@ def resource_flavor(profile: Profile, tolerations: tuple[Toleration, ...] = ()) 
         ),
         node_labels=node_labels,
         tolerations=tolerations,
+        topology_name=profile.topology,
     )
 
 

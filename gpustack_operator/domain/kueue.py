@@ -142,13 +142,19 @@ class Toleration(BaseModel):
 class ResourceFlavor(BaseModel):
     model_config = ConfigDict(frozen=True)
     COMPARISON: ClassVar = ObjectComparison(
-        {"spec.nodeLabels": Compare.EXACT, "spec.tolerations": Compare.EXACT}
+        {
+            "spec.nodeLabels": Compare.EXACT,
+            "spec.tolerations": Compare.EXACT,
+            "spec.topologyName": Compare.EXACT,
+        }
     )
     """Node labels and tolerations are the worker's whole: a toleration no longer needed goes."""
 
     metadata: Meta
     node_labels: dict[str, str] = Field(max_length=MAX_NODE_LABELS)
     tolerations: tuple[Toleration, ...] = ()
+    topology_name: str = ""
+    """A TAS flavor's Topology (docs/topology.md); ``""``: not TAS."""
 
     @field_validator("node_labels")
     @classmethod
@@ -164,6 +170,8 @@ class ResourceFlavor(BaseModel):
             # Always written (possibly empty): apply then drops tolerations no longer needed.
             "tolerations": [t.manifest() for t in self.tolerations],
         }
+        if self.topology_name:
+            spec["topologyName"] = self.topology_name
         return {
             "apiVersion": version.api_version,
             "kind": "ResourceFlavor",
@@ -271,12 +279,16 @@ class ClusterQueue(BaseModel):
             "spec.flavorFungibility": Compare.CONTAINS,
             "spec.preemption": Compare.CONTAINS,
             "spec.resourceGroups": Compare.CONTAINS,
+            "spec.stopPolicy": Compare.EXACT,
         }
     )
 
     metadata: Meta
     cohort: str
     resource_groups: tuple[ResourceGroup, ...] = Field(max_length=MAX_RESOURCE_GROUPS)
+    stop_policy: str | None = None
+    """``Hold`` while the queue's whole pool is away for a planned reason
+    (docs/node-lifecycle.md, "Whole-pool Hold"); None: not set (Kueue's default)."""
 
     @field_validator("cohort")
     @classmethod
@@ -311,6 +323,7 @@ class ClusterQueue(BaseModel):
                     "withinClusterQueue": PREEMPTION["withinClusterQueue"],
                 },
                 "resourceGroups": [g.manifest() for g in self.resource_groups],
+                **({"stopPolicy": self.stop_policy} if self.stop_policy else {}),
             },
         }
 

@@ -24,6 +24,8 @@ LABEL_REPAIR_ANNOTATION: Final = "gpustack.ai/labels-repaired-for"
 """On a NodeFeature: the Node ``resourceVersion`` it was rewritten for, so NFD applies again
 labels the Node lost (docs/worker.md, "Label repair")."""
 ACCELERATABLE_LABEL: Final = "feature.gpustack.ai/acceleratable"
+TOPOLOGY_LABEL: Final = "feature.gpustack.ai/topology"
+"""The node's TAS group: its level set and tolerated taints, digested (docs/topology.md)."""
 NFD_CPU_VENDOR_LABEL: Final = "feature.node.kubernetes.io/cpu-model.vendor_id"
 NFD_CPU_FAMILY_LABEL: Final = "feature.node.kubernetes.io/cpu-model.family"
 NFD_CPU_ID_LABEL: Final = "feature.node.kubernetes.io/cpu-model.id"

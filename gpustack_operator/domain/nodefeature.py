@@ -13,6 +13,7 @@ from typing import Any, Final
 
 from gpustack_operator.domain.capacity import worker_capacity_labels
 from gpustack_operator.domain.comparison import Compare, ObjectComparison
+from gpustack_operator.domain.flavors import TolerationPolicy
 from gpustack_operator.domain.labels import (
     ACCELERATABLE_LABEL,
     ACCELERATABLE_PREFIX,
@@ -25,6 +26,7 @@ from gpustack_operator.domain.labels import (
     PART_OF_LABEL,
     PART_OF_WORKER,
     SUFFIX_SLICED,
+    TOPOLOGY_LABEL,
 )
 from gpustack_operator.domain.manufacturers import Manufacturer
 from gpustack_operator.domain.nodeview import (
@@ -35,6 +37,8 @@ from gpustack_operator.domain.nodeview import (
     uid_of,
 )
 from gpustack_operator.domain.profiles import fnv1a_64
+from gpustack_operator.domain.topology import TopologyPolicy
+from gpustack_operator.domain.topologylabels import topology_labels
 from gpustack_operator.domain.validation import (
     DNS_SUBDOMAIN_MAX_LEN,
     is_valid_dns_subdomain,
@@ -120,16 +124,20 @@ def worker_node_feature(
     system_namespace: str,
     manufacturers: Mapping[str, Manufacturer],
     slices: Iterable[Mapping[str, Any]] = (),
+    topology: TopologyPolicy | None = None,
+    tolerations: TolerationPolicy = None,
 ) -> dict[str, Any] | None:
     """The worker's NodeFeature ``<node>-gpustack-worker`` for *node* (docs/labels.md).
 
     ``None`` for a node being deleted or one NFD cannot label (name over 63 characters).
+    With *topology* it also carries the node's TAS group (docs/topology.md, "Groups").
     """
     if is_deleting(node):
         return None
-    return worker_node_feature_with(
-        node, worker_capacity_labels(node, manufacturers, slices), system_namespace
-    )
+    labels = worker_capacity_labels(node, manufacturers, slices)
+    if topology is not None:
+        labels = {**labels, **topology_labels(node, topology, tolerations)}
+    return worker_node_feature_with(node, labels, system_namespace)
 
 
 def worker_node_feature_with(
@@ -166,7 +174,7 @@ def device_manager_node_feature(
 
 def is_worker_label(key: str) -> bool:
     """A Node label the worker's NodeFeature owns (replaced on every merge)."""
-    if key == MANAGED_LABEL or key.startswith(GENERAL_PREFIX):
+    if key in (MANAGED_LABEL, TOPOLOGY_LABEL) or key.startswith(GENERAL_PREFIX):
         return True
     return key.startswith(ACCELERATABLE_PREFIX) and key.endswith(_WORKER_VIEW_SUFFIXES)
 

@@ -14,10 +14,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from gpustack_operator.domain.availability import NodeAvailability, explain_availability
 from gpustack_operator.domain.desired import DesiredState, desired_state
 from gpustack_operator.domain.devices import device_labels
 from gpustack_operator.domain.devicesources.dra import node_slices
-from gpustack_operator.domain.explain import NodeExplanation, explain_nodes
+from gpustack_operator.domain.explain import NodeExplanation, Reason, explain_nodes
 from gpustack_operator.domain.manufacturers import Manufacturer
 from gpustack_operator.domain.nodefeature import (
     DEFAULT_SYSTEM_NAMESPACE,
@@ -84,6 +85,7 @@ def plan_state(
     with_memory: bool = False,
     resource_slices: Sequence[Mapping[str, Any]] = (),
     pool_objects: Sequence[Mapping[str, Any]] = (),
+    now: float | None = None,
 ) -> DesiredState:
     """What ``plan`` prints: simulated devices first, then :func:`desired_state` under
     *policy* (the worker's, docs/configuration.md, "Chain policy"), then the explanation of
@@ -91,7 +93,9 @@ def plan_state(
 
     *resource_slices* are DRA ``ResourceSlice`` objects (docs/devices.md, "DRA"). An unset
     tenancy is told from *nodes* once, as the worker does at start (docs/tenants.md); in a
-    vCluster tenant no device manager runs, so ``sim.gpustack.ai/devices`` is not read there."""
+    vCluster tenant no device manager runs, so ``sim.gpustack.ai/devices`` is not read there.
+    *now* (epoch seconds; None: every timer run out) is the moment each node's availability
+    is judged at (docs/node-lifecycle.md); a withheld node's explanation says why."""
     nodes = list(nodes)
     policy = policy.with_tenancy_of(nodes)
     if policy.tenant_settings().is_tenant:
@@ -111,16 +115,35 @@ def plan_state(
         extra_node_features=dm_features,
         resource_slices=resource_slices,
         pool_objects=pool_objects,
+        now=now,
     )
     if state.fleet is not None:
         state.explanations = tenant_explanations(
             state.nodes, state.fleet, with_devices, policy.manufacturers, resource_slices
         )
         return state
-    state.explanations = explain_nodes(
-        state.nodes, policy.manufacturers, inputs=with_devices, resource_slices=resource_slices
+    state.explanations = with_availability(
+        explain_nodes(
+            state.nodes, policy.manufacturers, inputs=with_devices, resource_slices=resource_slices
+        ),
+        state.availability,
     )
     return state
+
+
+def with_availability(
+    explanations: Sequence[NodeExplanation], verdicts: Mapping[str, NodeAvailability]
+) -> list[NodeExplanation]:
+    """*explanations* with each node's availability said (docs/node-lifecycle.md, "Seeing
+    why"): a withheld node, one counted in its grace, one short of devices."""
+    result = []
+    for explanation in explanations:
+        verdict = verdicts.get(explanation.node)
+        said = explain_availability(verdict) if verdict is not None else None
+        if said is not None:
+            explanation = replace(explanation, reasons=(*explanation.reasons, Reason(*said)))
+        result.append(explanation)
+    return result
 
 
 def tenant_explanations(

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
+from gpustack_operator.domain.availability import LifecycleTimers
 from gpustack_operator.domain.declaredpools import PoolResult
 from gpustack_operator.domain.flavors import TolerationPolicy
 from gpustack_operator.domain.kueue import KueueVersion
@@ -23,6 +24,7 @@ from gpustack_operator.domain.queues import (
     QuotaResources,
 )
 from gpustack_operator.domain.tenancy import Tenancy, TenantSettings, detect_tenancy
+from gpustack_operator.domain.topology import TopologyPolicy
 
 DEFAULT_UNPOOLED_SETTLING = 300.0
 """Five minutes: a first install pulls the agent's image and starts a Pod per node."""
@@ -62,6 +64,12 @@ class ChainPolicy:
     """Seconds a node's device sources get, from when the worker first sees the node, before
     its devices are judged to feed no pool, unless our agent has published for it already
     (docs/devices.md, "Why a device gets no pool")."""
+    topology: TopologyPolicy = field(default_factory=TopologyPolicy)
+    """Kueue Topology-Aware Scheduling: on/off and a person's level list (docs/topology.md,
+    "The switch")."""
+    lifecycle: LifecycleTimers = field(default_factory=LifecycleTimers)
+    """The timers of the availability rule: how long a cordoned, NotReady or maintained
+    node keeps counting, and how long a returning one waits (docs/node-lifecycle.md)."""
     declared_pools: tuple[PoolResult, ...] = ()
     """Pools a person declared (docs/autoscaling.md, "Pools declared by a person"); those of
     NodePools and Cluster API node groups come from the cluster."""

@@ -102,8 +102,17 @@ def _parse_device(segment: str) -> tuple[str, int, int | None] | None:
     return akey, acc, sliced
 
 
+def strip_tas_suffix(name: str) -> str:
+    """A TAS flavor or queue name (``<profile>.tas``, ``<profile>.tas-<group>``) without its
+    TAS part (docs/topology.md, "Names"); any other name as it is."""
+    head, dot, tail = name.partition(".")
+    return head if dot and (tail == "tas" or tail.startswith("tas-")) else name
+
+
 def parse_node_profile(name: str) -> NodeProfile | None:
-    """``ParseNodeProfile``: the parts of a profile name, or ``None`` if it is not one."""
+    """``ParseNodeProfile``: the parts of a profile name, or ``None`` if it is not one.
+    A TAS flavor's or queue's name parses as the profile it extends."""
+    name = strip_tas_suffix(name)
     if not name.startswith(PROFILE_PREFIX):
         return None
     segments = name[len(PROFILE_PREFIX) :].split("--")

@@ -8,17 +8,20 @@ Each controller calls one function here with what its cache holds: the Cohort co
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from enum import StrEnum
 from fractions import Fraction
 from typing import Any, Final
 
+from gpustack_operator.domain.availability import DeviceBasis, NodeAvailability, Severity
 from gpustack_operator.domain.devicesources.merge import decode_resource
 from gpustack_operator.domain.flavors import (
     ProfilesOf,
     first_profile,
     flavor_nodes,
+    is_managed,
     managed_profiles,
+    node_profiles,
 )
 from gpustack_operator.domain.kueue import (
     MAX_FLAVORS_PER_GROUP,
@@ -91,6 +94,11 @@ class QuotaResources(StrEnum):
 DEFAULT_QUOTA_RESOURCES: Final = QuotaResources.DEVICE
 HOST_RESOURCES: Final = ("cpu", "memory", "ephemeral-storage")
 OMITTED_FLAVORS_NOTE: Final = note("omittedFlavors")
+HOLD_NOTE: Final = note("hold")
+"""Why the worker holds a ClusterQueue (``spec.stopPolicy: Hold``); docs/node-lifecycle.md."""
+HOLD: Final = "Hold"
+AvailabilityOf = Callable[[object], NodeAvailability]
+"""A node's availability verdict at the moment a queue is computed (docs/node-lifecycle.md)."""
 _CPU_DETAIL: Final = (
     ("physicalCores", "physical-cores"),
     ("threadsPerPhysicalCore", "threads-per-core"),
@@ -200,10 +208,10 @@ def _scaled(note_value: str, count: int) -> Fraction | None:
     return quantity * count
 
 
-def _credits(nodes: list[object], resource: str) -> int:
+def _credits(nodes: list[object], resource: str, section: str = "allocatable") -> int:
     total = 0
     for node in nodes:
-        quantity = parse_quantity(status_field(node, "allocatable").get(resource))
+        quantity = parse_quantity(status_field(node, section).get(resource))
         if quantity is not None and quantity.numerator > 0:
             total += quantity.numerator // quantity.denominator  # int(), truncating
     return total
@@ -228,6 +236,21 @@ def pool_amount(node: object, akey: str, resource: str) -> int:
             return 0
         return parse_count(labels.get(accelerated_key(akey, SUFFIX_COUNT))) or 0
     return _credits([node], resource)
+
+
+def device_amount(node: object, akey: str, resource: str, basis: DeviceBasis) -> int:
+    """:func:`pool_amount` on *basis* (docs/node-lifecycle.md, "Devices: identity from what is
+    installed, quota from what is healthy"): a device plugin briefly gone
+    (``CAPACITY``) or planned maintenance (``INSTALLED``, also the ``.count`` label) keeps
+    the node's installed devices."""
+    amount = pool_amount(node, akey, resource)
+    if basis is DeviceBasis.ALLOCATABLE:
+        return amount
+    amount = max(amount, _credits([node], resource, "capacity"))
+    if basis is DeviceBasis.INSTALLED:
+        installed = parse_count(labels_of(node).get(accelerated_key(akey, SUFFIX_COUNT)))
+        amount = max(amount, installed or 0)
+    return amount
 
 
 def pool_resource_label(labels: Mapping[str, str], akey: str) -> str:
@@ -265,8 +288,16 @@ def _flavor_quotas(
     credits_source: str | None,
     borrowing_limit: str | None,
     akey: str = "",
+    views: Mapping[str, NodeAvailability] | None = None,
 ) -> FlavorQuotas | None:
-    count = len(nodes)
+    """*views* (node name -> verdict; None: every node counts on allocatable) leave withheld
+    nodes out of the quota, but not the flavor out of the queue (docs/node-lifecycle.md)."""
+    counted = nodes if views is None else [n for n in nodes if views[name_of(n)].counted]
+
+    def basis(node: object) -> DeviceBasis:
+        return DeviceBasis.ALLOCATABLE if views is None else views[name_of(node)].devices
+
+    count = len(counted)
     amounts: list[int] = []
     if count:
         for key in ("cpu", "ram", "localStorage"):
@@ -275,12 +306,18 @@ def _flavor_quotas(
                 return None
             amounts.append(int(scaled) if scaled.denominator == 1 else int(scaled) + 1)
         if credits_source is not None:
-            amounts.append(sum(pool_amount(n, akey, credits_source) for n in nodes))
+            amounts.append(sum(device_amount(n, akey, credits_source, basis(n)) for n in counted))
     else:
         amounts = [0] * len(resources)
-    if credits_source is not None and amounts[-1] == 0:
+    offered = amounts[-1] if credits_source is not None and amounts else 0
+    if credits_source is not None and views is not None and count < len(nodes):
+        offered = sum(device_amount(n, akey, credits_source, basis(n)) for n in nodes)
+    if credits_source is not None and nodes and offered == 0:
         # docs/devices.md, "Quota resources": a device resource is never covered with a
         # zero quota; a flavor whose nodes advertise none of it is left out of the queue.
+        # A flavor with no node left at all is one Kueue still reports usage on: it stays
+        # listed with no quota until that is zero (docs/topology.md, "Upgrading a chain
+        # built without TAS").
         return None
     formats = (format_decimal_quantity, format_binary_quantity, format_binary_quantity)
     quotas = []
@@ -365,6 +402,7 @@ def desired_cluster_queue(
     version: KueueVersion = KueueVersion.V1BETA2,
     flavor_index: Mapping[str, list[object]] | None = None,
     quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES,
+    availability: AvailabilityOf | None = None,
 ) -> dict[str, Any] | None:
     """The ClusterQueue *name* for the ResourceFlavors targeting it (docs/worker.md).
 
@@ -374,7 +412,10 @@ def desired_cluster_queue(
     Without *cohort_uid* the owner reference to the Cohort is left out. *flavor_index*
     (flavor name -> managed nodes, as :func:`flavor_nodes` builds it) saves recomputing it
     from *nodes* when many queues are built at once. *quota_resources* picks the resource a
-    device queue covers (docs/devices.md, "Quota resources").
+    device queue covers (docs/devices.md, "Quota resources"). *availability* gives each
+    node's verdict (docs/node-lifecycle.md): withheld nodes add no quota, and a queue whose
+    every node is away for a planned reason keeps its quota and is held; None counts every
+    node.
     """
     matching = queue_flavors(name, flavors)
     profile = parse_node_profile(name)
@@ -392,6 +433,14 @@ def desired_cluster_queue(
         resources = (*HOST_RESOURCES, quota_resource(credits_source, mfr, quota_resources))
     borrowing_limit = "0" if profile.sliced else None
     cohort = _annotation(matching[0], COHORT_ANNOTATION)
+    views: dict[str, NodeAvailability] | None = None
+    hold = ""
+    if availability is not None:
+        by_name = {name_of(n): n for f in matching for n in index.get(name_of(f), [])}
+        views = {n: availability(node) for n, node in by_name.items()}
+        hold = pool_hold(list(views.values()))
+        if hold:
+            views = {n: NodeAvailability(n, True, devices=DeviceBasis.INSTALLED) for n in views}
     quotas = [
         q
         for f in matching
@@ -403,6 +452,7 @@ def desired_cluster_queue(
                 credits_source,
                 borrowing_limit,
                 profile.akey,
+                views,
             )
         )
         is not None
@@ -414,6 +464,8 @@ def desired_cluster_queue(
     groups = (ResourceGroup(covered_resources=resources, flavors=tuple(quotas)),) if quotas else ()
     first_nodes = index.get(name_of(matching[0]), [])
     annotations.update(_notes(profile, first_nodes[0] if first_nodes else None))
+    if hold:
+        annotations[HOLD_NOTE] = hold
     owners: tuple[OwnerReference, ...] = ()
     if cohort_uid:
         owners = (
@@ -430,8 +482,77 @@ def desired_cluster_queue(
         ),
         cohort=cohort,
         resource_groups=groups,
+        stop_policy=HOLD if hold else None,
     )
     return queue.manifest(version)
+
+
+def quota_below_usage(want: Mapping[str, Any], have: Mapping[str, Any] | None) -> list[str]:
+    """``flavor/resource: quota < usage`` for each quota of *want* below what Kueue reports
+    in use in *have* (``status.flavorsUsage``), where *have*'s own quota was not already
+    below it: a shrink below usage, said once (docs/node-lifecycle.md, "Seeing why")."""
+    if have is None:
+        return []
+    status = have.get("status")
+    usage: dict[tuple[str, str], Fraction] = {}
+    for flavor in (status.get("flavorsUsage") if isinstance(status, Mapping) else None) or ():
+        if not isinstance(flavor, Mapping):
+            continue
+        for resource in flavor.get("resources") or ():
+            if isinstance(resource, Mapping):
+                amount = parse_quantity(resource.get("total"))
+                if amount:
+                    usage[(str(flavor.get("name")), str(resource.get("name")))] = amount
+
+    def quotas(queue: Mapping[str, Any]) -> dict[tuple[str, str], Fraction]:
+        found: dict[tuple[str, str], Fraction] = {}
+        spec = queue.get("spec")
+        groups = spec.get("resourceGroups") if isinstance(spec, Mapping) else None
+        for group in groups or ():
+            for flavor in group.get("flavors") or ():
+                for resource in flavor.get("resources") or ():
+                    amount = parse_quantity(resource.get("nominalQuota"))
+                    if amount is not None:
+                        found[(str(flavor.get("name")), str(resource.get("name")))] = amount
+        return found
+
+    before, after = quotas(have), quotas(want)
+    return [
+        f"{flavor}/{resource}: {after[(flavor, resource)]} < {used} in use"
+        for (flavor, resource), used in sorted(usage.items())
+        if (flavor, resource) in after
+        and after[(flavor, resource)] < used
+        and before.get((flavor, resource), used) >= used
+    ]
+
+
+def withheld_by_queue(
+    nodes: Iterable[object],
+    manufacturers: Mapping[str, Manufacturer],
+    availability: AvailabilityOf,
+) -> dict[str, list[NodeAvailability]]:
+    """Queue name -> the verdicts of its managed nodes that are withheld or in a grace, by
+    node name (``queues`` prints them; docs/node-lifecycle.md, "Seeing why")."""
+    result: dict[str, list[NodeAvailability]] = {}
+    for node in sorted((n for n in nodes if is_managed(n)), key=name_of):
+        verdict = availability(node)
+        if not verdict.reason or verdict.reason == "no-conditions":
+            continue
+        for queue in sorted({p.queue for p in node_profiles(node, manufacturers)}):
+            result.setdefault(queue, []).append(verdict)
+    return result
+
+
+def pool_hold(views: list[NodeAvailability]) -> str:
+    """Why a queue whose nodes are all withheld for a planned reason is held with its quota
+    (docs/node-lifecycle.md, "Whole-pool Hold"), ``""`` when it is not: every node is
+    withheld, each for planned maintenance or while rejoining after it."""
+    if not views or any(v.counted for v in views):
+        return ""
+    if not all(v.severity is Severity.PLANNED for v in views):
+        return ""
+    reasons = sorted({v.reason for v in views})
+    return f"every node of the pool is away for planned maintenance ({', '.join(reasons)})"
 
 
 def without_flavors(queue: Mapping[str, Any]) -> dict[str, Any]:
@@ -451,6 +572,7 @@ def desired_cluster_queues(
     cohort_uids: Mapping[str, str] | None = None,
     version: KueueVersion = KueueVersion.V1BETA2,
     quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES,
+    availability: AvailabilityOf | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Every ClusterQueue the *flavors* target, by name (sorted)."""
     node_list = list(nodes)
@@ -472,6 +594,7 @@ def desired_cluster_queues(
             version=version,
             flavor_index=index,
             quota_resources=quota_resources,
+            availability=availability,
         )
         if queue is not None:
             result[name] = queue

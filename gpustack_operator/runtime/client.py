@@ -772,8 +772,10 @@ class Client:
             return _decode_object(answer)
 
     async def served_resources(self, group: str, version: str) -> builtins.list[str]:
-        """The resources (plurals, subresources as ``a/b``) the server serves in *group*
-        *version*; [] if it serves no such group version."""
+        """The resource names (plurals, no subresources) the server serves in *group*
+        *version* (the core group when *group* is empty); [] if it serves no such group
+        version. Tells apart kinds added to a group in a later release (Kueue's
+        ``topologies``, ValidatingAdmissionPolicies)."""
         path = f"/apis/{_segment(group)}/{_segment(version)}" if group else f"/api/{version}"
         try:
             async with self._call("GET", path) as answer:
@@ -783,7 +785,7 @@ class Client:
         return [
             str(r["name"])
             for r in data.get("resources") or []
-            if isinstance(r, dict) and r.get("name")
+            if isinstance(r, dict) and r.get("name") and "/" not in str(r["name"])
         ]
 
 

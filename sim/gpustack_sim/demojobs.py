@@ -10,13 +10,17 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpustack_operator.apis import KUEUE_GROUP
 from gpustack_operator.commands.queues import pool_rows
+from gpustack_operator.domain.labels import note
+from gpustack_operator.domain.nodeview import annotations_of, labels_of, name_of
 from gpustack_operator.domain.quantities import parse_quantity
+from gpustack_operator.domain.topology import topology_levels
 from gpustack_operator.gateway.pools import pool_entry
+from gpustack_sim.standins.kueuetas import assignment_placement
 
 if TYPE_CHECKING:
     from gpustack_sim.cluster.cluster import SimCluster
@@ -33,6 +37,9 @@ class DemoJob:
     queue: str
     namespace: str
     requests: dict[str, str]
+    pods: int = 1
+    annotations: dict[str, str] = field(default_factory=dict)
+    """On the pod template: a TAS Job's topology request (docs/workloads.md)."""
 
 
 def _unit_requests(cluster_queue: Mapping[str, Any]) -> dict[str, str]:
@@ -105,8 +112,86 @@ def pick_demo_jobs(
     return jobs
 
 
+def pick_tas_demo_jobs(
+    cluster_queues: list[dict[str, Any]],
+    local_queues: list[dict[str, Any]],
+    flavors: list[dict[str, Any]],
+    topologies: list[dict[str, Any]],
+    nodes: list[dict[str, Any]],
+) -> list[DemoJob]:
+    """Two Jobs for the TAS device flavor with the most nodes (docs/simulator.md, "Demo
+    jobs"): whole-node pods that must share one domain of the finest level (hostname aside)
+    whose domains hold several nodes. One fills the largest such domain and is admitted into
+    one; the other asks for one node more, though the pool's quota covers it, and waits with
+    Kueue's TAS message. None without such a flavor."""
+    levels = {name_of(t): topology_levels(t) for t in topologies}
+    by_name = {name_of(f): f for f in flavors}
+    best: tuple[int, str, DemoJob, DemoJob] | None = None
+    for row in pool_rows(cluster_queues, local_queues):
+        if not row["acceleratable"] or row["resource"] == "cpu":
+            continue
+        queue = next(q for q in cluster_queues if name_of(q) == row["clusterQueue"])
+        for group in queue["spec"].get("resourceGroups") or []:
+            for entry in group.get("flavors") or []:
+                flavor = by_name.get(entry["name"]) or {}
+                keys = levels.get(str((flavor.get("spec") or {}).get("topologyName") or ""))
+                per_node = _whole(annotations_of(flavor).get(note("accelerator"), "0"))
+                if not keys or per_node <= 0:
+                    continue
+                members = _selected(flavor, nodes)
+                level, largest = _domain_level(keys, members)
+                if level is None or largest >= len(members):
+                    continue
+                unit = _unit_requests(queue)
+                requests = {
+                    "cpu": str(_whole(unit["cpu"]) * per_node),
+                    "memory": _times(unit["memory"], per_node),
+                    str(row["resource"]): str(per_node),
+                }
+                asks = {REQUIRED_TOPOLOGY: level}
+                lq, ns = str(row["localQueue"]), str(row["namespace"])
+                fits = DemoJob("demo-tas-one-domain", lq, ns, requests, largest, asks)
+                held = DemoJob("demo-tas-no-domain", lq, ns, requests, largest + 1, asks)
+                key = (len(members), name_of(flavor))
+                if best is None or key[0] > best[0] or (key[0] == best[0] and key[1] < best[1]):
+                    best = (key[0], key[1], fits, held)
+    return [best[2], best[3]] if best is not None else []
+
+
+REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
+
+
+def _selected(flavor: Mapping[str, Any], nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    wanted = (flavor.get("spec") or {}).get("nodeLabels") or {}
+    return [n for n in nodes if all(labels_of(n).get(k) == v for k, v in wanted.items())]
+
+
+def _domain_level(keys: tuple[str, ...], members: list[dict[str, Any]]) -> tuple[str | None, int]:
+    """The finest level (hostname aside) whose largest domain holds several of *members*,
+    and that domain's node count."""
+    for depth in range(len(keys) - 2, -1, -1):
+        domains: dict[tuple[str, ...], int] = {}
+        for node in members:
+            path = tuple(labels_of(node).get(k, "") for k in keys[: depth + 1])
+            domains[path] = domains.get(path, 0) + 1
+        largest = max(domains.values(), default=0)
+        if largest >= 2:
+            return keys[depth], largest
+    return None, 0
+
+
+def _times(memory: str, factor: int) -> str:
+    quantity = parse_quantity(memory)
+    if quantity is None:
+        return memory
+    total = int(quantity * factor)
+    return f"{total // 2**30}Gi" if total % 2**30 == 0 else f"{total // 2**20}Mi"
+
+
 def job_manifest(job: DemoJob) -> dict[str, Any]:
-    """A suspended one-pod Job for *job* (docs/workloads.md's Job shape)."""
+    """A suspended Job for *job* (docs/workloads.md's Job shape)."""
+    template_meta = {"annotations": dict(job.annotations)} if job.annotations else {}
+    parallel = {"parallelism": job.pods, "completions": job.pods} if job.pods != 1 else {}
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -117,7 +202,9 @@ def job_manifest(job: DemoJob) -> dict[str, Any]:
         },
         "spec": {
             "suspend": True,
+            **parallel,
             "template": {
+                **({"metadata": template_meta} if template_meta else {}),
                 "spec": {
                     "restartPolicy": "Never",
                     "containers": [
@@ -128,7 +215,7 @@ def job_manifest(job: DemoJob) -> dict[str, Any]:
                             "resources": {"requests": dict(job.requests)},
                         }
                     ],
-                }
+                },
             },
         },
     }
@@ -170,9 +257,15 @@ def outcome(wl: Mapping[str, Any] | None, job: Mapping[str, Any] | None) -> str 
     if (job or {}).get("spec", {}).get("suspend", True):
         return None  # admitted, the Job not yet unsuspended
     selector = ", ".join(f"{k}={v}" for k, v in sorted((pod.get("nodeSelector") or {}).items()))
+    placed = [
+        f"{node} ({pods} pod{'s' if pods != 1 else ''})"
+        for ps in admission.get("podSetAssignments") or []
+        for node, pods in assignment_placement(ps.get("topologyAssignment") or {})
+    ]
+    where = f"; TAS placed it on {', '.join(placed)}" if placed else ""
     return (
         f"admitted to ClusterQueue {admission.get('clusterQueue')}, flavor "
-        f"{', '.join(flavors)}, pinned to nodeSelector {selector or '(none)'}"
+        f"{', '.join(flavors)}, pinned to nodeSelector {selector or '(none)'}{where}"
     )
 
 
@@ -183,7 +276,15 @@ async def run_demo_jobs(cluster: SimCluster, seconds: float) -> str:
     """
     store = cluster.sim.store
     api = f"{KUEUE_GROUP}/{cluster.kueue.version.value}"
-    jobs = pick_demo_jobs(store.list(api, "ClusterQueue"), store.list(api, "LocalQueue"))
+    cluster_queues, local_queues = store.list(api, "ClusterQueue"), store.list(api, "LocalQueue")
+    jobs = pick_demo_jobs(cluster_queues, local_queues)
+    jobs += pick_tas_demo_jobs(  # docs/simulator.md, "Demo jobs"
+        cluster_queues,
+        local_queues,
+        store.list(api, "ResourceFlavor"),
+        store.list(api, "Topology") if cluster.kueue.topologies is not None else [],
+        store.list("v1", "Node"),
+    )
     for job in jobs:
         store.create(job_manifest(job))
     deadline = time.monotonic() + seconds
@@ -206,6 +307,9 @@ async def run_demo_jobs(cluster: SimCluster, seconds: float) -> str:
     lines = [f"Jobs ({len(jobs)} submitted by --demo-jobs):"]
     for job in jobs:
         asks = " ".join(f"{k}={v}" for k, v in sorted(job.requests.items()))
+        if job.pods != 1:
+            asks = f"{job.pods} pods x {asks}"
+        asks += "".join(f" {k.rpartition('/')[2]}={v}" for k, v in job.annotations.items())
         lines.append(f"  {job.name}  queue {job.queue} in {job.namespace}  asks {asks}")
         lines.append(f"    {results[job.name]}")
         if cluster.provisioning is not None and results[job.name].startswith("admitted"):

@@ -170,6 +170,21 @@ def test_the_demo_output_in_the_readme_is_what_the_demo_prints(shell: Shell) -> 
     ), jobs
 
 
+def test_the_tas_demo_in_the_readme_is_what_the_demo_prints(shell: Shell) -> None:
+    """`make demo`'s second cluster (docs/topology.md): the two TAS Jobs as the README
+    shows them, one admitted into one sub-block, one waiting with Kueue's TAS message."""
+    printed = shell.run(  # what `make demo` runs second
+        "gpustack-operator --log-level warning sim --cluster examples/topology-gke-a3-ultra.yaml "
+        "-o table --demo-jobs"
+    )
+    shown = PLAIN.findall(section("README.md", "### The demo"))[2].splitlines()
+    assert [line for line in shown if line.rstrip() not in printed.splitlines()] == [], printed
+    lines = printed.splitlines()
+    placed = lines[lines.index(shown[0].rstrip()) + 1]
+    assert placed.strip().startswith("admitted to ClusterQueue gpustack--"), printed
+    assert re.search(r"TAS placed it on gke-a3u-\d \(1 pod\), gke-a3u-\d \(1 pod\)$", placed)
+
+
 def _outcomes(jobs: str) -> tuple[str, str, str]:
     """The outcome line under each of demo-fits, demo-too-big and demo-wrong-queue."""
     lines = jobs.splitlines()

@@ -11,6 +11,9 @@ from __future__ import annotations
 from collections import Counter
 
 WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
+REJECTED = "rejected"
+"""Pseudo-verb: writes answered with an error, counted by status code (``get(REJECTED,
+"422")``: those a schema or CEL rule turned down)."""
 
 
 class RequestCounters:

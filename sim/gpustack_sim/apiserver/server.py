@@ -41,7 +41,7 @@ from gpustack_sim.apiserver.admissionpolicy import PolicyAdmission
 from gpustack_sim.apiserver.authn import ADMIN, ANONYMOUS, TokenAuthenticator, UserInfo
 from gpustack_sim.apiserver.bootstrappolicy import bootstrap_objects
 from gpustack_sim.apiserver.certificates import check_conditions, set_requestor
-from gpustack_sim.apiserver.counters import RequestCounters
+from gpustack_sim.apiserver.counters import REJECTED, RequestCounters
 from gpustack_sim.apiserver.errors import (
     ApiError,
     bad_request,
@@ -407,6 +407,8 @@ class SimServer:
         try:
             return await handler(request)
         except ApiError as err:
+            if request.method not in ("GET", "HEAD"):  # a write the server turned down
+                self.counters.record(REJECTED, str(err.code))
             return _error_response(err)
         except web.HTTPException as exc:
             if exc.status < 400:

@@ -74,6 +74,7 @@ def chain_of(
     cohorts: Iterable[Mapping[str, Any]],
     cluster_queues: Iterable[Mapping[str, Any]],
     local_queues: Iterable[Mapping[str, Any]],
+    topologies: Iterable[Mapping[str, Any]] = (),
     admission_checks: Iterable[Mapping[str, Any]] = (),
     provisioning_configs: Iterable[Mapping[str, Any]] = (),
 ) -> DesiredState:
@@ -86,6 +87,7 @@ def chain_of(
 
     return DesiredState(
         node_features=group(node_features),
+        topologies=group(topologies),
         resource_flavors=group(resource_flavors),
         cohorts=group(cohorts),
         cluster_queues=group(cluster_queues),
@@ -115,6 +117,7 @@ def read_chain_from_store(
         objs(kueue.cohorts),
         objs(kueue.cluster_queues),
         objs(kueue.local_queues),
+        objs(kueue.topologies) if kueue.topologies is not None else [],
         objs(check),
         objs(config),
     )
@@ -154,6 +157,7 @@ async def read_chain(
         await objs(kueue.cohorts),
         await objs(kueue.cluster_queues),
         await objs(kueue.local_queues),
+        await objs(kueue.topologies) if kueue.topologies is not None else [],
         await served(check),
         await served(config),
     )

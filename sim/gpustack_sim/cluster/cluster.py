@@ -33,16 +33,19 @@ from gpustack_operator.controllers.worker import (
     Worker,
     WorkerConfig,
     detect_tenancy_at_start,
+    detect_topology_at_start,
     new_worker_manager,
     serves_dra,
     setup_worker,
 )
 from gpustack_operator.devicemanager.detection import DetectionConfig
+from gpustack_operator.domain.availability import node_availability
 from gpustack_operator.domain.desired import DesiredState
 from gpustack_operator.domain.explain import explain_nodes
+from gpustack_operator.domain.flavors import is_managed
 from gpustack_operator.domain.manufacturers import Manufacturer
 from gpustack_operator.domain.nodeview import annotations_of, name_of
-from gpustack_operator.domain.plan import plan_state, tenant_explanations
+from gpustack_operator.domain.plan import plan_state, tenant_explanations, with_availability
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.tenancy import tenant_fleet
 from gpustack_operator.environment import load_manufacturers
@@ -358,6 +361,7 @@ class SimCluster:
             self.worker_config.dra = await serves_dra(client)
             config = self.worker_config
             config.policy = await detect_tenancy_at_start(client, config.policy)
+            config.policy = await detect_topology_at_start(client, config.policy)
             self.worker = setup_worker(manager, self.worker_config)
             self.worker_manager = manager
             tg.start_soon(self._run_manager, manager)
@@ -388,6 +392,7 @@ class SimCluster:
             with_memory=self.with_memory,
             resource_slices=self.resource_slices,
             pool_objects=self.pool_objects,
+            now=self.worker_config.clock(),
         )
 
     def actual(self) -> DesiredState:
@@ -405,11 +410,20 @@ class SimCluster:
         """*chain* (read back) with its Nodes explained as ``plan`` explains its input; in a
         vCluster tenant, the Nodes as its pools see them (docs/tenants.md)."""
         if not self.tenant.is_tenant:
-            chain.explanations = explain_nodes(
-                chain.nodes,
-                self.manufacturers,
-                inputs=chain.nodes,
-                resource_slices=self.resource_slices,
+            now = self.worker_config.clock()
+            chain.availability = {
+                name_of(n): node_availability(n, self.policy.lifecycle, now)
+                for n in chain.nodes
+                if is_managed(n)
+            }
+            chain.explanations = with_availability(
+                explain_nodes(
+                    chain.nodes,
+                    self.manufacturers,
+                    inputs=chain.nodes,
+                    resource_slices=self.resource_slices,
+                ),
+                chain.availability,
             )
             return chain
         given = chain.nodes

@@ -145,8 +145,8 @@ def _crd(
 
 
 def stand_in_crds() -> list[dict[str, Any]]:
-    """NFD's NodeFeature (v1alpha1) and Kueue's four kinds (v1beta1 and v1beta2, as Kueue
-    v0.19 serves them, storing v1beta2)."""
+    """NFD's NodeFeature (v1alpha1) and Kueue's four kinds and Topology (v1beta1 and
+    v1beta2, as Kueue v0.19 serves them, storing v1beta2)."""
     kueue = ("v1beta1", "v1beta2")
     return [
         _crd(
@@ -194,6 +194,16 @@ def stand_in_crds() -> list[dict[str, Any]]:
             namespaced=True,
             status=True,
             short_names=("queue", "queues", "lq"),
+            versions=kueue,
+            storage="v1beta2",
+        ),
+        _crd(
+            "kueue.x-k8s.io",
+            "Topology",
+            "topologies",
+            namespaced=False,
+            status=False,
+            short_names=("topo",),
             versions=kueue,
             storage="v1beta2",
         ),

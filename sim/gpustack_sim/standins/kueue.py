@@ -43,6 +43,7 @@ from gpustack_sim.standins.kueueadmission import (
     podset_requests,
     transformations_from_config,
 )
+from gpustack_sim.standins.kueuetas import Placement, TasPass, pin, topology_assignment
 from gpustack_sim.standins.standin import StoreLoop
 
 if TYPE_CHECKING:
@@ -55,7 +56,7 @@ log = structlog.get_logger(__name__)
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_GROUP = "kueue.x-k8s.io"
 JOB_API = "batch/v1"
-_WATCHED = frozenset({"ClusterQueue", "LocalQueue", "ResourceFlavor", "Cohort"})
+_WATCHED = frozenset({"ClusterQueue", "LocalQueue", "ResourceFlavor", "Cohort", "Topology"})
 
 
 def workload_name(job_name: str, job_uid: str) -> str:
@@ -141,6 +142,10 @@ class KueueStandIn(StoreLoop):
         self._jobs: set[tuple[str, str]] = set()
         self._schedule = False
         self._generations: dict[tuple[str, str, str], Any] = {}
+        self._tas = TasPass([], {}, {})
+        """TAS state of the admission pass under way (``gpustack_sim/standins/kueuetas.py``)."""
+        self._tas_held = False
+        """A workload waits for TAS capacity: Node and Pod changes start a new pass."""
 
     def configure(self, config: Mapping[str, Any] | None) -> None:
         """Use another Kueue Configuration from now on and re-evaluate pending Workloads."""
@@ -183,8 +188,8 @@ class KueueStandIn(StoreLoop):
                 return  # a status write: quotas did not change
             self._generations[key] = generation
             self._schedule = True
-        elif kind == "Namespace" and api == "v1":
-            self._schedule = True
+        elif api == "v1" and (kind == "Namespace" or (kind in ("Node", "Pod") and self._tas_held)):
+            self._schedule = True  # a Node or Pod change may make room for a held TAS pod set
         else:
             return
         self._wake.set()
@@ -322,6 +327,7 @@ class KueueStandIn(StoreLoop):
         local_usage: dict[str, dict[tuple[str, str], Fraction]] = {}  # "ns/queue" -> usage
         counts: dict[tuple[str, str], dict[str, int]] = {}  # (kind, key) -> counters
         pending: list[dict[str, Any]] = []
+        running: list[dict[str, Any]] = []
         for wl in self._list("Workload"):
             finished = (_condition(wl, "Finished") or {}).get("status") == "True"
             if finished:
@@ -332,6 +338,12 @@ class KueueStandIn(StoreLoop):
                 continue
             self._charge(usage, local_usage, wl, admission)
             self._count(counts, wl, admission.get("clusterQueue"), local, "admittedWorkloads")
+            running.append(wl)
+        if pending:
+            self._tas = TasPass.of(
+                store.list("v1", "Node"), self._list("Topology"), store.list("v1", "Pod"), running
+            )
+        self._tas_held = False
         pending.sort(key=lambda w: (w["metadata"]["creationTimestamp"], w["metadata"]["name"]))
         for wl in pending:
             cq_name, admission = self._admit_one(wl, views, local, flavors, namespaces, usage)
@@ -420,6 +432,11 @@ class KueueStandIn(StoreLoop):
         if not result.fits:
             self._pending(wl, "Pending", result.message)
             return cq_name, None
+        placements = self._tas.place(wl, podsets, result.flavors, flavors)  # standins/kueuetas.py
+        if isinstance(placements, str):
+            self._tas_held = True  # a Node or Pod change may make room: look again then
+            self._pending(wl, "Pending", placements)
+            return cq_name, None
         admission = {
             "clusterQueue": cq_name,
             "podSetAssignments": [
@@ -430,10 +447,20 @@ class KueueStandIn(StoreLoop):
                     "resourceUsage": {
                         r: format_amount(r, a) for r, a in result.usage[p.name].items()
                     },
+                    **(
+                        {
+                            "topologyAssignment": topology_assignment(
+                                placements[p.name], str(wl.get("apiVersion", ""))
+                            )
+                        }
+                        if p.name in placements
+                        else {}
+                    ),
                 }
                 for p in podsets
             ],
         }
+        self._tas.admitted(podsets, placements)
         status = copy.deepcopy(wl.get("status") or {})
         status["admission"] = admission
         _set_condition(
@@ -445,7 +472,7 @@ class KueueStandIn(StoreLoop):
         )
         _set_condition(status, "Admitted", "True", "Admitted", "The workload is admitted")
         self.sim.store.update_status({**wl, "status": status})
-        self._start_job(wl, result.flavors, flavors)
+        self._start_job(wl, result.flavors, flavors, placements)
         log.debug("kueue stand-in admitted", workload=wl["metadata"]["name"], cluster_queue=cq_name)
         return cq_name, admission
 
@@ -459,6 +486,7 @@ class KueueStandIn(StoreLoop):
         wl: Mapping[str, Any],
         assigned: Mapping[str, Mapping[str, str]],
         flavors: Mapping[str, Any],
+        placements: Mapping[str, Placement] | None = None,
     ) -> None:
         """Unsuspend the owning Job, pinned to the flavors' nodes with their tolerations."""
         owner = next(
@@ -481,6 +509,8 @@ class KueueStandIn(StoreLoop):
             pod["nodeSelector"] = selector
         if tolerations:
             pod["tolerations"] = tolerations
+        for placement in (placements or {}).values():  # one pod set: a Job's
+            pin(job["spec"]["template"], placement)
         job["spec"]["suspend"] = False
         self.sim.store.update(job, field_manager="kueue")
 

@@ -30,6 +30,7 @@ from gpustack_operator.domain.tenancy import scheduling_labels
 from gpustack_sim.apiserver.errors import ApiError
 from gpustack_sim.apiserver.store import now_rfc3339
 from gpustack_sim.standins.kueue import QUEUE_NAME_LABEL
+from gpustack_sim.standins.kueuetas import HOSTNAME, pinned_node
 from gpustack_sim.standins.standin import StoreLoop
 
 if TYPE_CHECKING:
@@ -139,7 +140,7 @@ class SchedulerStandIn(StoreLoop):
             for i in range(count):
                 key = (namespace, f"{name_of(job)}-{i}")
                 if key not in by_name:
-                    by_name[key] = store.create(self._pod(job, key[1]))
+                    by_name[key] = store.create(self._pod(job, key[1], i))
         if all((pod.get("spec") or {}).get("nodeName") for pod in by_name.values()):
             # Nothing to place: Node events (thousands while a fleet is profiled) cost no
             # scan of every Node.
@@ -162,9 +163,13 @@ class SchedulerStandIn(StoreLoop):
                     used.setdefault(node, {})[r] = used.get(node, {}).get(r, Fraction(0)) + v
             self._bind(pod, node)
 
-    def _pod(self, job: Mapping[str, Any], name: str) -> dict[str, Any]:
+    def _pod(self, job: Mapping[str, Any], name: str, index: int = 0) -> dict[str, Any]:
         template = (job.get("spec") or {}).get("template") or {}
         meta = template.get("metadata") or {}
+        spec = copy.deepcopy(template.get("spec") or {})
+        node = pinned_node(template, index)
+        if node is not None:  # the node TAS chose for this pod (kueuetas.py)
+            spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), HOSTNAME: node}
         return {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -182,7 +187,7 @@ class SchedulerStandIn(StoreLoop):
                     }
                 ],
             },
-            "spec": copy.deepcopy(template.get("spec") or {}),
+            "spec": spec,
         }
 
     def _labels(self, node: Mapping[str, Any]) -> dict[str, str]:

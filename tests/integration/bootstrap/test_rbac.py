@@ -62,6 +62,7 @@ DEPLOY = REPO / "deploy" / "overlays" / "release"  # the worker, its RBAC and th
 WORKER_ACCOUNT = "gpustack-operator-worker"
 AGENT_ACCOUNT = "gpustack-operator-device-manager"
 POD = "gpustack-operator-worker-0"
+TAS_NODE = "gke-a3u-1"
 # Grants no request of the recorded run needs, each kept on purpose (docs/security.md).
 DELIBERATE_EXTRAS: dict[str, set[tuple[str, str, str]]] = {
     "worker": {
@@ -83,8 +84,11 @@ def kubectl() -> Path:
 
 
 def example_nodes() -> list[dict[str, Any]]:
+    """The worked example, and one GKE node publishing topology levels, so that the run
+    creates and deletes a Topology too (docs/topology.md)."""
     document = yaml.safe_load((REPO / "examples" / "cluster.yaml").read_text())
-    return list(document["items"])
+    topology = yaml.safe_load((REPO / "examples" / "topology-gke-a3-ultra.yaml").read_text())
+    return [*document["items"], topology["items"][0]]
 
 
 def kueue_stand_ins() -> list[dict[str, Any]]:
@@ -198,6 +202,7 @@ async def recorded_run(tmp_path: Path) -> tuple[RequestLog, SimCluster]:
                 # Nodes with profiles of their own: their flavors, queues and cohorts go.
                 cluster.delete_node("npu-kunpeng")
                 cluster.delete_node("gpu-hybrid")
+                cluster.delete_node(TAS_NODE)  # its Topology goes with its flavors
                 # A node group removed: its pool's queue, flavor, Cohort and check go.
                 cluster.delete_pool_object("MachineDeployment", "md-a100", "default")
                 await cluster.converge(60.0)

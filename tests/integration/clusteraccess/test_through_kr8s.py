@@ -133,7 +133,7 @@ async def test_queues_connects_through_kr8s(
 ) -> None:
     args = args_of(["queues"], CREDENTIALS[credential](sim, tmp_path, monkeypatch))
     fetched = await fetch_queues(args, policy_from_args(args))
-    assert fetched == ([], []), fetched  # Kueue served, no pools yet
+    assert fetched == ([], [], {}), fetched  # Kueue served, no pools yet
 
 
 async def rotate(sim: SimServer, tmp_path: Path) -> None:

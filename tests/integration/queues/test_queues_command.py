@@ -71,7 +71,8 @@ async def test_queues_lists_pools_with_usage_from_status(
     )
     fetched = await fetch_queues(args, policy_from_args(args))
     assert not isinstance(fetched, str), fetched
-    rows = pool_rows(*fetched)
+    cluster_queues, local_queues, levels = fetched
+    rows = pool_rows(cluster_queues, local_queues, levels=levels)
     (t4,) = [r for r in rows if r["clusterQueue"] == queue["metadata"]["name"]]
     assert t4["unit"].startswith("1x Tesla-T4, ")
     assert (t4["resource"], t4["quota"], t4["reserved"], t4["used"]) == (resource, "4", "1", "1")

@@ -35,6 +35,7 @@ from gpustack_operator.domain.nodefeature import merge_node_features, worker_nod
 from gpustack_operator.domain.nodeview import labels_of, name_of, status_field
 from gpustack_operator.domain.plan import plan_state
 from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.profiles import strip_tas_suffix
 from gpustack_operator.domain.quantities import parse_quantity
 from gpustack_operator.domain.queues import HOST_RESOURCES, QuotaResources
 
@@ -248,7 +249,7 @@ def test_example_device_quota_is_the_allocatable_of_the_pools_resource(
                 pool = resource
                 if mode == QuotaResources.CREDITS:
                     assert resource.startswith("credits.gpustack.ai/")
-                    tail = queue_name(queue).rsplit("--", 1)[1]
+                    tail = strip_tas_suffix(queue_name(queue)).rsplit("--", 1)[1]
                     match = re.fullmatch(r"([a-z0-9-]+?)-1d(-[0-9]+s)?", tail)
                     assert match is not None
                     label = labels_of(members[0]).get(A + match.group(1) + ".resource", "")

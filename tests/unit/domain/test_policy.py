@@ -6,6 +6,7 @@ import pytest
 
 from gpustack_operator.cli import build_parser
 from gpustack_operator.commands.policy_flags import READING_FLAGS, policy_from_args
+from gpustack_operator.domain.availability import LifecycleTimers
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.queues import QuotaResources
@@ -27,6 +28,16 @@ FLAGS = [
     "kube-system,ops,batch",
     "--kueue-version",
     "v1beta1",
+    "--topology",
+    "off",
+    "--soft-grace",
+    "30",
+    "--maintenance-grace",
+    "10m",
+    "--join-window",
+    "5",
+    "--device-grace",
+    "1m",
     "--quota-resources",
     "credits",
     "--flavor-tolerations",
@@ -36,6 +47,14 @@ FLAGS = [
     "--virtual-scheduler",
     "--tenant-quota-cap",
     "nvidia.com/gpu=4,amd.com/gpu=0",
+    "--soft-grace",
+    "30",
+    "--maintenance-grace",
+    "600.5",
+    "--join-window",
+    "0",
+    "--device-grace",
+    "90",
 ]
 
 
@@ -54,6 +73,19 @@ def test_every_command_builds_the_same_policy_from_the_same_flags() -> None:
     assert policy.flavor_tolerations == ("dedicated",)
     assert policy.tenancy is Tenancy.SHARED_NODES and policy.virtual_scheduler
     assert policy.tenant_quota_caps == {"amd.com/gpu": 0, "nvidia.com/gpu": 4}
+    assert policy.lifecycle == LifecycleTimers(
+        soft_grace=30, maintenance_grace=600.5, join_window=0, device_grace=90
+    )
+
+
+def test_the_lifecycle_timers_default_and_refuse_what_is_no_duration() -> None:
+    assert policy_of(["worker"]).lifecycle == LifecycleTimers()
+    assert policy_of(["plan"], {"GPUSTACK_SOFT_GRACE": "5"}).lifecycle.soft_grace == 5
+    for bad in ("-1", "soon", "inf", "nan"):
+        with pytest.raises(SystemExit):
+            build_parser({}).parse_args(["plan", "--join-window", bad])
+    with pytest.raises(ValueError, match="soft_grace"):
+        LifecycleTimers(soft_grace=-1)
 
 
 def test_the_shared_variable_sets_every_command_and_the_command_own_wins() -> None:

@@ -22,6 +22,8 @@ UNREACHABLE = {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}
 NOT_READY = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
 SCALE_DOWN = {"key": "ToBeDeletedByClusterAutoscaler", "value": "1", "effect": "NoSchedule"}
 PREFER = {"key": "spot", "effect": "PreferNoSchedule"}
+DISRUPTED = {"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}
+SPOT_NOTICE = {"key": "cloud.google.com/impending-node-termination", "effect": "NoSchedule"}
 
 
 def tainted(node: dict[str, Any], *taints: dict[str, str]) -> dict[str, Any]:
@@ -55,7 +57,7 @@ def test_only_taints_common_to_every_node_are_tolerated() -> None:
 
 
 def test_lifecycle_and_soft_taints_are_never_tolerated() -> None:
-    nodes = t4_nodes((UNREACHABLE, NOT_READY, SCALE_DOWN, PREFER, TEAM))
+    nodes = t4_nodes((UNREACHABLE, NOT_READY, SCALE_DOWN, PREFER, DISRUPTED, SPOT_NOTICE, TEAM))
     flavor = device_flavor(desired_resource_flavors(nodes, MFRS))
     assert flavor["spec"]["tolerations"] == [
         {"key": "team", "operator": "Exists", "effect": "NoExecute"}

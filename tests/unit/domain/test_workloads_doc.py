@@ -30,8 +30,22 @@ def _claims(job: dict[str, Any]) -> list[Any]:
     return list(job["spec"]["template"]["spec"].get("resourceClaims") or [])
 
 
+def _topology(job: dict[str, Any]) -> bool:
+    """A Job asking for a domain (docs/workloads.md, "Asking for a domain")."""
+    meta = job["spec"]["template"].get("metadata") or {}
+    return any(k.startswith("kueue.x-k8s.io/podset-") for k in meta.get("annotations") or {})
+
+
+def tas_job_example() -> dict[str, object]:
+    jobs = [d for d in _documents() if d.get("kind") == "Job" and _topology(d)]
+    assert len(jobs) == 1, "docs/workloads.md should hold exactly one Job asking for a domain"
+    return jobs[0]
+
+
 def job_example() -> dict[str, object]:
-    jobs = [d for d in _documents() if d.get("kind") == "Job" and not _claims(d)]
+    jobs = [
+        d for d in _documents() if d.get("kind") == "Job" and not _claims(d) and not _topology(d)
+    ]
     assert len(jobs) == 1, "docs/workloads.md should hold exactly one device-plugin Job"
     return jobs[0]
 

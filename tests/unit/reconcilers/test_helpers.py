@@ -60,8 +60,19 @@ def test_the_node_transform_keeps_only_what_the_worker_reads() -> None:
     assert "managedFields" not in trimmed["metadata"]
     assert trimmed["metadata"]["labels"] == node["metadata"]["labels"]
     assert trimmed["metadata"]["annotations"] == node["metadata"]["annotations"]
-    assert set(trimmed["status"]) == {"capacity", "allocatable"}
+    assert set(trimmed["status"]) == {"capacity", "allocatable", "conditions"}
+    assert trimmed["status"]["conditions"] == [{"type": "Ready"}]
     assert trimmed["spec"] == {"taints": node["spec"]["taints"]}
+    node["spec"]["unschedulable"] = True
+    node["status"]["conditions"] = [
+        {"type": "Ready", "status": "True", "lastHeartbeatTime": "x", "lastTransitionTime": "y"},
+        {"type": "DiskPressure", "status": "False"},
+    ]
+    trimmed = trim_for_worker(node)
+    assert trimmed["spec"] == {"taints": node["spec"]["taints"], "unschedulable": True}
+    assert trimmed["status"]["conditions"] == [
+        {"type": "Ready", "status": "True", "lastTransitionTime": "y"}
+    ]
     cq = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "status": {"a": 1}}
     assert trim_for_worker(cq)["status"] == {"a": 1}
 
@@ -82,6 +93,17 @@ def test_the_node_transform_keeps_only_what_the_worker_reads() -> None:
         (lambda n: n["status"]["allocatable"].update({"nvidia.com/gpu": "1"}), True),
         (lambda n: n["status"]["capacity"].update({"memory": "128Gi"}), True),
         (lambda n: n["metadata"].update(deletionTimestamp="2026-01-01T00:00:00Z"), True),
+        # docs/node-lifecycle.md: the availability rule's inputs
+        (lambda n: n["spec"].update(unschedulable=True), True),
+        (lambda n: n["status"]["conditions"][0].update(status="False"), True),
+        (lambda n: n["status"]["conditions"][0].update(lastHeartbeatTime="later"), False),
+        (lambda n: n["spec"]["taints"].append({"key": "karpenter.sh/disrupted"}), True),
+        (
+            lambda n: n["metadata"]["labels"].update(
+                {"nvidia.com/gpu-driver-upgrade-state": "cordon-required"}
+            ),
+            True,
+        ),
     ],
 )
 def test_node_updates_pass_only_when_the_worker_view_changes(change: Any, relevant: bool) -> None:

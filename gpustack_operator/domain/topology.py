@@ -1,0 +1,329 @@
+"""Kueue Topology-Aware Scheduling from the topology labels a cluster publishes (docs/topology.md).
+
+A node's *level set* is the ordered list of node-label keys, coarse to fine, that place it in
+the data centre, always ending in ``kubernetes.io/hostname``. It comes from the platform's
+published labels (GKE, EKS, NVIDIA GFD, NVIDIA Topograph) or from a list a person gives in
+the policy. Kueue drops a node that lacks any level of its flavor's Topology without a word,
+so nodes are grouped by the exact level set they carry: the worker publishes the group as
+the node label ``feature.gpustack.ai/topology`` (a digest of the level set and of the
+dedication taints the flavor will tolerate), the flavor pins it, and one ``Topology`` exists
+per level set, named by its content. A TAS flavor's frozen fields (``nodeLabels``,
+``tolerations``, ``topologyName``) are then a function of its name: a change yields a new
+name, never a forbidden patch.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from gpustack_operator.domain.kueue import KueueVersion, Toleration
+from gpustack_operator.domain.labels import MANAGED_BY_LABEL, MANAGED_BY_VALUE, TOPOLOGY_LABEL
+from gpustack_operator.domain.nodeview import labels_of, name_of
+from gpustack_operator.domain.profiles import fnv1a_64, strip_tas_suffix
+from gpustack_operator.domain.validation import is_valid_label_key
+
+HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
+ZONE_LABEL: Final = "topology.kubernetes.io/zone"
+REGION_LABEL: Final = "topology.kubernetes.io/region"
+CLIQUE_LABEL: Final = "nvidia.com/gpu.clique"
+MAX_LEVELS: Final = 16
+"""Kueue's ``Topology.spec.levels`` limit (apis/kueue/v1beta2/topology_types.go)."""
+TOPOLOGY_NAME_PREFIX: Final = "gpustack-topology-"
+TAS_QUEUE_SUFFIX: Final = ".tas"
+"""Appended to a ClusterQueue (and so a pool) fed by TAS flavors: a queue never mixes TAS
+and non-TAS flavors."""
+TAS_FLAVOR_SUFFIX: Final = ".tas-"
+"""Joins a flavor's name and its topology group (``<flavor>.tas-<levels>-<tolerations>``)."""
+
+_GKE: Final = (
+    "cloud.google.com/gce-topology-block",
+    "cloud.google.com/gce-topology-subblock",
+    "cloud.google.com/gce-topology-host",
+)
+_EKS: Final = tuple(f"topology.k8s.aws/network-node-layer-{i}" for i in range(1, 5))
+_TOPOGRAPH_TIER: Final = "fabric.topograph.run/tier-"
+_TOPOGRAPH_ACCELERATOR: Final = (
+    "accelerator.topograph.run/domain",
+    "accelerator.topograph.run/sub-domain",
+)
+_TOPOGRAPH_05: Final = (
+    "network.topology.nvidia.com/core",
+    "network.topology.nvidia.com/spine",
+    "network.topology.nvidia.com/leaf",
+    "network.topology.nvidia.com/accelerator",
+)
+_TOPOGRAPH_01: Final = (
+    "network.topology.nvidia.com/datacenter",
+    "network.topology.nvidia.com/spine",
+    "network.topology.nvidia.com/block",
+    "network.topology.nvidia.com/accelerator",
+)
+_GROUP: Final = re.compile(r"[0-9a-f]{16}-[0-9a-f]{8}")
+
+
+@dataclass(frozen=True)
+class TopologyPolicy:
+    """The TAS part of the chain policy (docs/topology.md, "The switch").
+
+    ``enabled``: build TAS flavors where nodes publish levels (the default); off keeps the
+    chain as it was before TAS. ``levels``: a person's level list (coarse to fine) used
+    instead of the published sets; every node then gets at least ``kubernetes.io/hostname``.
+    ``reason``: why TAS is off when the worker turned it off itself (an old Kueue).
+    """
+
+    enabled: bool = True
+    levels: tuple[str, ...] = ()
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        levels = tuple(self.levels)
+        if levels and levels[-1] == HOSTNAME_LABEL:
+            levels = levels[:-1]
+        bad = [lv for lv in levels if not is_valid_label_key(lv)]
+        if bad:
+            raise ValueError(f"topology level {', '.join(bad)}: give node-label keys")
+        if HOSTNAME_LABEL in levels:
+            raise ValueError(f"{HOSTNAME_LABEL} may only be the last topology level")
+        if len(set(levels)) != len(levels):
+            raise ValueError("topology levels must be unique")
+        if len(levels) + 1 > MAX_LEVELS:
+            raise ValueError(f"at most {MAX_LEVELS - 1} topology levels besides the hostname")
+        object.__setattr__(self, "levels", levels)
+
+    def off(self, reason: str) -> TopologyPolicy:
+        """This policy turned off, saying *reason* (logged once by whoever turned it off)."""
+        return TopologyPolicy(enabled=False, levels=self.levels, reason=reason)
+
+
+def _prefix(labels: Mapping[str, str], keys: Sequence[str]) -> tuple[str, ...]:
+    """The longest run of *keys* from the first on that the node carries (non-empty)."""
+    out: list[str] = []
+    for key in keys:
+        if not labels.get(key):
+            break
+        out.append(key)
+    return tuple(out)
+
+
+def _topograph_tiers(labels: Mapping[str, str]) -> tuple[str, ...]:
+    """``fabric.topograph.run/tier-N`` ... ``tier-0``: tier 0 is nearest the node, so the
+    contiguous run from tier 0 up, reversed, is coarse to fine."""
+    tiers: list[str] = []
+    while labels.get(f"{_TOPOGRAPH_TIER}{len(tiers)}"):
+        tiers.append(f"{_TOPOGRAPH_TIER}{len(tiers)}")
+    return tuple(reversed(tiers))
+
+
+def published_levels(labels: Mapping[str, str]) -> tuple[str, ...]:
+    """The levels (without the hostname) a node publishes, from the first source it carries:
+    Topograph >= 1.0, Topograph <= 0.5 (and 0.1's keys), GKE, EKS, then GFD's clique alone.
+    GKE and EKS sets get GFD's clique as their finest level when the node carries it."""
+    tiers = _topograph_tiers(labels)
+    accelerator = _prefix(labels, _TOPOGRAPH_ACCELERATOR)
+    if tiers or accelerator:
+        return tiers + accelerator
+    for keys in (_TOPOGRAPH_05, _TOPOGRAPH_01):
+        tree = _prefix(labels, keys[:3])
+        if tree or labels.get(keys[3]):
+            return tree + ((keys[3],) if labels.get(keys[3]) else ())
+    for cloud in (_GKE, _EKS):
+        found = _prefix(labels, cloud)
+        if found:
+            return found + ((CLIQUE_LABEL,) if labels.get(CLIQUE_LABEL) else ())
+    if labels.get(CLIQUE_LABEL):
+        return (CLIQUE_LABEL,)
+    return ()
+
+
+PUBLISHED_LEVEL_LABELS: Final = frozenset(
+    {
+        HOSTNAME_LABEL,
+        CLIQUE_LABEL,
+        *_GKE,
+        *_EKS,
+        *_TOPOGRAPH_ACCELERATOR,
+        *_TOPOGRAPH_05,
+        *_TOPOGRAPH_01,
+    }
+)
+
+
+def is_level_label(key: str, policy: TopologyPolicy | None = None) -> bool:
+    """Whether a node label can place a node in a level set (the worker then looks again
+    at a node whose value of it changes)."""
+    return (
+        key in PUBLISHED_LEVEL_LABELS
+        or key.startswith(_TOPOGRAPH_TIER)
+        or (policy is not None and key in policy.levels)
+    )
+
+
+def node_levels(node: object, policy: TopologyPolicy) -> tuple[str, ...]:
+    """The node's level set, ending in ``kubernetes.io/hostname``; ``()`` when the node is
+    not scheduled by TAS (TAS off, no hostname label, or it publishes no level and the policy
+    gives no list: such nodes keep the pools they had before TAS)."""
+    if not policy.enabled:
+        return ()
+    labels = labels_of(node)
+    if not labels.get(HOSTNAME_LABEL):
+        return ()
+    if policy.levels:
+        return (*_prefix(labels, policy.levels), HOSTNAME_LABEL)
+    found = published_levels(labels)
+    return (*found, HOSTNAME_LABEL) if found else ()
+
+
+def missing_level(node: object, policy: TopologyPolicy) -> str:
+    """The first level label the node lacks while it carries a coarser one of the same set
+    (``""`` when none): such a node lands in a smaller level set, i.e. another Topology."""
+    if not policy.enabled:
+        return ""
+    labels = labels_of(node)
+    keys: Sequence[str]
+    if policy.levels:
+        keys = policy.levels
+    else:
+        found = published_levels(labels)
+        candidates = [s for s in (_GKE, _EKS[:3], _TOPOGRAPH_05[:3]) if found and found[0] == s[0]]
+        keys = candidates[0] if candidates else ()
+    have = _prefix(labels, keys)
+    if not have and not policy.levels:
+        return ""
+    return keys[len(have)] if len(have) < len(keys) else ""
+
+
+def levels_digest(levels: Sequence[str]) -> str:
+    """16 hex digits of FNV-1a-64 over the ordered level keys."""
+    return f"{fnv1a_64(chr(0).join(levels).encode()):016x}"
+
+
+def tolerations_digest(tolerations: Iterable[Toleration]) -> str:
+    """8 hex digits over a flavor's tolerations, in order."""
+    return manifests_digest([t.manifest() for t in tolerations])
+
+
+def manifests_digest(tolerations: Sequence[Mapping[str, Any]]) -> str:
+    """:func:`tolerations_digest` of tolerations as a flavor's spec holds them."""
+    text = json.dumps(list(tolerations), sort_keys=True)
+    return f"{fnv1a_64(text.encode()) & 0xFFFFFFFF:08x}"
+
+
+def topology_name(levels: Sequence[str]) -> str:
+    """``gpustack-topology-<16 hex>``: the Topology of a level set, named by its content."""
+    return topology_name_of_digest(levels_digest(levels))
+
+
+def topology_name_of_digest(digest: str) -> str:
+    return TOPOLOGY_NAME_PREFIX + digest
+
+
+def group_value(levels: Sequence[str], tolerations: Iterable[Toleration]) -> str:
+    """The ``feature.gpustack.ai/topology`` value: ``<levels digest>-<tolerations digest>``."""
+    return f"{levels_digest(levels)}-{tolerations_digest(tolerations)}"
+
+
+def parse_group(value: str | None) -> tuple[str, str] | None:
+    """``(levels digest, tolerations digest)`` of a group label value, ``None`` if invalid."""
+    if not value or not _GROUP.fullmatch(value):
+        return None
+    levels, _, tolerations = value.partition("-")
+    return levels, tolerations
+
+
+def node_group(node: object) -> str:
+    """The group label the node carries (``""`` if none or not one the worker writes)."""
+    value = labels_of(node).get(TOPOLOGY_LABEL, "")
+    return value if parse_group(value) else ""
+
+
+def tas_flavor_name(flavor: str, group: str) -> str:
+    return f"{flavor}{TAS_FLAVOR_SUFFIX}{group}"
+
+
+def tas_queue_name(queue: str) -> str:
+    return f"{queue}{TAS_QUEUE_SUFFIX}"
+
+
+def is_tas_name(name: str) -> bool:
+    return strip_tas_suffix(name) != name
+
+
+def topology_manifest(
+    levels: Sequence[str], version: KueueVersion = KueueVersion.V1BETA2
+) -> dict[str, Any]:
+    """The Kueue ``Topology`` of *levels* (coarse to fine, ending in the hostname)."""
+    return {
+        "apiVersion": version.api_version,
+        "kind": "Topology",
+        "metadata": {
+            "name": topology_name(levels),
+            "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE},
+        },
+        "spec": {"levels": [{"nodeLabel": key} for key in levels]},
+    }
+
+
+def topology_levels(topology: Mapping[str, Any]) -> tuple[str, ...]:
+    """The level keys of a Topology object."""
+    spec = topology.get("spec") or {}
+    return tuple(
+        str(level.get("nodeLabel", ""))
+        for level in spec.get("levels") or ()
+        if isinstance(level, Mapping)
+    )
+
+
+def desired_topologies(
+    nodes: Iterable[object],
+    policy: TopologyPolicy,
+    version: KueueVersion = KueueVersion.V1BETA2,
+    *,
+    is_member: Any = None,
+) -> dict[str, dict[str, Any]]:
+    """One Topology per level set the (TAS) *nodes* carry, by name (sorted). *is_member*
+    picks the nodes that count (default: all)."""
+    found: dict[str, tuple[str, ...]] = {}
+    for node in nodes:
+        if is_member is not None and not is_member(node):
+            continue
+        levels = node_levels(node, policy)
+        if levels and node_group(node):
+            found.setdefault(topology_name(levels), levels)
+    return {name: topology_manifest(found[name], version) for name in sorted(found)}
+
+
+def domain_tree(
+    nodes: Iterable[object], levels: Sequence[str], devices: Mapping[str, int]
+) -> list[str]:
+    """Indented lines of the domain tree of *nodes* over *levels* (hostname last), each
+    domain with the devices under it (*devices*: node name -> count)."""
+    totals: dict[tuple[str, ...], int] = {}
+    for node in sorted(nodes, key=name_of):
+        labels = labels_of(node)
+        path = tuple(labels.get(key, "") for key in levels)
+        for depth in range(1, len(path) + 1):
+            totals[path[:depth]] = totals.get(path[:depth], 0) + devices.get(name_of(node), 0)
+    lines = []
+    for path in sorted(totals):
+        key = levels[len(path) - 1].rpartition("/")[2]
+        lines.append(f"{'  ' * (len(path) - 1)}{key}={path[-1]}: {totals[path]}")
+    return lines
+
+
+def explain_topology(node: object, policy: TopologyPolicy) -> str:
+    """One line for ``plan --explain``: the Topology the node is in (and a level it lacks
+    that would have put it in a larger set), or why it is in none."""
+    if not policy.enabled:
+        return f"none: Topology-Aware Scheduling is off ({policy.reason or 'policy'})"
+    levels = node_levels(node, policy)
+    lacking = missing_level(node, policy)
+    if not levels:  # no level published: nothing to say, its pools are as without TAS
+        return f"none: it lacks {lacking}" if lacking else ""
+    text = f"{topology_name(levels)} (levels: {' > '.join(levels)})"
+    if lacking:
+        text += f"; lacks {lacking}, so it is grouped apart from nodes that carry it"
+    return text
