@@ -9,6 +9,10 @@ BIN := $(VENV)/bin
 CLUSTER ?= examples/cluster.yaml
 TAS_CLUSTER ?= examples/topology-gke-a3-ultra.yaml
 PYTEST_ARGS ?=
+# Test processes of `make test` (pytest-xdist's -n): one per CPU. Much of the suite waits on
+# servers, subprocesses and timers, so workers overlap well, and an idle worker takes tests
+# from a busy one (worksteal: a few tests take tens of seconds). PYTEST_WORKERS=0: one process.
+PYTEST_WORKERS ?= auto
 RUN_ARGS ?=
 
 .PHONY: install install-dev test lint fmt demo demo-autoscaling run clean help
@@ -40,7 +44,7 @@ install: $(BIN)/gpustack-operator ## create .venv with the runtime dependencies 
 install-dev: $(VENV)/.dev-installed ## add the test and lint tools (the dev dependency group)
 
 test: install-dev ## run the test suite
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 lint: install-dev ## ruff check, ruff format --check, mypy
 	$(BIN)/ruff check .
