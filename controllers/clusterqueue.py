@@ -38,6 +38,7 @@ from gpustack_operator.controllers.common import (
     is_up_to_date,
 )
 from gpustack_operator.domain.availability import NodeAvailability
+from gpustack_operator.domain.declaredpools import is_pool_chain_object
 from gpustack_operator.domain.kueue import OwnerReference
 from gpustack_operator.domain.labels import MANAGED_BY_LABEL, QUEUE_ANNOTATION, UNIT_ANNOTATION
 from gpustack_operator.domain.nodeview import (
@@ -142,6 +143,8 @@ class ClusterQueueReconciler:
         name = request.name
         caches = self.caches
         have = caches.cluster_queues.indexer.get(name)
+        if is_pool_chain_object(have):
+            return None  # the declared-pool reconciler's (docs/autoscaling.md)
         if have is not None and not is_managed_object(have):
             if caches.flavors.indexer.by_index(BY_QUEUE, name):
                 self.writer.not_ours(self.resource, have)
