@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 PYTEST_WORKERS ?= auto
 RUN_ARGS ?=
 
-.PHONY: install install-dev test lint fmt demo run clean help
+.PHONY: install install-dev test lint fmt demo demo-autoscaling run clean help
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' \
@@ -61,6 +61,9 @@ run: install ## run the worker against the current kubeconfig
 demo: install ## run the worker on a simulated cluster, print the Kueue chain, submit demo Jobs
 	$(BIN)/gpustack-operator --log-level warning sim --cluster $(CLUSTER) -o table --demo-jobs
 	$(BIN)/gpustack-operator --log-level warning sim --cluster $(TAS_CLUSTER) -o table --demo-jobs
+
+demo-autoscaling: install ## the same for pools that scale from zero: a Job admitted at zero nodes, a node arriving, its pod running
+	$(BIN)/gpustack-operator --log-level warning sim --cluster examples/autoscaling/pools-at-zero.yaml --declared-pools examples/autoscaling/declared-pools.yaml -o table --demo-jobs
 
 clean: ## remove the virtual environment and caches
 	rm -rf $(VENV) .tools .mypy_cache .ruff_cache .pytest_cache .hypothesis

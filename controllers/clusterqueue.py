@@ -45,6 +45,7 @@ from gpustack_operator.controllers.common import (
 )
 from gpustack_operator.controllers.teams import watch_teams
 from gpustack_operator.domain.availability import NodeAvailability
+from gpustack_operator.domain.declaredpools import is_pool_chain_object
 from gpustack_operator.domain.kueue import OwnerReference
 from gpustack_operator.domain.labels import MANAGED_BY_LABEL, QUEUE_ANNOTATION, UNIT_ANNOTATION
 from gpustack_operator.domain.nodeview import (
@@ -203,6 +204,8 @@ class ClusterQueueReconciler:
         name = request.name
         caches = self.caches
         have = caches.cluster_queues.indexer.get(name)
+        if is_pool_chain_object(have):
+            return None  # the declared-pool reconciler's (docs/autoscaling.md)
         if have is not None and pool_of(have) and is_managed_object(have):
             return None  # a team queue: its pool's key handles it (docs/teams.md)
         if have is not None and not is_managed_object(have):

@@ -23,6 +23,7 @@ from gpustack_operator.controllers.common import (
     is_up_to_date,
 )
 from gpustack_operator.controllers.teams import watch_teams
+from gpustack_operator.domain.declaredpools import is_pool_chain_object
 from gpustack_operator.domain.labels import QUEUE_ANNOTATION
 from gpustack_operator.domain.nodeview import annotations_of, is_deleting
 from gpustack_operator.domain.policy import ChainPolicy
@@ -61,6 +62,8 @@ class CohortReconciler:
     async def __call__(self, request: Request) -> Result | None:
         name = request.name
         have = self.caches.cohorts.indexer.get(name)
+        if is_pool_chain_object(have):
+            return None  # the declared-pool reconciler's (docs/autoscaling.md)
         nodes = self.caches.managed_nodes(BY_COHORT, name)
         if have is not None and is_deleting(have):
             return Result(requeue_after=self.deleting_requeue) if nodes else None

@@ -26,6 +26,7 @@ from gpustack_operator.controllers.common import (
     is_managed_object,
     is_up_to_date,
 )
+from gpustack_operator.domain.declaredpools import is_pool_chain_object
 from gpustack_operator.domain.flavors import desired_resource_flavor
 from gpustack_operator.domain.labels import QUEUE_ANNOTATION, TOPOLOGY_LABEL
 from gpustack_operator.domain.nodeview import annotations_of, is_deleting, name_of
@@ -54,6 +55,8 @@ class FlavorReconciler:
     async def __call__(self, request: Request) -> None:
         name = request.name
         have = self.caches.flavors.indexer.get(name)
+        if is_pool_chain_object(have):
+            return  # the declared-pool reconciler's (docs/autoscaling.md)
         nodes = self.caches.managed_nodes(BY_FLAVOR, name)
         want = desired_resource_flavor(
             name,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Protocol
 
 from gpustack_operator.domain.availability import availability_inputs
 from gpustack_operator.domain.capacity import worker_capacity_labels
@@ -71,6 +71,16 @@ _NODE_LABELS: Final = frozenset(
 )
 # Annotations besides NFD's CPU ones: in a vCluster tenant, which labels the host owns.
 _NODE_ANNOTATIONS: Final = frozenset({HOST_LABELS_ANNOTATION})
+
+
+class PoolClaims(Protocol):
+    """Which declared pool selects a node (``controllers.declaredpool.PoolRegistry``)."""
+
+    version: int
+
+    def claim(self, node: object) -> str: ...
+
+
 _MIN_GENERATION: Final = 1024
 _VERSIONS: Final = 2
 
@@ -137,6 +147,8 @@ class _Facts:
     awaits_labels: bool | None = None
     capacity_labels: Mapping[str, str] | None = None
     names: dict[str, list[str]] = field(default_factory=dict)
+    pools: int = 0
+    """The declared pools' version these facts were derived under."""
 
 
 class NodeFacts:
@@ -172,22 +184,29 @@ class NodeFacts:
         # uid -> [(resourceVersion, facts)], at most _VERSIONS, the most recent last
         self._current: dict[str, list[tuple[str, _Facts]]] = {}
         self._previous: dict[str, list[tuple[str, _Facts]]] = {}
+        self.pools: PoolClaims | None = None
+        """The declared pools (docs/autoscaling.md): a node one of them selects has no
+        profiles of its own; it feeds the pool's flavor."""
 
     def _facts(self, node: Mapping[str, Any]) -> _Facts:
         meta = metadata(node)
         uid, version = meta.get("uid"), meta.get("resourceVersion")
+        pools = self.pools.version if self.pools is not None else 0
         if not isinstance(uid, str) or not isinstance(version, str) or not uid or not version:
-            return _Facts(node)
+            return _Facts(node, pools=pools)
         versions = self._current.get(uid)
         if versions is None:
             versions = self._previous.pop(uid, None)
             if versions is None:
                 versions = []
             self._remember(uid, versions)
-        for known, facts in versions:
+        for i, (known, facts) in enumerate(versions):
             if known == version and (facts.node is node or facts.node == node):
-                return facts
-        facts = _Facts(node)
+                if facts.pools == pools:
+                    return facts
+                del versions[i]  # derived before the declared pools changed
+                break
+        facts = _Facts(node, pools=pools)
         if len(versions) >= _VERSIONS:
             del versions[0]
         versions.append((version, facts))
@@ -204,6 +223,8 @@ class NodeFacts:
         facts = self._facts(node)
         if facts.view is None:
             facts.view = node_view(node, self.manufacturers, self.topology)
+            if self.pools is not None and self.pools.version:
+                facts.view = (*facts.view, self.pools.claim(node))
         return facts.view
 
     def profiles(self, node: object) -> tuple[Profile, ...]:
@@ -212,7 +233,10 @@ class NodeFacts:
             return tuple(node_profiles(node, self.manufacturers))
         facts = self._facts(node)
         if facts.profiles is None:
-            facts.profiles = tuple(node_profiles(node, self.manufacturers))
+            if self.pools is not None and self.pools.version and self.pools.claim(node):
+                facts.profiles = ()
+            else:
+                facts.profiles = tuple(node_profiles(node, self.manufacturers))
         return facts.profiles
 
     def names(self, node: Mapping[str, Any], part: Part) -> list[str]:

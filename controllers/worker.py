@@ -44,6 +44,7 @@ from gpustack_operator.controllers.clusterqueue import build_cluster_queue_contr
 from gpustack_operator.controllers.cohort import NAME as COHORT
 from gpustack_operator.controllers.cohort import build_cohort_controller
 from gpustack_operator.controllers.common import Writer, trim_for_worker
+from gpustack_operator.controllers.declaredpool import BY_POOL, PoolRegistry, add_pool_controller
 from gpustack_operator.controllers.flavor import NAME as FLAVOR
 from gpustack_operator.controllers.flavor import build_flavor_controller
 from gpustack_operator.controllers.kueueconfig import NAME as KUEUE_CONFIG
@@ -222,6 +223,12 @@ class Worker:
         """Each node's availability and what the worker remembers of it
         (docs/node-lifecycle.md)."""
         manager.informer(NODES).add_event_handler(HandlerFuncs(delete=self.availability.forget))
+        self.pool_controller: Controller | None = None
+        """The declared-pool controller, once Kueue is found (docs/autoscaling.md)."""
+        self.pools = PoolRegistry()
+        """The declared pools (docs/autoscaling.md); the Node facts ask it which nodes are
+        claimed."""
+        self.facts.pools = self.pools
 
     @property
     def excluded_namespaces(self) -> tuple[str, ...]:
@@ -269,6 +276,14 @@ class Worker:
             namespaces=self.caches.namespaces,
         )
         self.queue_controllers = self._add_queue_controllers(self.caches)
+        self.pool_controller = await add_pool_controller(
+            self.manager,
+            self.caches,
+            self.writer,
+            self.config.policy,
+            self.pools,
+            self.queue_controllers,
+        )
         self.kueue_found.set()
         return True
 
@@ -416,6 +431,10 @@ def setup_worker(manager: Manager, config: WorkerConfig) -> Worker:
     """
     worker = Worker(manager, config)
     add_node_indexes(manager.informer(NODES), worker.facts)
+    if BY_POOL not in manager.informer(NODES).indexer.index_names:
+        manager.informer(NODES).add_index(
+            BY_POOL, lambda n: [c] if (c := worker.pools.claim(n)) else []
+        )
     if config.tenant.is_tenant:
         log.info(TENANT_NO_NODE_FEATURES, tenancy=config.tenant.tenancy.value)
     else:

@@ -28,6 +28,7 @@ from gpustack_operator.domain.topology import domain_tree, topology_levels
 FORMATS = ("table", "yaml", "json")
 EXPLANATIONS_FIELD = "explanations"
 TENANCY_FIELD = "tenancy"
+POOL_REJECTIONS_FIELD = "poolRejections"
 
 
 def render(state: DesiredState, output: str, manufacturers: Mapping[str, Any]) -> str:
@@ -49,6 +50,10 @@ def _document(state: DesiredState) -> dict[str, Any]:
         doc[TENANCY_FIELD] = state.tenancy.value
     if state.explanations:
         doc[EXPLANATIONS_FIELD] = [e.as_dict() for e in state.explanations]
+    if state.pool_rejections:  # docs/autoscaling.md, "Pools that get no queue"
+        doc[POOL_REJECTIONS_FIELD] = [
+            {"pool": r.key, "reason": r.reason} for r in state.pool_rejections
+        ]
     return doc
 
 
@@ -193,6 +198,9 @@ def render_table(state: DesiredState, manufacturers: Mapping[str, Any]) -> str:
         lines.insert(0, f"Tenancy: {state.tenancy.value} (a vCluster tenant; docs/tenants.md)")
     lines.extend(_columns(_node_rows(state, manufacturers)))
     lines.extend(_reason_lines(state))
+    if state.pool_rejections:  # docs/autoscaling.md, "Pools that get no queue"
+        lines.extend(["", "Declared pools without a queue:"])
+        lines.extend(f"  {r.key}: {r.reason}" for r in state.pool_rejections)
     lines.append("")
     by_cohort: dict[str, list[Mapping[str, Any]]] = {}
     for queue in state.cluster_queues:

@@ -14,7 +14,7 @@ import json
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from gpustack_operator.commands.policy_flags import (
     kueue_version,
     policy_from_args,
 )
+from gpustack_operator.domain.declaredpools import is_pool_object
 from gpustack_operator.domain.devicesources.dra import KIND as DRA_KIND
 from gpustack_operator.domain.nodeview import (
     has_status,
@@ -149,6 +150,24 @@ def parse_cluster_text(
     text: str, source: str
 ) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]], list[Mapping[str, Any]]]:
     """Nodes, Namespaces and DRA ResourceSlices (docs/devices.md, "DRA") in *text*."""
+    found = parse_cluster_input(text, source)
+    return found.nodes, found.namespaces, found.slices
+
+
+@dataclass
+class ClusterInput:
+    """What a cluster dump holds for ``plan`` and ``sim``."""
+
+    nodes: list[Mapping[str, Any]] = field(default_factory=list)
+    namespaces: list[Mapping[str, Any]] = field(default_factory=list)
+    slices: list[Mapping[str, Any]] = field(default_factory=list)
+    pools: list[Mapping[str, Any]] = field(default_factory=list)
+    """Karpenter NodePools and Cluster API node groups (docs/autoscaling.md)."""
+
+
+def parse_cluster_input(text: str, source: str) -> ClusterInput:
+    """Nodes, Namespaces, DRA ResourceSlices and pool objects in *text*; a dump of pools at
+    zero may hold no Node."""
     try:
         documents = _documents(text)
     except yaml.YAMLError as exc:
@@ -159,6 +178,7 @@ def parse_cluster_text(
     nodes: list[Mapping[str, Any]] = []
     namespaces: list[Mapping[str, Any]] = []
     slices: list[Mapping[str, Any]] = []
+    pools: list[Mapping[str, Any]] = []
     for d, document in enumerate(documents):
         for obj in _objects_of(document, f"{source}: document {d + 1}"):
             kind = obj.get("kind")
@@ -168,13 +188,16 @@ def parse_cluster_text(
             if kind == DRA_KIND and str(obj.get("apiVersion", "")).startswith("resource.k8s.io/"):
                 slices.append(obj)
                 continue
+            if is_pool_object(obj):
+                pools.append(obj)
+                continue
             if kind != "Node":
                 label = f"kind {kind}" if isinstance(kind, str) else "an object without kind"
                 raise PlanInputError(
                     f"{source}: {label} ({name_of(obj) or 'unnamed'}) is not a Node"
                 )
             nodes.append(obj)
-    if not nodes:
+    if not nodes and not pools:
         raise PlanInputError(f"{source}: no Node objects found")
     seen: set[str] = set()
     for i, node in enumerate(nodes):
@@ -193,7 +216,7 @@ def parse_cluster_text(
             raise PlanInputError(
                 f"{source}: Node {name} has no status (plan needs status.capacity)"
             )
-    return nodes, namespaces, slices
+    return ClusterInput(nodes, namespaces, slices, pools)
 
 
 def read_nodes_file(path: Path) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
@@ -207,13 +230,19 @@ def read_cluster_file(
     path: Path,
 ) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]], list[Mapping[str, Any]]]:
     """The Nodes, Namespaces and ResourceSlices in a YAML/JSON file (``-``: standard input)."""
+    found = read_cluster_input(path)
+    return found.nodes, found.namespaces, found.slices
+
+
+def read_cluster_input(path: Path) -> ClusterInput:
+    """Everything ``plan`` reads from a YAML/JSON file (``-``: standard input)."""
     stdin = str(path) == "-"
     source = "<stdin>" if stdin else str(path)
     try:
         text = sys.stdin.read() if stdin else path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise PlanInputError(f"{source}: cannot read: {exc}") from None
-    return parse_cluster_text(text, source)
+    return parse_cluster_input(text, source)
 
 
 async def read_cluster(
@@ -255,7 +284,13 @@ def run(args: argparse.Namespace) -> int:
         if args.nodes is not None:
             if args.kubeconfig or args.context:
                 raise PlanInputError("give either --nodes or --kubeconfig/--context, not both")
-            nodes, found, slices = read_cluster_file(args.nodes)
+            dump = read_cluster_input(args.nodes)
+            nodes, found, slices, pool_objects = (
+                dump.nodes,
+                dump.namespaces,
+                dump.slices,
+                dump.pools,
+            )
             live = False
         elif args.kubeconfig or args.context:
             try:
@@ -271,6 +306,7 @@ def run(args: argparse.Namespace) -> int:
                 if not has_status(node):
                     raise PlanInputError(f"cluster: Node {name_of(node)} has no status")
             slices = []
+            pool_objects = []
             live = True
         else:
             raise PlanInputError("give --nodes FILE, or --kubeconfig FILE to read a cluster")
@@ -281,6 +317,7 @@ def run(args: argparse.Namespace) -> int:
             policy,
             with_memory=load_group_id_with_memory(),
             resource_slices=slices,
+            pool_objects=pool_objects,
             now=time.time(),
         )
         if args.explain is not None:

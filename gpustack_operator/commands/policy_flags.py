@@ -16,14 +16,21 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Final, TypeVar
 
+import yaml
+
 from gpustack_operator.commands.argtypes import comma_list, parse_duration
 from gpustack_operator.commands.envflags import SHARED_ENV
 from gpustack_operator.domain.availability import LifecycleTimers
+from gpustack_operator.domain.declaredpools import (
+    PoolResult,
+    parse_declarations,
+)
 from gpustack_operator.domain.flavors import TolerationPolicy
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.manufacturers import KNOWN_MANUFACTURERS
 from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
 from gpustack_operator.domain.policy import DEFAULT_UNPOOLED_SETTLING, ChainPolicy
+from gpustack_operator.domain.poolchain import ProvisioningSettings
 from gpustack_operator.domain.queues import (
     DEFAULT_EXCLUDED_NAMESPACES,
     DEFAULT_QUOTA_RESOURCES,
@@ -268,7 +275,56 @@ def add_policy_flags(
             "namespace when it exists (default: no teams)",
         )
     )
+    _add_pool_flags(parser)
     _add_lifecycle_flags(parser)
+
+
+def provisioning_choice(raw: str) -> bool | None:
+    """``auto`` (None: asked of the cluster), ``on`` or ``off``."""
+    value = raw.strip()
+    choices = {AUTO: None, "on": True, "off": False}
+    if value not in choices:
+        raise argparse.ArgumentTypeError(f"{raw!r}: choose from auto, on, off")
+    return choices[value]
+
+
+def _add_pool_flags(parser: argparse._ActionsContainer) -> None:
+    """``--declared-pools`` and ``--provisioning-requests`` (docs/autoscaling.md)."""
+    _shared(
+        parser.add_argument(
+            "--declared-pools",
+            type=Path,
+            default=None,
+            metavar="FILE",
+            help="pools a person declares where no NodePool or Cluster API node group "
+            "describes them (GKE node pools): a YAML file, docs/autoscaling.md (default: none)",
+        )
+    )
+    _shared(
+        parser.add_argument(
+            "--provisioning-requests",
+            type=provisioning_choice,
+            default=None,
+            metavar="auto|on|off",
+            help="give autoscaled pools with a provisioning class a ProvisioningRequest "
+            "admission check; auto: when Kueue serves ProvisioningRequestConfig and the "
+            "cluster autoscaling.x-k8s.io/v1 ProvisioningRequests (plan: off) (default: auto)",
+        )
+    )
+
+
+def read_declared_pools(
+    path: Path, manufacturers_by_resource: Mapping[str, str]
+) -> tuple[PoolResult, ...]:
+    """The pools of a declaration file; ``ValueError`` naming the file and the fix."""
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ValueError(f"--declared-pools {path}: cannot read: {exc}") from None
+    try:
+        return tuple(parse_declarations(document, manufacturers_by_resource))
+    except ValueError as exc:
+        raise ValueError(f"--declared-pools {path}: {exc}") from None
 
 
 _LIFECYCLE_FLAGS: Final = (
@@ -369,6 +425,13 @@ def policy_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = N
     teams_file = getattr(args, "teams", None)
     if teams_file:
         policy = replace(policy, teams=read_teams_file(teams_file, policy.manufacturers))
+    declared = getattr(args, "declared_pools", None)
+    if declared is not None:
+        pools = read_declared_pools(declared, policy.manufacturers_by_resource)
+        policy = replace(policy, declared_pools=pools)
+    served = getattr(args, "provisioning_requests", None)
+    if served is not None:
+        policy = replace(policy, provisioning=ProvisioningSettings(served=served))
     return policy
 
 

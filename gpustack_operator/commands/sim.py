@@ -30,7 +30,7 @@ import yaml
 from gpustack_operator.commands.argtypes import comma_list, duration
 from gpustack_operator.commands.helptext import env_epilog
 from gpustack_operator.commands.plan import DEFAULT_NAMESPACES as PLAN_DEFAULT_NAMESPACES
-from gpustack_operator.commands.plan import PlanInputError, read_cluster_file
+from gpustack_operator.commands.plan import PlanInputError, read_cluster_input
 from gpustack_operator.commands.policy_flags import add_policy_flags, policy_from_args
 from gpustack_operator.domain.plan import plan_state
 from gpustack_operator.environment import load_group_id_with_memory
@@ -157,6 +157,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="after convergence submit three Jobs derived from the chain (one that fits, one "
         "too big, one in the wrong queue) and print where each landed or why it waits",
     )
+    parser.add_argument(
+        "--provision-delay",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="the provisioning stand-in adds nodes to a pool whose pods have been "
+        "unschedulable this long (docs/autoscaling.md; default: 2)",
+    )
+    parser.add_argument(
+        "--consolidation-delay",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="and removes a node it added once no pod has used it this long (default: 30)",
+    )
     add_policy_flags(
         parser.add_argument_group("the chain, as the worker's flags (docs/configuration.md)")
     )
@@ -252,6 +267,16 @@ def with_stand_ins(crds: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [*crds, *(c for c in stand_in_crds() if c["metadata"]["name"] not in given)]
 
 
+def with_pool_stand_ins(crds: list[dict[str, Any]], provisioning: bool) -> list[dict[str, Any]]:
+    """*crds* plus stand-ins of the pool kinds (and with *provisioning* of the
+    ProvisioningRequest kinds) they do not bring (docs/autoscaling.md)."""
+    from gpustack_sim.standins.crds import autoscaling_stand_in_crds
+
+    given = {crd["metadata"]["name"] for crd in crds if isinstance(crd.get("metadata"), dict)}
+    extra = autoscaling_stand_in_crds(provisioning)
+    return [*crds, *(c for c in extra if c["metadata"]["name"] not in given)]
+
+
 def build_cluster(args: argparse.Namespace, crds: list[dict[str, Any]]) -> SimCluster:
     """The simulated cluster for ``--cluster`` (input read and checked as ``plan`` does).
 
@@ -260,7 +285,8 @@ def build_cluster(args: argparse.Namespace, crds: list[dict[str, Any]]) -> SimCl
     from gpustack_sim.apiserver.authn import TokenAuthenticator
     from gpustack_sim.cluster.cluster import SimCluster
 
-    nodes, found, slices = read_cluster_file(args.cluster)
+    dump = read_cluster_input(args.cluster)
+    nodes, found, slices, pools = dump.nodes, dump.namespaces, dump.slices, dump.pools
     if args.namespaces is not None:
         namespaces: list[str | Mapping[str, Any]] = list(comma_list(args.namespaces))
     else:
@@ -274,14 +300,21 @@ def build_cluster(args: argparse.Namespace, crds: list[dict[str, Any]]) -> SimCl
         policy,
         with_memory=with_memory,
         resource_slices=slices,
+        pool_objects=pools,
     )
+    served = with_stand_ins(crds)
+    if pools or policy.declared_pools:  # docs/autoscaling.md: pool kinds, and the checks' on `on`
+        served = with_pool_stand_ins(served, bool(policy.provisioning.served))
     return SimCluster(
         nodes,
         namespaces,
-        crds=with_stand_ins(crds),
+        crds=served,
         policy=policy,
         with_memory=with_memory,
         resource_slices=slices,
+        pool_objects=pools,
+        provision_delay=args.provision_delay,
+        consolidation_delay=args.consolidation_delay,
         host=args.bind_address,
         port=args.port,
         tls=not args.plain_http,

@@ -14,12 +14,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpustack_operator.domain.availability import NodeAvailability, node_availability
+from gpustack_operator.domain.declaredpools import (
+    PoolRejection,
+    claimed_nodes,
+    pools_from_objects,
+)
 from gpustack_operator.domain.devicesources.dra import node_slices
 from gpustack_operator.domain.explain import NodeExplanation
 from gpustack_operator.domain.flavors import desired_resource_flavors, flavor_nodes, is_managed
 from gpustack_operator.domain.nodefeature import merge_node_features, worker_node_feature
 from gpustack_operator.domain.nodeview import name_of
 from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.poolchain import declared_pool_chain
 from gpustack_operator.domain.queues import (
     active_namespaces,
     desired_cluster_queues,
@@ -65,6 +71,11 @@ class DesiredState:
     """A tenant's Nodes as its pools see them (``None`` outside a tenant)."""
     availability: dict[str, NodeAvailability] = field(default_factory=dict)
     """Per managed node, whether it counts now and why not (docs/node-lifecycle.md)."""
+    admission_checks: list[dict[str, Any]] = field(default_factory=list)
+    """ProvisioningRequest checks of autoscaled pools (docs/autoscaling.md)."""
+    provisioning_configs: list[dict[str, Any]] = field(default_factory=list)
+    pool_rejections: list[PoolRejection] = field(default_factory=list)
+    """Declared pools that get no queue, each with the fix (not part of :meth:`objects`)."""
     team_splits: dict[str, list[PoolSplit]] = field(default_factory=dict)
     """Per Cohort, its pools divided among teams (docs/teams.md; not part of :meth:`objects`)."""
 
@@ -76,6 +87,8 @@ class DesiredState:
             *self.topologies,
             *self.resource_flavors,
             *self.cohorts,
+            *self.provisioning_configs,
+            *self.admission_checks,
             *self.cluster_queues,
             *self.local_queues,
         ]
@@ -106,6 +119,7 @@ def desired_state(
     cohort_uids: Mapping[str, str] | None = None,
     extra_node_features: Iterable[dict[str, Any]] = (),
     resource_slices: Sequence[Mapping[str, Any]] = (),
+    pool_objects: Sequence[Mapping[str, Any]] = (),
     now: float | None = None,
 ) -> DesiredState:
     """The chain for *nodes* as the cluster holds them (device labels already present),
@@ -120,6 +134,10 @@ def desired_state(
     docs/tenants.md) no NodeFeature is written: the capacity labels are merged in memory
     from host-owned labels, DRA slices are not read, flavors select host-owned labels and
     device quotas follow the declared caps.
+
+    *pool_objects* (Karpenter NodePools, Cluster API node groups) and the policy's declared
+    pools add one flavor and queue per sound pool (docs/autoscaling.md); the nodes such a
+    pool selects feed its flavor, not flavors of their own.
 
     Each node's availability at *now* (epoch seconds; None takes every timer as run out)
     decides what it adds to its queues (docs/node-lifecycle.md); with no memory of the
@@ -149,6 +167,13 @@ def desired_state(
             own = [feature] if feature is not None else []
             features.extend(own)
             merged.append(merge_node_features(node, own, owned="worker"))
+    pools = pools_from_objects(
+        pool_objects, policy.declared_pools, policy.manufacturers_by_resource
+    )
+    chain = declared_pool_chain(pools, merged, kueue_version, policy.provisioning)
+    claimed = claimed_nodes(merged, pools) if pools else set()
+    all_nodes = merged
+    merged = [n for n in merged if name_of(n) not in claimed]
     flavors = desired_resource_flavors(
         merged, manufacturers, kueue_version, tolerations=policy.flavor_tolerations
     )
@@ -178,6 +203,9 @@ def desired_state(
     )
     if tenant.is_tenant:
         queues = {n: tenant_cluster_queue(q, tenant.quota_caps) for n, q in queues.items()}
+    flavors.update(chain.resource_flavors)
+    cohorts.update(chain.cohorts)
+    queues.update(chain.cluster_queues)
     queues, splits = split_queues(queues, policy.teams)  # docs/teams.md
     for cohort_name, pool_splits in splits.items():
         if cohort_name in cohorts:
@@ -213,13 +241,18 @@ def desired_state(
     return DesiredState(
         node_features=_unique_by_name([*extra_node_features, *features]),
         topologies=list(topologies.values()),
-        resource_flavors=list(flavors.values()),
-        cohorts=list(cohorts.values()),
-        cluster_queues=list(queues.values()),
+        resource_flavors=[flavors[k] for k in sorted(flavors)],
+        cohorts=[cohorts[k] for k in sorted(cohorts)],
+        cluster_queues=[queues[k] for k in sorted(queues)],
         local_queues=list(locals_.values()),
-        nodes=merged,
+        nodes=all_nodes,
         tenancy=tenant.tenancy,
         fleet=fleet,
         availability=dict(sorted(verdicts.items())),
+        admission_checks=[chain.admission_checks[n] for n in sorted(chain.admission_checks)],
+        provisioning_configs=[
+            chain.provisioning_configs[n] for n in sorted(chain.provisioning_configs)
+        ],
+        pool_rejections=chain.rejections,
         team_splits=splits,
     )

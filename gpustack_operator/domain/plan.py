@@ -84,6 +84,7 @@ def plan_state(
     *,
     with_memory: bool = False,
     resource_slices: Sequence[Mapping[str, Any]] = (),
+    pool_objects: Sequence[Mapping[str, Any]] = (),
     now: float | None = None,
 ) -> DesiredState:
     """What ``plan`` prints: simulated devices first, then :func:`desired_state` under
@@ -113,6 +114,7 @@ def plan_state(
         policy,
         extra_node_features=dm_features,
         resource_slices=resource_slices,
+        pool_objects=pool_objects,
         now=now,
     )
     if state.fleet is not None:

@@ -12,10 +12,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from gpustack_operator.domain.availability import LifecycleTimers
+from gpustack_operator.domain.declaredpools import PoolResult
 from gpustack_operator.domain.flavors import TolerationPolicy
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.manufacturers import Manufacturer, default_manufacturers
 from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
+from gpustack_operator.domain.poolchain import ProvisioningSettings
 from gpustack_operator.domain.queues import (
     DEFAULT_EXCLUDED_NAMESPACES,
     DEFAULT_QUOTA_RESOURCES,
@@ -69,6 +71,12 @@ class ChainPolicy:
     lifecycle: LifecycleTimers = field(default_factory=LifecycleTimers)
     """The timers of the availability rule: how long a cordoned, NotReady or maintained
     node keeps counting, and how long a returning one waits (docs/node-lifecycle.md)."""
+    declared_pools: tuple[PoolResult, ...] = ()
+    """Pools a person declared (docs/autoscaling.md, "Pools declared by a person"); those of
+    NodePools and Cluster API node groups come from the cluster."""
+    provisioning: ProvisioningSettings = field(default_factory=ProvisioningSettings)
+    """Whether autoscaled flavors get a ProvisioningRequest admission check, and its retry
+    (docs/autoscaling.md, "Provisioning requests")."""
     teams: Teams | None = None
     """Each team's share of the pools (docs/teams.md); ``None``: no teams, every pool one
     ClusterQueue with a LocalQueue in every namespace."""
@@ -127,6 +135,11 @@ class ChainPolicy:
             virtual_scheduler=self.virtual_scheduler,
             quota_caps=dict(self.tenant_quota_caps),
         )
+
+    @property
+    def manufacturers_by_resource(self) -> dict[str, str]:
+        """Device resource -> manufacturer, for the pools' declarations."""
+        return {m.resource_name: name for name, m in sorted(self.manufacturers.items())}
 
     def with_manufacturers(self, names: Iterable[str]) -> ChainPolicy:
         """This policy profiling only *names*; ``ValueError`` naming any unknown one."""

@@ -312,4 +312,38 @@ async def run_demo_jobs(cluster: SimCluster, seconds: float) -> str:
         asks += "".join(f" {k.rpartition('/')[2]}={v}" for k, v in job.annotations.items())
         lines.append(f"  {job.name}  queue {job.queue} in {job.namespace}  asks {asks}")
         lines.append(f"    {results[job.name]}")
+        if cluster.provisioning is not None and results[job.name].startswith("admitted"):
+            lines.extend(await _scaled_up(cluster, job, deadline))
     return "\n".join(lines) + "\n"
+
+
+async def _scaled_up(cluster: SimCluster, job: DemoJob, deadline: float) -> list[str]:
+    """For a pool that scales from zero (docs/autoscaling.md): the Job's pod Pending, the
+    node the provisioning stand-in added, the pod Running on it."""
+    from gpustack_sim.standins.provisioning import PROVISIONED_ANNOTATION
+
+    store = cluster.sim.store
+    name = f"{job.name}-0"
+    seen_pending = False
+    while time.monotonic() <= deadline:
+        pod = store.get("v1", "Pod", name, job.namespace)
+        node_name = ((pod or {}).get("spec") or {}).get("nodeName")
+        if pod is not None and not node_name:
+            seen_pending = True
+        if node_name:
+            node = store.get("v1", "Node", node_name) or {}
+            pool = ((node.get("metadata") or {}).get("annotations") or {}).get(
+                PROVISIONED_ANNOTATION
+            )
+            lines = []
+            if seen_pending:
+                lines.append(f"    pod {name}: Pending (the pool had no node that fits)")
+            if pool:
+                lines.append(
+                    f"    node {node_name} added for pool {pool} by the provisioning stand-in"
+                )
+            phase = ((pod or {}).get("status") or {}).get("phase", "?")
+            lines.append(f"    pod {name}: {phase} on {node_name}")
+            return lines
+        await asyncio.sleep(_POLL)
+    return [f"    pod {name}: still Pending (no node arrived; raise --timeout)"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -60,6 +61,26 @@ def _join(items: list[str], separator: str = "") -> str:
     return separator.join(items)
 
 
+@functools.lru_cache(maxsize=512)
+def _regex(pattern: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from None
+
+
+def _find(text: str, pattern: str) -> str:
+    """``find`` of Kubernetes' regex library: the first match of *pattern*, ``""`` if none."""
+    match = _regex(pattern).search(text)
+    return match.group(0) if match else ""
+
+
+def _find_all(text: str, pattern: str, limit: int = -1) -> list[str]:
+    """``findAll``: every match (whole matches, never groups), at most *limit* when >= 0."""
+    found = [m.group(0) for m in _regex(pattern).finditer(text)]
+    return found if limit < 0 else found[:limit]
+
+
 def _sum(items: list[Any]) -> Any:
     return sum(items, 0.0 if any(isinstance(i, float) for i in items) else 0)
 
@@ -78,6 +99,10 @@ KUBERNETES_FUNCTIONS: Mapping[str, Callable[..., Any]] = {
     "trim": lambda s: s.strip(),
     "split": _split,
     "join": _join,
+    # Kubernetes regex library (k8s.io/apiserver/pkg/cel/library/regex.go); Karpenter's
+    # NodePool and NodeClaim rules call find().
+    "find": _find,
+    "findAll": _find_all,
 }
 """Functions of the Kubernetes CEL environment that the CEL core does not have."""
 

@@ -28,6 +28,7 @@ from gpustack_operator.domain.labels import (
     MANAGED_BY_VALUE,
 )
 from gpustack_operator.runtime.client import Client
+from gpustack_operator.runtime.errors import NotFound
 from gpustack_operator.runtime.resources import NODES, Resource
 from gpustack_sim.apiserver.store import Store
 
@@ -74,8 +75,12 @@ def chain_of(
     cluster_queues: Iterable[Mapping[str, Any]],
     local_queues: Iterable[Mapping[str, Any]],
     topologies: Iterable[Mapping[str, Any]] = (),
+    admission_checks: Iterable[Mapping[str, Any]] = (),
+    provisioning_configs: Iterable[Mapping[str, Any]] = (),
 ) -> DesiredState:
-    """A :class:`DesiredState` of read-back objects: operator-managed ones, sorted like plan."""
+    """A :class:`DesiredState` of read-back objects: operator-managed ones, sorted like plan
+    (AdmissionChecks and ProvisioningRequestConfigs: those of declared pools,
+    docs/autoscaling.md)."""
 
     def group(objs: Iterable[Mapping[str, Any]], key: Any = _sort_key) -> list[JSON]:
         return [_printable(o) for o in sorted((o for o in objs if _managed(o)), key=key)]
@@ -88,6 +93,8 @@ def chain_of(
         cluster_queues=group(cluster_queues),
         local_queues=group(local_queues, _local_queue_key),
         nodes=[_printable(n) for n in sorted(nodes, key=_sort_key)],
+        admission_checks=group(admission_checks),
+        provisioning_configs=group(provisioning_configs),
     )
 
 
@@ -98,8 +105,11 @@ def read_chain_from_store(
     kueue = kueue or kueue_resources()
 
     def objs(res: Resource, namespace: str | None = None) -> list[JSON]:
+        if store.registry.by_kind(res.api_version, res.kind) is None:
+            return []  # not served (the provisioning kinds)
         return store.list(res.api_version, res.kind, namespace)
 
+    check, config = _provisioning(kueue)
     return chain_of(
         objs(NODES),
         objs(NODE_FEATURES, system_namespace),
@@ -108,6 +118,18 @@ def read_chain_from_store(
         objs(kueue.cluster_queues),
         objs(kueue.local_queues),
         objs(kueue.topologies) if kueue.topologies is not None else [],
+        objs(check),
+        objs(config),
+    )
+
+
+def _provisioning(kueue: KueueResources) -> tuple[Resource, Resource]:
+    """Kueue's AdmissionCheck and ProvisioningRequestConfig at the chain's version."""
+    group = kueue.resource_flavors.group
+    version = kueue.resource_flavors.version
+    return (
+        Resource(group, version, "AdmissionCheck", "admissionchecks", namespaced=False),
+        Resource(group, version, "ProvisioningRequestConfig", "provisioningrequestconfigs", False),
     )
 
 
@@ -121,6 +143,13 @@ async def read_chain(
         selector = MANAGED_SELECTOR if managed else None
         return (await client.list_all(res, namespace, label_selector=selector)).items
 
+    async def served(res: Resource) -> list[JSON]:
+        try:
+            return await objs(res)
+        except NotFound:
+            return []  # not served (the provisioning kinds)
+
+    check, config = _provisioning(kueue)
     return chain_of(
         await objs(NODES, managed=False),
         await objs(NODE_FEATURES, system_namespace),
@@ -129,6 +158,8 @@ async def read_chain(
         await objs(kueue.cluster_queues),
         await objs(kueue.local_queues),
         await objs(kueue.topologies) if kueue.topologies is not None else [],
+        await served(check),
+        await served(config),
     )
 
 

@@ -19,9 +19,10 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Final
 
 import anyio
 import structlog
@@ -43,7 +44,7 @@ from gpustack_operator.domain.desired import DesiredState
 from gpustack_operator.domain.explain import explain_nodes
 from gpustack_operator.domain.flavors import is_managed
 from gpustack_operator.domain.manufacturers import Manufacturer
-from gpustack_operator.domain.nodeview import name_of
+from gpustack_operator.domain.nodeview import annotations_of, name_of
 from gpustack_operator.domain.plan import plan_state, tenant_explanations, with_availability
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.tenancy import tenant_fleet
@@ -58,6 +59,8 @@ from gpustack_sim.standins.crds import is_stand_in, stand_in_crds
 from gpustack_sim.standins.kubelet import SimKubelet
 from gpustack_sim.standins.kueue import KueueStandIn
 from gpustack_sim.standins.nfdmaster import NfdMaster
+from gpustack_sim.standins.provisioning import PROVISIONED_ANNOTATION, ProvisioningStandIn
+from gpustack_sim.standins.provisioningcheck import ProvisioningCheckStandIn
 from gpustack_sim.standins.scheduler import SchedulerStandIn
 
 log = structlog.get_logger(__name__)
@@ -111,6 +114,14 @@ def _edit_map(meta: dict[str, Any], key: str, changes: Mapping[str, str | None])
     meta[key] = values
 
 
+PROVISIONING_CRDS: Final = frozenset(
+    {
+        "provisioningrequestconfigs.kueue.x-k8s.io",
+        "provisioningrequests.autoscaling.x-k8s.io",
+    }
+)
+
+
 class SimCluster:
     """See the module docstring. Use as ``async with SimCluster(...) as cluster:``."""
 
@@ -123,6 +134,9 @@ class SimCluster:
         policy: ChainPolicy | None = None,
         with_memory: bool = False,
         resource_slices: Sequence[Mapping[str, Any]] = (),
+        pool_objects: Sequence[Mapping[str, Any]] = (),
+        provision_delay: float = 2.0,
+        consolidation_delay: float = 30.0,
         run_worker: bool = True,
         run_agents: bool = True,
         worker_config: WorkerConfig | None = None,
@@ -165,7 +179,26 @@ class SimCluster:
         self.with_memory = with_memory
         self.resource_slices = [copy.deepcopy(dict(s)) for s in resource_slices]
         """DRA ResourceSlices created with the Nodes (docs/devices.md, "DRA")."""
+        self.pool_objects = [copy.deepcopy(dict(p)) for p in pool_objects]
+        """Karpenter NodePools and Cluster API node groups (docs/autoscaling.md); their
+        CRDs must be among *crds* (``sim.crds.autoscaling_stand_in_crds``). The namespace
+        of a namespaced one (a MachineDeployment's) joins the input's namespaces."""
+        known = {name_of(_namespace_object(ns)) for ns in self.namespaces}
+        for obj in self.pool_objects:
+            namespace = (obj.get("metadata") or {}).get("namespace")
+            if isinstance(namespace, str) and namespace and namespace not in known:
+                self.namespaces.append(namespace)
+                known.add(namespace)
         self.crds = list(crds) if crds is not None else stand_in_crds()
+        if policy.provisioning.served is None:
+            # ``auto`` resolved as the worker resolves it, from the kinds served
+            # (docs/autoscaling.md, "Provisioning requests"), so plan and worker agree.
+            served = {str((c.get("metadata") or {}).get("name")) for c in self.crds}
+            policy = replace(
+                policy,
+                provisioning=replace(policy.provisioning, served=served >= PROVISIONING_CRDS),
+            )
+            self.policy = policy
         self.server_defaults = any(not is_stand_in(crd) for crd in self.crds)
         """Real CRDs default fields: convergence then tolerates extra ``spec`` fields."""
         self.kueue = kueue_resources(self.policy.offline_kueue_version)
@@ -193,6 +226,20 @@ class SimCluster:
         """Binds started Jobs' pods to Nodes (``gpustack_sim/standins/scheduler.py``); in a
         shared-node tenant
         by host-owned labels, as the host scheduler does (docs/tenants.md)."""
+        self.provisioning_check = ProvisioningCheckStandIn(self.sim)
+        """Kueue's provisioning admission check controller (``standins/provisioningcheck.py``):
+        provisioning AdmissionChecks become Active where ProvisioningRequests are served."""
+        self.provisioning: ProvisioningStandIn | None = None
+        """Adds and removes the nodes of pools that scale from zero (``sim/provisioning.py``),
+        where the input has pool objects or the policy declares pools."""
+        if self.pool_objects or self.policy.declared_pools:
+            self.provisioning = ProvisioningStandIn(
+                self.sim,
+                self.policy.declared_pools,
+                self.policy.manufacturers_by_resource,
+                provision_delay=provision_delay,
+                consolidation_delay=consolidation_delay,
+            )
         self._run_worker = run_worker
         self._run_agents = run_agents and not self.tenant.is_tenant
         self.worker_config = worker_config or WorkerConfig(policy=self.policy)
@@ -268,6 +315,8 @@ class SimCluster:
             self.sim.store.create(_seedable(node))
         for obj in self.resource_slices:
             self.sim.store.create(self._owned_by_simulated_nodes(_seedable(obj)))
+        for obj in self.pool_objects:
+            self.sim.store.create(copy.deepcopy(obj))
         await stack.enter_async_context(self.sim)
         if self._kubeconfig_path is None:
             tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="gpustack-sim-"))
@@ -279,6 +328,9 @@ class SimCluster:
             await stack.enter_async_context(self.nfd)
         await stack.enter_async_context(self.kueue_admission)
         await stack.enter_async_context(self.scheduler)
+        await stack.enter_async_context(self.provisioning_check)
+        if self.provisioning is not None:
+            await stack.enter_async_context(self.provisioning)
         await self.kubelet.start()
         stack.push_async_callback(self.kubelet.stop)
         self.fleet = AgentFleet(
@@ -327,12 +379,19 @@ class SimCluster:
         """What ``plan`` computes for the current input: the chain to converge to."""
         # Every namespace the server holds, as `plan --kubeconfig` reads them: the base ones
         # get LocalQueues too under a policy that does not exclude them.
+        # Nodes the provisioning stand-in added are the cluster's as much as the input's.
+        added = [
+            n
+            for n in self.sim.store.list("v1", "Node")
+            if PROVISIONED_ANNOTATION in annotations_of(n) and name_of(n) not in self.nodes
+        ]
         return plan_state(
-            list(self.nodes.values()),
+            [*self.nodes.values(), *added],
             [*self._base_namespaces(), *self.namespaces],
             self.policy,
             with_memory=self.with_memory,
             resource_slices=self.resource_slices,
+            pool_objects=self.pool_objects,
             now=self.worker_config.clock(),
         )
 
@@ -396,6 +455,8 @@ class SimCluster:
             and self.kubelet.idle()
             and self.kueue_admission.idle()
             and self.scheduler.idle()
+            and self.provisioning_check.idle()
+            and (self.provisioning is None or self.provisioning.idle())
         )
         return stand_ins and fleet_idle and worker_up and queues_empty
 
@@ -474,6 +535,16 @@ class SimCluster:
         _edit_map(stored["metadata"], "labels", labels)
         _edit_map(stored["metadata"], "annotations", annotations)
         self.sim.store.update(stored)
+
+    def delete_pool_object(self, kind: str, name: str, namespace: str | None = None) -> None:
+        """Remove a NodePool or Cluster API node group from the input and the server."""
+        for i, obj in enumerate(self.pool_objects):
+            meta = obj.get("metadata") or {}
+            if obj.get("kind") == kind and meta.get("name") == name:
+                del self.pool_objects[i]
+                self.sim.store.delete(str(obj["apiVersion"]), kind, name, meta.get("namespace"))
+                return
+        raise KeyError(f"{kind} {name} is not in the input")
 
     def delete_node(self, name: str) -> None:
         """Remove the Node from the input and delete it on the server."""

@@ -230,3 +230,73 @@ def is_stand_in(crd: Mapping[str, Any]) -> bool:
     """Whether *crd* is one of :func:`stand_in_crds` (not a real, schema-carrying CRD)."""
     labels = (crd.get("metadata") or {}).get("labels") or {}
     return labels.get(STAND_IN_LABEL) == "true"
+
+
+def autoscaling_stand_in_crds(provisioning: bool = True) -> list[dict[str, Any]]:
+    """Pool objects and provisioning kinds, schema-less (docs/autoscaling.md): Karpenter's
+    NodePool (``karpenter.sh/v1``), Cluster API's MachineDeployment and MachinePool
+    (``cluster.x-k8s.io/v1beta1``) and, with *provisioning*, Kueue's AdmissionCheck and
+    ProvisioningRequestConfig and the autoscaler's ProvisioningRequest
+    (``autoscaling.x-k8s.io/v1``). The simulator serves them when a test or ``sim --cluster``
+    asks; the real CRDs of ../shared/crds take their place where given."""
+    kueue = ("v1beta1", "v1beta2")
+    crds = [
+        _crd(
+            "karpenter.sh",
+            "NodePool",
+            "nodepools",
+            namespaced=False,
+            status=True,
+            versions=("v1",),
+            storage="v1",
+        ),
+        _crd(
+            "cluster.x-k8s.io",
+            "MachineDeployment",
+            "machinedeployments",
+            namespaced=True,
+            status=True,
+            versions=("v1beta1",),
+            storage="v1beta1",
+        ),
+        _crd(
+            "cluster.x-k8s.io",
+            "MachinePool",
+            "machinepools",
+            namespaced=True,
+            status=True,
+            versions=("v1beta1",),
+            storage="v1beta1",
+        ),
+    ]
+    if provisioning:
+        crds += [
+            _crd(
+                "kueue.x-k8s.io",
+                "AdmissionCheck",
+                "admissionchecks",
+                namespaced=False,
+                status=True,
+                versions=kueue,
+                storage="v1beta2",
+            ),
+            _crd(
+                "kueue.x-k8s.io",
+                "ProvisioningRequestConfig",
+                "provisioningrequestconfigs",
+                namespaced=False,
+                status=False,
+                versions=kueue,
+                storage="v1beta2",
+            ),
+            _crd(
+                "autoscaling.x-k8s.io",
+                "ProvisioningRequest",
+                "provisioningrequests",
+                namespaced=True,
+                status=True,
+                versions=("v1",),
+                storage="v1",
+            ),
+        ]
+    return crds

@@ -38,7 +38,7 @@ from gpustack_operator.runtime.resources import (
 )
 from gpustack_sim.apiserver.authn import TokenAuthenticator
 from gpustack_sim.cluster.cluster import SimCluster
-from gpustack_sim.standins.crds import stand_in_crds
+from gpustack_sim.standins.crds import autoscaling_stand_in_crds, stand_in_crds
 from tests.integration.bootstrap.rbac import (
     REPO,
     Grant,
@@ -95,6 +95,15 @@ def kueue_stand_ins() -> list[dict[str, Any]]:
     return [c for c in stand_in_crds() if c["spec"]["group"] == "kueue.x-k8s.io"]
 
 
+def pool_objects() -> list[dict[str, Any]]:
+    """NodePools and a Cluster API node group at zero nodes (docs/autoscaling.md): the
+    worker reads them and writes their pools' chain, AdmissionChecks included."""
+    document = yaml.safe_load(
+        (REPO / "examples" / "autoscaling" / "pools-at-zero.yaml").read_text()
+    )
+    return [o for o in document["items"] if o["kind"] != "Namespace"]
+
+
 RBAC_KINDS = ("ServiceAccount", "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
 
 
@@ -115,7 +124,8 @@ async def recorded_run(tmp_path: Path) -> tuple[RequestLog, SimCluster]:
     cluster = SimCluster(
         example_nodes(),
         namespaces=["default", "team-a"],
-        crds=kueue_stand_ins() + render_nfd_crds(),
+        crds=kueue_stand_ins() + render_nfd_crds() + autoscaling_stand_in_crds(),
+        pool_objects=pool_objects(),
         run_worker=False,
         kubeconfig=tmp_path / "agents.kubeconfig",
         agent_monitor_period=2.0,
@@ -193,6 +203,8 @@ async def recorded_run(tmp_path: Path) -> tuple[RequestLog, SimCluster]:
                 cluster.delete_node("npu-kunpeng")
                 cluster.delete_node("gpu-hybrid")
                 cluster.delete_node(TAS_NODE)  # its Topology goes with its flavors
+                # A node group removed: its pool's queue, flavor, Cohort and check go.
+                cluster.delete_pool_object("MachineDeployment", "md-a100", "default")
                 await cluster.converge(60.0)
                 tg.cancel_scope.cancel()
         finally:

@@ -1,0 +1,467 @@
+"""Declared pools in the worker (docs/autoscaling.md): the chain of pools with no node yet.
+
+One key (:data:`KEY`) for all pools: they are few, and which nodes the node-derived chain
+counts depends on all of them at once. A reconcile reads the pool objects the cluster serves
+(Karpenter NodePools, Cluster API MachineDeployments and MachinePools) and the policy's
+declared pools, asks ``domain.declaredpools`` for their chain, applies what differs and
+deletes the pool objects (``gpustack.ai/declared-pool``) no pool wants any more; a queue
+only once nothing is reserved in it. When the set of sound pools changes, the nodes they
+select are filed again in the Node indexes (their own profiles go, or come back) and the
+node-derived controllers are asked to look at the names those nodes had and have.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any, Final
+
+import structlog
+
+from gpustack_operator.controllers.caches import BY_COHORT, BY_FLAVOR, BY_QUEUE, KueueCaches
+from gpustack_operator.controllers.clusterqueue import NAME as CLUSTER_QUEUE
+from gpustack_operator.controllers.clusterqueue import has_reservations
+from gpustack_operator.controllers.cohort import NAME as COHORT
+from gpustack_operator.controllers.common import (
+    METADATA_OR_SPEC_CHANGED,
+    NodeChanged,
+    Writer,
+    is_managed_object,
+    is_up_to_date,
+)
+from gpustack_operator.controllers.flavor import NAME as FLAVOR
+from gpustack_operator.controllers.nodefacts import Part
+from gpustack_operator.domain.comparison import Compare, ObjectComparison
+from gpustack_operator.domain.declaredpools import (
+    DECLARED_POOLS_CONFIGMAP,
+    POOL_LABEL,
+    DeclaredPool,
+    PoolResult,
+    declarations_in_configmap,
+    pools_from_objects,
+)
+from gpustack_operator.domain.kueue import KUEUE_GROUP
+from gpustack_operator.domain.nodeview import is_deleting, labels_of, name_of
+from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.poolchain import (
+    declared_pool_chain,
+    has_stale_checks,
+    without_admission_checks,
+)
+from gpustack_operator.runtime.client import Client
+from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request, Result
+from gpustack_operator.runtime.errors import ApiError
+from gpustack_operator.runtime.informer import Informer
+from gpustack_operator.runtime.manager import Manager
+from gpustack_operator.runtime.resources import CONFIGMAPS, NODES, Resource
+
+log = structlog.get_logger(__name__)
+
+NAME: Final = "declaredpool"
+KEY: Final = "declared-pools"
+BY_POOL: Final = "declared-pool"
+"""Node index: the key of the sound pool whose selector the node matches."""
+
+_PARTS: Final[tuple[Part, ...]] = ("flavor", "queue", "cohort")
+"""The node indexes (``BY_FLAVOR``, ``BY_QUEUE``, ``BY_COHORT``) a pool change refiles."""
+RESERVED_REQUEUE: Final = 15.0
+"""Seconds before looking again at a pool queue no pool wants that still holds work."""
+NODEPOOLS: Final = Resource("karpenter.sh", "v1", "NodePool", "nodepools", namespaced=False)
+CAPI_GROUP: Final = "cluster.x-k8s.io"
+CAPI_VERSIONS: Final = ("v1beta2", "v1beta1")
+PROVISIONING_GROUP: Final = "autoscaling.x-k8s.io"
+
+PROVISIONING_NOT_SERVED: Final = (
+    "ProvisioningRequests are not available (Kueue serves no ProvisioningRequestConfig, or "
+    "the cluster no autoscaling.x-k8s.io/v1 ProvisioningRequest; Kueue sets its check up "
+    "only if that CRD is served when Kueue starts): autoscaled pools get no provisioning "
+    "check; turn on Kueue's waitForPodsReady (docs/workloads.md, 'Pools that scale from zero')"
+)
+
+INACTIVE_CHECK: Final = (
+    "the AdmissionCheck of an autoscaled pool is not Active: Kueue runs no ProvisioningRequest "
+    "controller, most likely because the ProvisioningRequest CRD was installed after Kueue "
+    "started; the check is left out of the pool's ClusterQueue (workloads are admitted "
+    "without it: turn on waitForPodsReady, docs/workloads.md) until it becomes Active. "
+    "Restart Kueue's controller manager"
+)
+
+_CHECK_COMPARISON: Final = ObjectComparison({"spec": Compare.CONTAINS})
+"""AdmissionChecks and ProvisioningRequestConfigs: Kueue's CRDs default fields inside."""
+
+
+def _is_active(check: Mapping[str, Any]) -> bool:
+    conditions = (check.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Active" and c.get("status") == "True" for c in conditions)
+
+
+def _created(obj: Mapping[str, Any]) -> float:
+    """The object's creationTimestamp as seconds since the epoch (now when absent)."""
+    stamp = str((obj.get("metadata") or {}).get("creationTimestamp") or "")
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return time.time()
+
+
+def capi_resources(version: str) -> tuple[Resource, Resource]:
+    return (
+        Resource(CAPI_GROUP, version, "MachineDeployment", "machinedeployments", namespaced=True),
+        Resource(CAPI_GROUP, version, "MachinePool", "machinepools", namespaced=True),
+    )
+
+
+def provisioning_resources(version: str) -> tuple[Resource, Resource]:
+    """Kueue's AdmissionCheck and ProvisioningRequestConfig at *version*."""
+    return (
+        Resource(KUEUE_GROUP, version, "AdmissionCheck", "admissionchecks", namespaced=False),
+        Resource(
+            KUEUE_GROUP,
+            version,
+            "ProvisioningRequestConfig",
+            "provisioningrequestconfigs",
+            namespaced=False,
+        ),
+    )
+
+
+class PoolRegistry:
+    """The sound pools the worker knows now; the Node facts ask it which nodes are claimed."""
+
+    def __init__(self) -> None:
+        self.results: tuple[PoolResult, ...] = ()
+        self.sound: tuple[DeclaredPool, ...] = ()
+        self.version = 0
+        """Bumped on every change of the sound pools (the Node facts' cache key)."""
+
+    def claim(self, node: object) -> str:
+        """The key of the pool that selects *node*, ``""`` for none."""
+        for pool in self.sound:
+            if pool.matches(node):
+                return pool.key
+        return ""
+
+    def update(self, results: Sequence[PoolResult]) -> tuple[DeclaredPool, ...] | None:
+        """Take *results*; the sound pools before, when they changed, else ``None``."""
+        self.results = tuple(results)
+        sound = tuple(r for r in results if isinstance(r, DeclaredPool))
+        if sound == self.sound:
+            return None
+        before, self.sound = self.sound, sound
+        self.version += 1
+        return before
+
+
+@dataclass
+class PoolSources:
+    """The informers of the pool objects the cluster serves, and what else it serves."""
+
+    informers: list[Informer] = field(default_factory=list)
+    provisioning: bool = False
+    declarations: Informer | None = None
+    """The ConfigMap a person declares pools in (``DECLARED_POOLS_CONFIGMAP``)."""
+
+
+async def discover_pool_sources(
+    client: Client, informer_of: Callable[[Resource], Informer], policy: ChainPolicy, kueue: str
+) -> PoolSources:
+    """Which pool objects the cluster serves (informers for those), and whether
+    ProvisioningRequests are available (the policy's ``on``/``off`` wins over ``auto``)."""
+    sources = PoolSources()
+    if await _serves(client, NODEPOOLS):
+        sources.informers.append(informer_of(NODEPOOLS))
+    served = await _served_versions(client, CAPI_GROUP)
+    version = next((v for v in CAPI_VERSIONS if v in served), None)
+    if version is not None:
+        for resource in capi_resources(version):
+            if await _serves(client, resource):
+                sources.informers.append(informer_of(resource))
+    wanted = policy.provisioning.served
+    if wanted is None:
+        _, config = provisioning_resources(kueue)
+        request = Resource(
+            PROVISIONING_GROUP, "v1", "ProvisioningRequest", "provisioningrequests", True
+        )
+        wanted = await _serves(client, config) and await _serves(client, request)
+    sources.provisioning = bool(wanted)
+    return sources
+
+
+async def _served_versions(client: Client, group: str) -> list[str]:
+    try:
+        return await client.served_versions(group)
+    except ApiError as exc:
+        log.warning(
+            "cannot discover an API group; its pools are not read", group=group, error=str(exc)
+        )
+        return []
+
+
+async def _serves(client: Client, resource: Resource) -> bool:
+    """Whether the cluster serves *resource* (API discovery: no RBAC on it needed)."""
+    try:
+        return resource.plural in await client.served_resources(resource.group, resource.version)
+    except ApiError as exc:
+        log.warning(
+            "cannot discover a kind the declared pools use; left out",
+            kind=resource.kind,
+            group=resource.group,
+            error=str(exc),
+        )
+        return False
+
+
+class DeclaredPoolReconciler:
+    def __init__(
+        self,
+        caches: KueueCaches,
+        writer: Writer,
+        policy: ChainPolicy,
+        registry: PoolRegistry,
+        sources: PoolSources,
+        enqueue: Callable[[str, Iterable[str]], None],
+    ) -> None:
+        self.caches = caches
+        self.writer = writer
+        self.policy = policy
+        self.registry = registry
+        self.sources = sources
+        self.enqueue = enqueue
+        """Asks a node-derived controller (by part) to reconcile names."""
+        self.settings = replace(policy.provisioning, served=sources.provisioning)
+        kueue = caches.kueue
+        self.check, self.config = provisioning_resources(kueue.version.value)
+        self.pool_informers: dict[str, Informer] = {}
+        self._reported: tuple[str, ...] = ()
+        self._said_provisioning = False
+        self._configmap_problem = ""
+        self._said_inactive: set[str] = set()
+
+    def _declared(self) -> list[PoolResult]:
+        """The pools of the declarations ConfigMap; a document that cannot be read is
+        logged once per change and declares none."""
+        informer = self.sources.declarations
+        if informer is None:
+            return []
+        found = informer.indexer.list()
+        pools, problem = declarations_in_configmap(
+            found[0] if found else None, self.policy.manufacturers_by_resource
+        )
+        if problem and problem != self._configmap_problem:
+            log.warning("declared pools not read; fix the ConfigMap", problem=problem)
+        self._configmap_problem = problem
+        return pools
+
+    def _objects(self) -> list[Mapping[str, Any]]:
+        return [o for informer in self.sources.informers for o in informer.indexer.list()]
+
+    async def __call__(self, request: Request) -> Result | None:
+        caches = self.caches
+        declared = [*self.policy.declared_pools, *self._declared()]
+        results = pools_from_objects(
+            self._objects(), declared, self.policy.manufacturers_by_resource
+        )
+        if (
+            not self._said_provisioning
+            and not self.sources.provisioning
+            and self.policy.provisioning.served is None
+            and any(isinstance(r, DeclaredPool) for r in results)
+        ):
+            log.warning(PROVISIONING_NOT_SERVED)  # once per process
+            self._said_provisioning = True
+        self._take(results)
+        self._report(results)
+        nodes = [
+            n for p in self.registry.sound for n in caches.nodes.indexer.by_index(BY_POOL, p.key)
+        ]
+        chain = declared_pool_chain(results, nodes, caches.kueue.version, self.settings)
+        recheck = self._leave_out_inactive_checks(chain.admission_checks, chain.cluster_queues)
+        kueue = caches.kueue
+        wanted: list[tuple[Resource, Informer | None, dict[str, dict[str, Any]]]] = [
+            (kueue.resource_flavors, caches.flavors, chain.resource_flavors),
+            (kueue.cohorts, caches.cohorts, chain.cohorts),
+            (self.config, self.pool_informers.get("config"), chain.provisioning_configs),
+            (self.check, self.pool_informers.get("check"), chain.admission_checks),
+            (kueue.cluster_queues, caches.cluster_queues, chain.cluster_queues),
+        ]
+        for resource, informer, objects in wanted:
+            for name, want in objects.items():
+                have = informer.indexer.get(name) if informer is not None else None
+                if have is not None and not is_managed_object(have):
+                    self.writer.not_ours(resource, have)
+                    continue
+                if have is not None and is_deleting(have):
+                    continue  # its deletion brings the key back; then it is created anew
+                comparison = _CHECK_COMPARISON if resource in (self.check, self.config) else None
+                if not is_up_to_date(have, want, comparison) or has_stale_checks(have, want):
+                    await self.writer.apply(resource, want, existed=have is not None)
+        held = False
+        for resource, informer, objects in reversed(wanted):
+            if informer is None:
+                continue
+            for have in informer.indexer.list():
+                if POOL_LABEL not in labels_of(have) or name_of(have) in objects:
+                    continue
+                if not is_managed_object(have) or is_deleting(have):
+                    continue
+                if resource == kueue.cluster_queues and has_reservations(have):
+                    held = True  # deleted once Kueue reports nothing reserved
+                    continue
+                await self.writer.delete(resource, have, "no declared pool wants it")
+        if held:
+            recheck = min(recheck or RESERVED_REQUEUE, RESERVED_REQUEUE)
+        return Result(requeue_after=recheck) if recheck else None
+
+    def _leave_out_inactive_checks(
+        self, checks: Mapping[str, Any], queues: dict[str, dict[str, Any]]
+    ) -> float | None:
+        """docs/autoscaling.md, "A check that never becomes Active": a pool's check older
+        than the grace without ``Active=True`` is left out of its queue (said once per
+        check); the seconds until a younger one's grace ends, if any."""
+        informer = self.pool_informers.get("check")
+        if informer is None:
+            return None
+        grace = self.settings.inactive_grace_seconds
+        now = time.time()
+        soonest: float | None = None
+        for name in checks:
+            have = informer.indexer.get(name)
+            if have is None or _is_active(have):
+                self._said_inactive.discard(name)
+                continue
+            age = now - _created(have)
+            if age < grace:
+                soonest = grace - age if soonest is None else min(soonest, grace - age)
+                continue
+            if name in queues:
+                queues[name] = without_admission_checks(queues[name])
+            if name not in self._said_inactive:
+                log.warning(INACTIVE_CHECK, check=name)
+                self._said_inactive.add(name)
+        return soonest
+
+    def _take(self, results: Sequence[PoolResult]) -> None:
+        """Make *results* the registry's. When the sound pools change, the nodes the old or
+        new pools select are filed again in the Node indexes, and the names they had (under
+        the old pools) and have (under the new) go to the node-derived controllers."""
+        sound = {r.key: r for r in results if isinstance(r, DeclaredPool)}
+        if tuple(sound.values()) == self.registry.sound:
+            self.registry.update(results)
+            return
+        pools = [*self.registry.sound, *sound.values()]
+        indexer = self.caches.nodes.indexer
+        touched = [n for n in indexer.list() if any(p.matches(n) for p in pools)]
+        old = {part: self._names(touched, part) for part in _PARTS}
+        self.registry.update(results)
+        for node in touched:
+            indexer.upsert(node)
+        for part in _PARTS:
+            self.enqueue(part, old[part] | self._names(touched, part))
+
+    def _names(self, nodes: Iterable[dict[str, Any]], part: Part) -> set[str]:
+        facts = self.caches.facts
+        return {name for n in nodes for name in facts.names(n, part)}
+
+    def _report(self, results: Sequence[PoolResult]) -> None:
+        """One warning per rejected pool, again only when the set of reasons changes."""
+        reasons = tuple(
+            sorted(f"{r.key}: {r.reason}" for r in results if not isinstance(r, DeclaredPool))
+        )
+        if reasons == self._reported:
+            return
+        self._reported = reasons
+        for reason in reasons:
+            log.warning("declared pool gets no queue", reason=reason)
+
+
+async def add_pool_controller(
+    manager: Manager,
+    caches: KueueCaches,
+    writer: Writer,
+    policy: ChainPolicy,
+    registry: PoolRegistry,
+    queue_controllers: Sequence[Controller],
+) -> Controller:
+    """Discover the pool sources and add the declared-pool controller to *manager*;
+    *queue_controllers* are the flavor, cohort and ClusterQueue controllers it nudges.
+    The pool objects' kinds are discovered once: a NodePool CRD installed later needs a
+    restart of the worker."""
+    sources = await discover_pool_sources(
+        manager.client, manager.informer, policy, caches.kueue.version.value
+    )
+    sources.declarations = manager.informer(
+        CONFIGMAPS,
+        namespace=policy.system_namespace,
+        field_selector=f"metadata.name={DECLARED_POOLS_CONFIGMAP}",
+    )
+    by_name = {c.name: c for c in queue_controllers}
+    parts = {BY_FLAVOR: FLAVOR, BY_QUEUE: CLUSTER_QUEUE, BY_COHORT: COHORT}
+
+    def enqueue(part: str, names: Iterable[str]) -> None:
+        controller = by_name.get(parts[part])
+        if controller is not None:
+            for name in names:
+                controller.queue.add(name)
+
+    log.info(
+        "declared pools",
+        sources=[f"{i.resource.kind}.{i.resource.group}" for i in sources.informers],
+        declared=len(policy.declared_pools),
+        provisioning_requests=sources.provisioning,
+    )
+    return build_declared_pool_controller(
+        manager.controller(NAME),
+        caches,
+        writer,
+        policy=policy,
+        registry=registry,
+        sources=sources,
+        informer_of=manager.informer,
+        enqueue=enqueue,
+    )
+
+
+def build_declared_pool_controller(
+    builder: ControllerBuilder,
+    caches: KueueCaches,
+    writer: Writer,
+    *,
+    policy: ChainPolicy,
+    registry: PoolRegistry,
+    sources: PoolSources,
+    informer_of: Callable[[Resource], Informer],
+    enqueue: Callable[[str, Iterable[str]], None],
+) -> Controller:
+    """The declared-pool controller: pool objects, the nodes pools select, and the pool's own
+    Kueue objects all map to :data:`KEY`."""
+    reconciler = DeclaredPoolReconciler(caches, writer, policy, registry, sources, enqueue)
+
+    def always(_: dict[str, Any]) -> list[str]:
+        return [KEY]
+
+    def ours(obj: dict[str, Any]) -> list[str]:
+        return [KEY] if POOL_LABEL in labels_of(obj) else []
+
+    def pool_node(node: dict[str, Any]) -> list[str]:
+        return [KEY] if registry.claim(node) else []
+
+    kueue = caches.kueue
+    built = builder.watches(kueue.cluster_queues, ours, METADATA_OR_SPEC_CHANGED)
+    built = built.watches(kueue.resource_flavors, ours).watches(kueue.cohorts, ours)
+    if sources.provisioning:
+        reconciler.pool_informers["check"] = informer_of(reconciler.check)
+        reconciler.pool_informers["config"] = informer_of(reconciler.config)
+        built = built.watches(reconciler.check, ours).watches(reconciler.config, ours)
+    for informer in sources.informers:
+        built = built.watches(informer.resource, always)
+    if sources.declarations is not None:
+        built = built.watches(
+            CONFIGMAPS,
+            always,
+            namespace=sources.declarations.namespace,
+            field_selector=sources.declarations.field_selector,
+        )
+    built = built.watches(NODES, pool_node, NodeChanged(caches.facts))
+    return built.with_options(max_concurrent_reconciles=1).complete(reconciler)

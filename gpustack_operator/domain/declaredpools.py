@@ -1,0 +1,466 @@
+"""Declared pools: accelerator pools known before any of their nodes exists (docs/autoscaling.md).
+
+Nodes are one source of pools; autoscaled pools kept at zero nodes are another. Three
+places declare such a pool: a Karpenter ``NodePool`` (``karpenter.sh/v1``), a Cluster API
+``MachineDeployment`` or ``MachinePool`` carrying the cluster autoscaler's scale-from-zero
+hints, and, where the platform has no object to read (GKE node pools), a person's
+declaration (:func:`parse_declarations`). Each becomes a :class:`DeclaredPool` (its shape,
+its maximum, the label that selects its nodes) or a :class:`PoolRejection` naming the fix.
+
+The Kueue objects of the pools are ``domain/poolchain.py``'s. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from fractions import Fraction
+from typing import Any, Final
+
+import yaml
+
+from gpustack_operator.domain.devicesources.karpenter import (
+    COUNT_LABEL as KARPENTER_GPU_COUNT,
+)
+from gpustack_operator.domain.devicesources.karpenter import (
+    MANUFACTURER_LABEL as KARPENTER_GPU_MANUFACTURER,
+)
+from gpustack_operator.domain.devicesources.karpenter import (
+    MANUFACTURERS as KARPENTER_MANUFACTURERS,
+)
+from gpustack_operator.domain.devicesources.karpenter import (
+    NAME_LABEL as KARPENTER_GPU_NAME,
+)
+from gpustack_operator.domain.flavors import DEDICATION_EFFECTS
+from gpustack_operator.domain.labels import (
+    SYSTEM_PREFIX,
+)
+from gpustack_operator.domain.nodeview import annotations_of, labels_of, name_of
+from gpustack_operator.domain.quantities import (
+    parse_count,
+    parse_quantity,
+)
+from gpustack_operator.domain.validation import is_valid_dns_label
+
+POOL_LABEL: Final = SYSTEM_PREFIX + "declared-pool"
+"""On every object of a declared pool's chain: ``<source>.<pool name>``; the queue
+controllers leave objects carrying it to the declared-pool reconciler."""
+KARPENTER_NODEPOOL_LABEL: Final = "karpenter.sh/nodepool"
+"""Karpenter labels every node it launches with its NodePool's name."""
+CAPI_MAX_SIZE: Final = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
+CAPI_MIN_SIZE: Final = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"
+CAPACITY_PREFIX: Final = "capacity.cluster-autoscaler.kubernetes.io/"
+"""The cluster autoscaler's scale-from-zero hints on a Cluster API node group
+(kubernetes/autoscaler ``cluster-autoscaler/cloudprovider/clusterapi/README.md``)."""
+DECLARED_POOLS_CONFIGMAP: Final = "gpustack-declared-pools"
+DECLARED_POOLS_KEY: Final = "pools.yaml"
+"""Where a person declares pools for the worker: this key of this ConfigMap in the system
+namespace, the same document ``--declared-pools FILE`` reads (docs/autoscaling.md)."""
+MAX_OBJECT_NAME: Final = 253
+CAPI_KINDS: Final = ("MachineDeployment", "MachinePool")
+UNBOUNDED_CPU: Final = 10**9
+UNBOUNDED_MEMORY_GI: Final = 10**9
+"""Quota for a host resource the pool does not bound (no per-node size, no limit): the
+device quota is what bounds the pool (docs/autoscaling.md, "Quota")."""
+
+CLASS_CHECK_CAPACITY: Final = "check-capacity.autoscaling.x-k8s.io"
+CLASS_ATOMIC_SCALE_UP: Final = "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
+CLASS_GKE_QUEUED: Final = "queued-provisioning.gke.io"
+
+
+class PoolSource(StrEnum):
+    """Where a pool was declared."""
+
+    KARPENTER = "karpenter"
+    CLUSTER_API = "capi"
+    DECLARED = "declared"
+
+
+@dataclass(frozen=True)
+class DeclaredPool:
+    """One autoscaled accelerator pool, as its declaration describes it."""
+
+    source: PoolSource
+    name: str
+    node_selector: Mapping[str, str]
+    """The labels every node of the pool carries (the flavor's ``nodeLabels``)."""
+    manufacturer: str
+    resource: str
+    """The device resource its nodes advertise (``nvidia.com/gpu``)."""
+    product: str
+    """The model, as docs/devices.md names it (``NVIDIA H100``); may be empty (CAPI)."""
+    devices_per_node: int
+    """Devices one node brings; 0 when only a device limit is declared."""
+    max_devices: int
+    """The declared maximum: the queue's device quota at any number of nodes."""
+    cpu_per_node: Fraction | None = None
+    memory_per_node: Fraction | None = None
+    max_nodes: int | None = None
+    cpu_limit: Fraction | None = None
+    memory_limit: Fraction | None = None
+    taints: tuple[tuple[str, str, str], ...] = ()
+    provisioning_class: str = ""
+    """The ProvisioningRequest class that fits the platform; ``""``: none (Karpenter)."""
+
+    @property
+    def key(self) -> str:
+        """``<source>.<name>``: unique among pools, the value of :data:`POOL_LABEL`."""
+        return f"{self.source.value}.{self.name}"
+
+    @property
+    def object_name(self) -> str:
+        """The name of its flavor, Cohort, ClusterQueue and admission objects."""
+        return f"pool-{self.source.value}-{self.name}"
+
+    def matches(self, node: object) -> bool:
+        labels = labels_of(node)
+        return all(labels.get(k) == v for k, v in self.node_selector.items())
+
+    def host_quota(self, resource: str, nodes: int) -> int:
+        """cpu (cores, rounded up) or memory (bytes) for the pool at its maximum, or *nodes*
+        when more are live."""
+        per_node = self.cpu_per_node if resource == "cpu" else self.memory_per_node
+        limit = self.cpu_limit if resource == "cpu" else self.memory_limit
+        count = max(self.max_nodes or 0, nodes)
+        if per_node is not None and count:
+            total: Fraction = per_node * count
+            if limit is not None and nodes <= (self.max_nodes or 0):
+                total = min(total, limit)
+        elif limit is not None:
+            total = limit
+        else:
+            total = Fraction(UNBOUNDED_CPU if resource == "cpu" else UNBOUNDED_MEMORY_GI * 2**30)
+        return -(-total.numerator // total.denominator)
+
+
+@dataclass(frozen=True)
+class PoolRejection:
+    """A declaration that cannot be one pool, and what to change."""
+
+    source: PoolSource
+    name: str
+    reason: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.source.value}.{self.name}"
+
+
+PoolResult = DeclaredPool | PoolRejection
+
+
+# --- Karpenter --------------------------------------------------------------------------------
+
+
+def _mapping(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """``obj[key]`` when it is a mapping, else an empty one."""
+    value = obj.get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
+def _requirement_values(spec: Mapping[str, Any], key: str) -> list[str] | None:
+    """The values an ``In`` requirement on *key* allows (``None``: no such requirement)."""
+    for req in spec.get("requirements") or ():
+        if isinstance(req, Mapping) and req.get("key") == key:
+            if req.get("operator") == "In":
+                return [str(v) for v in req.get("values") or ()]
+            return []  # NotIn, Exists, Gt...: not one value
+    return None
+
+
+def _taints(items: object) -> tuple[tuple[str, str, str], ...]:
+    out = set()
+    for taint in items if isinstance(items, list) else ():
+        if not isinstance(taint, Mapping):
+            continue
+        key, effect = str(taint.get("key") or ""), str(taint.get("effect") or "")
+        if key and effect in DEDICATION_EFFECTS:
+            out.add((key, str(taint.get("value") or ""), effect))
+    return tuple(sorted(out))
+
+
+def karpenter_pool(nodepool: Mapping[str, Any]) -> PoolResult | None:
+    """The pool a Karpenter NodePool declares; ``None`` when it asks for no accelerator
+    (docs/autoscaling.md, "Where pools are declared")."""
+    name = name_of(nodepool)
+    spec = _mapping(nodepool, "spec")
+    tspec = _mapping(_mapping(spec, "template"), "spec")
+    limits = _mapping(spec, "limits")
+    gpu_names = _requirement_values(tspec, KARPENTER_GPU_NAME)
+    vendors = _requirement_values(tspec, KARPENTER_GPU_MANUFACTURER)
+    counts = _requirement_values(tspec, KARPENTER_GPU_COUNT)
+    device_limits = {r: limits[r] for _, r, _ in KARPENTER_MANUFACTURERS.values() if r in limits}
+    if gpu_names is None and vendors is None and counts is None and not device_limits:
+        return None  # a CPU pool: not ours to queue for
+
+    def reject(reason: str) -> PoolRejection:
+        return PoolRejection(PoolSource.KARPENTER, name, reason)
+
+    if gpu_names is None or len(gpu_names) != 1:
+        allowed = f" ({', '.join(gpu_names)})" if gpu_names else ""
+        return reject(
+            f"NodePool {name} allows several GPU models{allowed}: a queue needs one; give it "
+            f"the requirement {KARPENTER_GPU_NAME} In [<one model>], one NodePool per model"
+        )
+    vendor = (vendors[0] if vendors and len(vendors) == 1 else "").lower()
+    if not vendor and len(device_limits) == 1:
+        resource_only = next(iter(device_limits))
+        vendor = next(v for v, (_, r, _) in KARPENTER_MANUFACTURERS.items() if r == resource_only)
+    known = KARPENTER_MANUFACTURERS.get(vendor)
+    if known is None:
+        return reject(
+            f"NodePool {name}: the GPU manufacturer is not known: add the requirement "
+            f"{KARPENTER_GPU_MANUFACTURER} In [nvidia] (or amd), or a limit on its device "
+            "resource (nvidia.com/gpu)"
+        )
+    manufacturer, resource, brand = known
+    per_node = parse_count(counts[0]) if counts and len(counts) == 1 else None
+    device_limit = parse_count(limits.get(resource)) if resource in limits else None
+    node_limit = parse_count(limits.get("nodes")) if "nodes" in limits else None
+    bounds = []
+    if device_limit is not None:
+        bounds.append(device_limit)
+    if node_limit is not None:
+        if not per_node:
+            return reject(
+                f"NodePool {name} is limited by nodes only and does not say how many GPUs a "
+                f"node has: add the requirement {KARPENTER_GPU_COUNT} In [<count>] or the "
+                f"limit {resource}"
+            )
+        bounds.append(node_limit * per_node)
+    if not bounds:
+        return reject(
+            f"NodePool {name} has no limit on {resource} and no node limit, so its maximum "
+            f"is unbounded: set spec.limits.{resource} (or spec.limits.nodes with "
+            f"{KARPENTER_GPU_COUNT} In [<count>])"
+        )
+    return DeclaredPool(
+        source=PoolSource.KARPENTER,
+        name=name,
+        node_selector={KARPENTER_NODEPOOL_LABEL: name},
+        manufacturer=manufacturer,
+        resource=resource,
+        product=f"{brand} {gpu_names[0].upper()}",
+        devices_per_node=per_node or 0,
+        max_devices=min(bounds),
+        max_nodes=node_limit
+        if node_limit is not None
+        else (min(bounds) // per_node if per_node else None),
+        cpu_limit=parse_quantity(limits.get("cpu")) if "cpu" in limits else None,
+        memory_limit=parse_quantity(limits.get("memory")) if "memory" in limits else None,
+        taints=_taints(tspec.get("taints")),
+    )
+
+
+# --- Cluster API ------------------------------------------------------------------------------
+
+
+def _pairs(text: str) -> dict[str, str]:
+    out = {}
+    for item in text.split(","):
+        key, sep, value = item.strip().partition("=")
+        if key and sep:
+            out[key.strip()] = value.strip()
+    return out
+
+
+def _capi_taints(text: str) -> tuple[tuple[str, str, str], ...]:
+    out = []
+    for item in text.split(","):
+        head, _, effect = item.strip().rpartition(":")
+        key, _, value = head.partition("=")
+        if key and effect in DEDICATION_EFFECTS:
+            out.append((key, value, effect))
+    return tuple(sorted(set(out)))
+
+
+def capi_pool(
+    node_group: Mapping[str, Any], manufacturers_by_resource: Mapping[str, str]
+) -> PoolResult | None:
+    """The pool a Cluster API MachineDeployment or MachinePool declares through the cluster
+    autoscaler's scale-from-zero hints; ``None`` without a GPU hint (docs/autoscaling.md,
+    "Where pools are declared")."""
+    annotations = annotations_of(node_group)
+    gpu_type = annotations.get(CAPACITY_PREFIX + "gpu-type", "")
+    if not gpu_type:
+        return None
+    name = name_of(node_group)
+    kind = str(node_group.get("kind") or "MachineDeployment")
+
+    def reject(reason: str) -> PoolRejection:
+        return PoolRejection(PoolSource.CLUSTER_API, name, f"{kind} {name}: {reason}")
+
+    manufacturer = manufacturers_by_resource.get(gpu_type)
+    if manufacturer is None:
+        return reject(
+            f"{CAPACITY_PREFIX}gpu-type {gpu_type} is no device resource of a known "
+            "manufacturer: give the resource its nodes advertise (nvidia.com/gpu)"
+        )
+    per_node = parse_count(annotations.get(CAPACITY_PREFIX + "gpu-count"))
+    max_nodes = parse_count(annotations.get(CAPI_MAX_SIZE))
+    if not per_node:
+        return reject(f"add {CAPACITY_PREFIX}gpu-count (the devices of one node)")
+    if max_nodes is None:
+        return reject(f"add {CAPI_MAX_SIZE} (the autoscaler needs it too)")
+    selector = _pairs(annotations.get(CAPACITY_PREFIX + "labels", ""))
+    if not selector:
+        return reject(
+            f"no label marks its nodes: add {CAPACITY_PREFIX}labels with one the nodes carry "
+            "(e.g. node.cluster.x-k8s.io/pool=<name> in the machine template's labels, which "
+            "Cluster API propagates to the Node)"
+        )
+    return DeclaredPool(
+        source=PoolSource.CLUSTER_API,
+        name=name,
+        node_selector=selector,
+        manufacturer=manufacturer,
+        resource=gpu_type,
+        product=selector.get("nvidia.com/gpu.product", "").replace("-", " "),
+        devices_per_node=per_node,
+        max_devices=per_node * max_nodes,
+        cpu_per_node=parse_quantity(annotations.get(CAPACITY_PREFIX + "cpu")),
+        memory_per_node=parse_quantity(annotations.get(CAPACITY_PREFIX + "memory")),
+        max_nodes=max_nodes,
+        taints=_capi_taints(annotations.get(CAPACITY_PREFIX + "taints", "")),
+        provisioning_class=CLASS_ATOMIC_SCALE_UP,
+    )
+
+
+# --- Declared by a person ---------------------------------------------------------------------
+
+
+def parse_declarations(
+    document: object, manufacturers_by_resource: Mapping[str, str]
+) -> list[PoolResult]:
+    """The pools of a declaration document (docs/autoscaling.md, "Pools declared by a
+    person"): ``{pools: [{name, nodeSelector, accelerator: {product, resource, perNode},
+    cpu, memory, maxNodes, taints?, provisioningClass?}]}``. A malformed document raises
+    ``ValueError`` saying what to fix; a pool with a wrong field is a rejection."""
+    if not isinstance(document, Mapping) or not isinstance(document.get("pools"), list):
+        raise ValueError("a pool declaration is a mapping with a list 'pools'")
+    results: list[PoolResult] = []
+    for i, item in enumerate(document["pools"]):
+        if not isinstance(item, Mapping):
+            raise ValueError(f"pools[{i}] is not a mapping")
+        results.append(_declared(item, i, manufacturers_by_resource))
+    return results
+
+
+def _declared(
+    item: Mapping[str, Any], index: int, manufacturers_by_resource: Mapping[str, str]
+) -> PoolResult:
+    name = str(item.get("name") or "")
+    if not is_valid_dns_label(name) or len(name) > 40:
+        raise ValueError(f"pools[{index}].name {name!r}: give a DNS label of at most 40 characters")
+
+    def reject(reason: str) -> PoolRejection:
+        return PoolRejection(PoolSource.DECLARED, name, f"declared pool {name}: {reason}")
+
+    selector = item.get("nodeSelector")
+    if not isinstance(selector, Mapping) or not selector:
+        return reject(
+            "give nodeSelector: the labels its nodes carry (cloud.google.com/gke-nodepool)"
+        )
+    accelerator = _mapping(item, "accelerator")
+    resource = str(accelerator.get("resource") or "nvidia.com/gpu")
+    manufacturer = manufacturers_by_resource.get(resource)
+    if manufacturer is None:
+        return reject(f"accelerator.resource {resource} is no known device resource")
+    per_node = parse_count(str(accelerator.get("perNode", "")))
+    max_nodes = parse_count(str(item.get("maxNodes", "")))
+    if not per_node or max_nodes is None:
+        return reject("give accelerator.perNode (devices per node) and maxNodes")
+    cpu = parse_quantity(str(item["cpu"])) if "cpu" in item else None
+    memory = parse_quantity(str(item["memory"])) if "memory" in item else None
+    if cpu is None or memory is None:
+        return reject("give cpu and memory: what one node offers to pods (its allocatable)")
+    return DeclaredPool(
+        source=PoolSource.DECLARED,
+        name=name,
+        node_selector={str(k): str(v) for k, v in selector.items()},
+        manufacturer=manufacturer,
+        resource=resource,
+        product=str(accelerator.get("product") or ""),
+        devices_per_node=per_node,
+        max_devices=per_node * max_nodes,
+        cpu_per_node=cpu,
+        memory_per_node=memory,
+        max_nodes=max_nodes,
+        taints=_taints(item.get("taints")),
+        provisioning_class=str(item.get("provisioningClass") or ""),
+    )
+
+
+def declarations_in_configmap(
+    configmap: Mapping[str, Any] | None, manufacturers_by_resource: Mapping[str, str]
+) -> tuple[list[PoolResult], str]:
+    """The pools of the ConfigMap :data:`DECLARED_POOLS_CONFIGMAP` and, when its document
+    cannot be read, why (the pools are then none)."""
+    if configmap is None:
+        return [], ""
+    data = configmap.get("data")
+    text = data.get(DECLARED_POOLS_KEY) if isinstance(data, Mapping) else None
+    if not isinstance(text, str):
+        return [], f"ConfigMap {DECLARED_POOLS_CONFIGMAP} has no data key {DECLARED_POOLS_KEY}"
+    try:
+        return parse_declarations(yaml.safe_load(text), manufacturers_by_resource), ""
+    except (yaml.YAMLError, ValueError) as exc:
+        detail = " ".join(str(exc).split())
+        return [], f"ConfigMap {DECLARED_POOLS_CONFIGMAP} key {DECLARED_POOLS_KEY}: {detail}"
+
+
+# --- All of them ------------------------------------------------------------------------------
+
+
+def is_pool_chain_object(obj: object) -> bool:
+    """An object of a declared pool's chain (it carries :data:`POOL_LABEL`)."""
+    return obj is not None and POOL_LABEL in labels_of(obj)
+
+
+def is_pool_object(obj: Mapping[str, Any]) -> bool:
+    """A NodePool, MachineDeployment or MachinePool (what :func:`pools_from_objects` reads)."""
+    api = str(obj.get("apiVersion") or "")
+    kind = obj.get("kind")
+    return (kind == "NodePool" and api.startswith("karpenter.sh/")) or (
+        kind in CAPI_KINDS and api.startswith("cluster.x-k8s.io/")
+    )
+
+
+def pools_from_objects(
+    objects: Iterable[Mapping[str, Any]],
+    declared: Iterable[PoolResult],
+    manufacturers_by_resource: Mapping[str, str],
+) -> list[PoolResult]:
+    """Every pool: from NodePools and Cluster API node groups, then those a person declared,
+    sorted by key; an object that asks for no accelerator is left out."""
+    found: dict[str, PoolResult] = {}
+    for obj in objects:
+        result: PoolResult | None = None
+        if obj.get("kind") == "NodePool":
+            result = karpenter_pool(obj)
+        elif obj.get("kind") in CAPI_KINDS:
+            result = capi_pool(obj, manufacturers_by_resource)
+        if isinstance(result, DeclaredPool) and len(result.object_name) > MAX_OBJECT_NAME:
+            result = PoolRejection(
+                result.source,
+                result.name,
+                f"{obj.get('kind')} {result.name}: the name is too long for its queue's name "
+                f"({result.object_name}, at most {MAX_OBJECT_NAME} characters): shorten it",
+            )
+        if result is not None:
+            found.setdefault(result.key, result)
+    for result in declared:
+        found.setdefault(result.key, result)
+    return [found[k] for k in sorted(found)]
+
+
+def pool_of(node: object, pools: Sequence[DeclaredPool]) -> DeclaredPool | None:
+    """The first pool (by key) whose selector the node's labels match."""
+    return next((p for p in pools if p.matches(node)), None)
+
+
+def claimed_nodes(nodes: Iterable[object], pools: Sequence[PoolResult]) -> set[str]:
+    """Names of the nodes a sound pool selects: they feed its flavor, not one of their own."""
+    sound = [p for p in pools if isinstance(p, DeclaredPool)]
+    return {name_of(n) for n in nodes if any(p.matches(n) for p in sound)}

@@ -1,0 +1,235 @@
+"""Declared pools (docs/autoscaling.md): queues for autoscaled pools with no node yet.
+
+The dumps are built from published facts (examples/autoscaling/pools-at-zero.yaml and
+examples/autoscaling/declared-pools.yaml cite them): Karpenter NodePools on EKS, a Cluster
+API node group with the cluster autoscaler's scale-from-zero hints, a GKE pool a person
+declared.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpustack_operator.commands.plan import read_cluster_input
+from gpustack_operator.commands.policy_flags import read_declared_pools
+from gpustack_operator.domain.declaredpools import (
+    CLASS_ATOMIC_SCALE_UP,
+    CLASS_GKE_QUEUED,
+    PoolRejection,
+    karpenter_pool,
+)
+from gpustack_operator.domain.desired import DesiredState
+from gpustack_operator.domain.manufacturers import default_manufacturers
+from gpustack_operator.domain.plan import plan_state
+from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.poolchain import ProvisioningSettings
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "autoscaling"
+MFRS = default_manufacturers()
+
+
+def _policy(provisioning: bool | None = None) -> ChainPolicy:
+    base = ChainPolicy(manufacturers=MFRS)
+    pools = read_declared_pools(EXAMPLES / "declared-pools.yaml", base.manufacturers_by_resource)
+    return replace(
+        base, declared_pools=pools, provisioning=ProvisioningSettings(served=provisioning)
+    )
+
+
+def _state(
+    nodes: list[dict[str, Any]] | None = None, provisioning: bool | None = None
+) -> DesiredState:
+    dump = read_cluster_input(EXAMPLES / "pools-at-zero.yaml")
+    return plan_state(
+        [*dump.nodes, *(nodes or [])],
+        dump.namespaces,
+        _policy(provisioning),
+        pool_objects=dump.pools,
+    )
+
+
+def _device_quota(queue: dict[str, Any], resource: str = "nvidia.com/gpu") -> str:
+    (group,) = queue["spec"]["resourceGroups"]
+    (flavor,) = group["flavors"]
+    return str(next(r["nominalQuota"] for r in flavor["resources"] if r["name"] == resource))
+
+
+def _queues(state: DesiredState) -> dict[str, dict[str, Any]]:
+    return {q["metadata"]["name"]: q for q in state.cluster_queues}
+
+
+def _h100_node(name: str, pool: str = "h100") -> dict[str, Any]:
+    """A p5.48xlarge node as Karpenter launches it (examples/managed-clouds.yaml's labels)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "karpenter.k8s.aws/instance-gpu-count": "8",
+                "karpenter.k8s.aws/instance-gpu-manufacturer": "nvidia",
+                "karpenter.k8s.aws/instance-gpu-memory": "81920",
+                "karpenter.k8s.aws/instance-gpu-name": "h100",
+                "karpenter.sh/capacity-type": "on-demand",
+                "karpenter.sh/nodepool": pool,
+                "feature.node.kubernetes.io/cpu-model.vendor_id": "AMD",
+                "feature.node.kubernetes.io/cpu-model.family": "25",
+                "feature.node.kubernetes.io/cpu-model.id": "1",
+                "kubernetes.io/arch": "amd64",
+                "kubernetes.io/os": "linux",
+                "node.kubernetes.io/instance-type": "p5.48xlarge",
+            },
+        },
+        "spec": {"taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]},
+        "status": {
+            "allocatable": {
+                "cpu": "192",
+                "memory": "2147483648Ki",
+                "ephemeral-storage": "3984588800Ki",
+                "nvidia.com/gpu": "8",
+                "pods": "110",
+            },
+            "capacity": {"cpu": "192", "memory": "2147483648Ki", "nvidia.com/gpu": "8"},
+        },
+    }
+
+
+def test_each_sound_pool_gets_a_queue_with_its_declared_maximum() -> None:
+    state = _state()
+    queues = _queues(state)
+    assert {n: _device_quota(q) for n, q in queues.items()} == {
+        "pool-karpenter-h100": "16",  # limits nvidia.com/gpu
+        "pool-karpenter-l40s": "12",  # limits nodes 3 x 4 GPUs
+        "pool-capi-md-a100": "10",  # max-size 5 x gpu-count 2
+        "pool-declared-l4-flex": "8",  # maxNodes 4 x perNode 2
+    }
+    capi = queues["pool-capi-md-a100"]["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
+    assert capi[0] == {"name": "cpu", "nominalQuota": "80"}  # 5 x capacity cpu 16
+    flavors = {f["metadata"]["name"]: f for f in state.resource_flavors}
+    assert flavors["pool-karpenter-h100"]["spec"]["nodeLabels"] == {"karpenter.sh/nodepool": "h100"}
+    assert flavors["pool-karpenter-h100"]["spec"]["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    assert flavors["pool-capi-md-a100"]["spec"]["nodeLabels"] == {
+        "node.cluster.x-k8s.io/pool": "md-a100"
+    }
+    assert flavors["pool-declared-l4-flex"]["spec"]["nodeLabels"] == {
+        "cloud.google.com/gke-nodepool": "l4-flex"
+    }
+    # Every queue reaches the namespace in the dump.
+    assert {lq["spec"]["clusterQueue"] for lq in state.local_queues} == set(queues)
+
+
+def test_a_pool_allowing_two_models_gets_no_queue_and_a_reason_naming_the_fix() -> None:
+    state = _state()
+    (rejection,) = state.pool_rejections
+    assert rejection.key == "karpenter.inference-mixed"
+    assert "several GPU models (a10g, l4)" in rejection.reason
+    assert "karpenter.k8s.aws/instance-gpu-name In [<one model>]" in rejection.reason
+    assert not any("inference-mixed" in q["metadata"]["name"] for q in state.cluster_queues)
+
+
+def test_no_device_limit_and_no_node_limit_is_rejected() -> None:
+    dump = read_cluster_input(EXAMPLES / "pools-at-zero.yaml")
+    nodepool = copy.deepcopy(next(p for p in dump.pools if p["metadata"]["name"] == "h100"))
+    nodepool["spec"]["limits"] = {"cpu": "1000"}
+    result = karpenter_pool(nodepool)
+    assert isinstance(result, PoolRejection)
+    assert "spec.limits.nvidia.com/gpu" in result.reason
+    assert "spec.limits.nodes" in result.reason
+
+
+def test_a_cpu_nodepool_is_no_accelerator_pool() -> None:
+    nodepool = {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": "general"},
+        "spec": {
+            "template": {
+                "spec": {
+                    "requirements": [
+                        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}
+                    ]
+                }
+            },
+            "limits": {"cpu": "1000"},
+        },
+    }
+    assert karpenter_pool(nodepool) is None
+
+
+def _chain_names(state: DesiredState) -> dict[str, set[str]]:
+    return {
+        "flavors": {o["metadata"]["name"] for o in state.resource_flavors},
+        "cohorts": {o["metadata"]["name"] for o in state.cohorts},
+        "queues": {o["metadata"]["name"] for o in state.cluster_queues},
+        "local": {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in state.local_queues},
+    }
+
+
+def test_nodes_that_appear_fall_in_the_pool_flavor_nothing_renamed() -> None:
+    at_zero = _state()
+    at_two = _state([_h100_node("ip-10-0-1-1"), _h100_node("ip-10-0-1-2")])
+    assert _chain_names(at_two) == _chain_names(at_zero)
+    # The quota stays the declared maximum; the flavor is the same object.
+    assert _device_quota(_queues(at_two)["pool-karpenter-h100"]) == "16"
+    flavor = next(
+        f for f in at_two.resource_flavors if f["metadata"]["name"] == "pool-karpenter-h100"
+    )
+    assert flavor == next(
+        f for f in at_zero.resource_flavors if f["metadata"]["name"] == "pool-karpenter-h100"
+    )
+
+
+def test_a_live_count_above_the_declared_maximum_still_counts() -> None:
+    state = _state([_h100_node(f"ip-10-0-1-{i}") for i in range(3)])  # 24 GPUs > 16
+    assert _device_quota(_queues(state)["pool-karpenter-h100"]) == "24"
+
+
+def test_a_node_of_no_declared_pool_keeps_its_own_flavor() -> None:
+    state = _state([_h100_node("ip-10-0-9-9", pool="accelerated")])
+    own = [f for f in state.resource_flavors if not f["metadata"]["name"].startswith("pool-")]
+    assert own, "a Karpenter node of an undeclared NodePool is pooled from its labels"
+
+
+def test_provisioning_checks_scoped_to_their_flavors_where_served() -> None:
+    state = _state(provisioning=True)
+    checks = {c["metadata"]["name"]: c for c in state.admission_checks}
+    configs = {c["metadata"]["name"]: c for c in state.provisioning_configs}
+    # Karpenter implements no ProvisioningRequest class: its pools get no check.
+    assert set(checks) == set(configs) == {"pool-capi-md-a100", "pool-declared-l4-flex"}
+    assert configs["pool-declared-l4-flex"]["spec"]["provisioningClassName"] == CLASS_GKE_QUEUED
+    assert configs["pool-capi-md-a100"]["spec"]["provisioningClassName"] == CLASS_ATOMIC_SCALE_UP
+    for name, config in configs.items():
+        assert config["spec"]["managedResources"] == ["nvidia.com/gpu"]
+        assert config["spec"]["retryStrategy"]["backoffLimitCount"] == 3
+        assert checks[name]["spec"]["controllerName"] == "kueue.x-k8s.io/provisioning-request"
+        assert checks[name]["spec"]["parameters"]["name"] == name
+        queue = _queues(state)[name]
+        assert queue["spec"]["admissionChecksStrategy"] == {
+            "admissionChecks": [{"name": name, "onFlavors": [name]}]
+        }
+    assert "admissionChecksStrategy" not in _queues(state)["pool-karpenter-h100"]["spec"]
+
+
+@pytest.mark.parametrize("served", [None, False])
+def test_no_check_where_provisioning_requests_are_not_served(served: bool | None) -> None:
+    state = _state(provisioning=served)
+    assert state.admission_checks == [] and state.provisioning_configs == []
+    assert all("admissionChecksStrategy" not in q["spec"] for q in state.cluster_queues)
+
+
+def test_a_malformed_declaration_names_the_fix(tmp_path: Path) -> None:
+    path = tmp_path / "pools.yaml"
+    path.write_text(yaml.safe_dump({"pools": [{"name": "Bad_Name"}]}))
+    with pytest.raises(ValueError, match="DNS label"):
+        read_declared_pools(path, ChainPolicy(manufacturers=MFRS).manufacturers_by_resource)
+    path.write_text(yaml.safe_dump({"pools": [{"name": "p", "nodeSelector": {"a": "b"}}]}))
+    (result,) = read_declared_pools(path, ChainPolicy(manufacturers=MFRS).manufacturers_by_resource)
+    assert isinstance(result, PoolRejection) and "perNode" in result.reason
