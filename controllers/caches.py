@@ -3,7 +3,8 @@
 Indexes make every reconcile proportional to the objects it touches: Nodes by the flavor,
 queue and cohort names of their profiles (managed nodes only: the index *is* the node count
 docs/worker.md speaks of; profiles come from the shared :class:`NodeFacts`), ResourceFlavors by
-their target queue and cohort annotations, ClusterQueues by cohort, LocalQueues by namespace.
+their target queue and cohort annotations, ClusterQueues by cohort and team queues by pool,
+LocalQueues by namespace.
 """
 
 from __future__ import annotations
@@ -15,12 +16,15 @@ from typing import Any, Final
 from gpustack_operator.apis import KueueResources
 from gpustack_operator.controllers.common import index_values
 from gpustack_operator.controllers.nodefacts import NodeFacts, Part
+from gpustack_operator.controllers.teams import LiveTeams
 from gpustack_operator.controllers.tenantview import TenantView
 from gpustack_operator.domain.flavors import TolerationPolicy, is_managed
 from gpustack_operator.domain.labels import COHORT_ANNOTATION, QUEUE_ANNOTATION
 from gpustack_operator.domain.manufacturers import Manufacturer
 from gpustack_operator.domain.nodeview import annotations_of
+from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.queues import cluster_queue_cohort
+from gpustack_operator.domain.teams import Teams, pool_of
 from gpustack_operator.domain.tenancy import TenantSettings
 from gpustack_operator.domain.topology import (
     TopologyPolicy,
@@ -38,6 +42,8 @@ BY_FLAVOR: Final = "flavor"
 BY_QUEUE: Final = "queue"
 BY_COHORT: Final = "cohort"
 BY_NAMESPACE: Final = "namespace"
+BY_POOL: Final = "pool"
+"""ClusterQueue index: a team queue under its pool's name (docs/teams.md)."""
 BY_TOPOLOGY: Final = "topology"
 """Node index: managed Nodes by the Topology their group names (docs/topology.md)."""
 AWAITING_LABELS: Final = "awaiting-labels"
@@ -99,6 +105,10 @@ def _annotation_index(key: str) -> Any:
     return index
 
 
+def _pool_index(obj: dict[str, Any]) -> list[str]:
+    return index_values([pool_of(obj)])
+
+
 def _cohort_index(obj: dict[str, Any]) -> list[str]:
     return index_values([cluster_queue_cohort(obj)])
 
@@ -120,6 +130,8 @@ class KueueCaches:
     """Kueue Topologies, while TAS is on (docs/topology.md)."""
     """In a shared-node or pseudo-node tenant, the Nodes as its pools see them
     (docs/tenants.md); ``None`` in an ordinary cluster."""
+    teams: LiveTeams | None = None
+    """The teams declaration in force (docs/teams.md); ``None``: the policy's alone."""
 
     @classmethod
     def create(
@@ -138,6 +150,7 @@ class KueueCaches:
         _ensure_index(flavors, BY_COHORT, _annotation_index(COHORT_ANNOTATION))
         cluster_queues = manager.informer(kueue.cluster_queues)
         _ensure_index(cluster_queues, BY_COHORT, _cohort_index)
+        _ensure_index(cluster_queues, BY_POOL, _pool_index)
         local_queues = manager.informer(kueue.local_queues)
         _ensure_index(local_queues, BY_NAMESPACE, namespace_index)
         return cls(
@@ -176,6 +189,10 @@ class KueueCaches:
         if self.tenant is not None:
             return self.tenant.event_names(part)
         return self.facts.names(node, part)
+
+    def teams_for(self, policy: ChainPolicy) -> Teams | None:
+        """The teams in force: the live declaration's, else the policy's (docs/teams.md)."""
+        return self.teams.current() if self.teams is not None else policy.teams
 
     def informers(self) -> Iterable[Informer]:
         return (

@@ -29,7 +29,13 @@ import structlog
 from prometheus_client import Counter
 
 from gpustack_operator.controllers.availability import AvailabilityTracker
-from gpustack_operator.controllers.caches import BY_COHORT, BY_FLAVOR, BY_QUEUE, KueueCaches
+from gpustack_operator.controllers.caches import (
+    BY_COHORT,
+    BY_FLAVOR,
+    BY_POOL,
+    BY_QUEUE,
+    KueueCaches,
+)
 from gpustack_operator.controllers.common import (
     METADATA_OR_SPEC_CHANGED,
     NodeChanged,
@@ -37,6 +43,7 @@ from gpustack_operator.controllers.common import (
     is_managed_object,
     is_up_to_date,
 )
+from gpustack_operator.controllers.teams import watch_teams
 from gpustack_operator.domain.availability import NodeAvailability
 from gpustack_operator.domain.declaredpools import is_pool_chain_object
 from gpustack_operator.domain.kueue import OwnerReference
@@ -60,6 +67,7 @@ from gpustack_operator.domain.queues import (
     quota_below_usage,
     without_flavors,
 )
+from gpustack_operator.domain.teams import pool_of, split_pool
 from gpustack_operator.domain.tenancy import tenant_cluster_queue
 from gpustack_operator.runtime.client import NotFound
 from gpustack_operator.runtime.coalesce import Coalesce
@@ -86,6 +94,17 @@ def _without_deletion(obj: dict[str, Any]) -> dict[str, Any]:
     """*obj* as if it were not being deleted (to render what its queue holds besides it)."""
     meta = {k: v for k, v in metadata(obj).items() if k != "deletionTimestamp"}
     return {**obj, "metadata": meta}
+
+
+def resource_version(obj: Mapping[str, Any] | None) -> str:
+    return str(metadata(obj).get("resourceVersion", "")) if obj is not None else ""
+
+
+def _sooner(a: Result | None, b: Result | None) -> Result | None:
+    """The earlier of two requeues (``None``: none asked)."""
+    if a is None or b is None:
+        return a or b
+    return a if (a.requeue_after or 0) <= (b.requeue_after or 0) else b
 
 
 def has_reservations(cluster_queue: Mapping[str, Any]) -> bool:
@@ -119,6 +138,46 @@ def has_reservations(cluster_queue: Mapping[str, Any]) -> bool:
     return False
 
 
+def desired_pool_queue(
+    caches: KueueCaches,
+    policy: ChainPolicy,
+    name: str,
+    flavors: list[dict[str, Any]],
+    tracker: AvailabilityTracker | None = None,
+) -> tuple[dict[str, Any] | None, float | None]:
+    """The ClusterQueue of pool *name* for *flavors* from the cache's managed nodes (each
+    counted as *tracker* says), before teams divide it, and when a node's verdict next
+    changes by time alone; the Cohort reconciler reads it for the Cohort's own quota."""
+    untils: list[float] = []
+    availability = None
+    if tracker is not None:
+
+        def availability(node: object) -> NodeAvailability:
+            verdict = tracker.look(node)
+            if verdict.until is not None:
+                untils.append(verdict.until)
+            return verdict
+
+    index: dict[str, list[object]] = {
+        name_of(f): list(caches.managed_nodes(BY_FLAVOR, name_of(f))) for f in flavors
+    }
+    nodes = [n for members in index.values() for n in members]
+    want = desired_cluster_queue(
+        name,
+        flavors,
+        nodes,
+        caches.manufacturers,
+        version=caches.kueue.version,
+        flavor_index=index,
+        quota_resources=policy.quota_resources,
+        availability=availability,
+    )
+    if want is not None and caches.tenant is not None:
+        # docs/tenants.md, "Quota a tenant may count on"
+        want = tenant_cluster_queue(want, caches.tenant.settings.quota_caps)
+    return want, min(untils, default=None)
+
+
 class ClusterQueueReconciler:
     def __init__(
         self,
@@ -133,6 +192,8 @@ class ClusterQueueReconciler:
         self.caches = caches
         self.policy = policy
         self.tracker = tracker
+        self._team_writes: dict[str, tuple[str, dict[str, Any]]] = {}
+        """Team queue -> (the resourceVersion it had, what was applied) of its last write."""
         """Each node's availability (docs/node-lifecycle.md); None counts every node."""
         self.writer = writer
         self.resource = caches.kueue.cluster_queues
@@ -145,6 +206,8 @@ class ClusterQueueReconciler:
         have = caches.cluster_queues.indexer.get(name)
         if is_pool_chain_object(have):
             return None  # the declared-pool reconciler's (docs/autoscaling.md)
+        if have is not None and pool_of(have) and is_managed_object(have):
+            return None  # a team queue: its pool's key handles it (docs/teams.md)
         if have is not None and not is_managed_object(have):
             if caches.flavors.indexer.by_index(BY_QUEUE, name):
                 self.writer.not_ours(self.resource, have)
@@ -170,9 +233,7 @@ class ClusterQueueReconciler:
             full, _ = self._desired(name, live)
             want = without_flavors(full) if full is not None else None
         if want is None:
-            return await self._delete(have)
-        if have is not None and is_deleting(have):
-            return None  # its deletion event brings it back here, to be created anew
+            return _sooner(await self._delete(have), await self._prune_teams(name, set()))
         cohort_name = cluster_queue_cohort(want)
         cohort = caches.cohorts.indexer.get(cohort_name)
         if cohort is None or is_deleting(cohort):
@@ -185,12 +246,54 @@ class ClusterQueueReconciler:
                 uid=uid_of(cohort),
             )
             want["metadata"]["ownerReferences"] = [owner.manifest()]
-        if not is_up_to_date(have, want):
-            self._say_shrink_below_usage(want, have)
-            applied = await self.writer.apply(self.resource, want, existed=have is not None)
-            if have is None:
-                self._created(applied, len(flavors))
-        return later
+        teams = caches.teams_for(self.policy)
+        split = split_pool(want, teams) if teams is not None else None
+        if split is not None:  # docs/teams.md: the pool's teams' queues replace its own
+            kept = {name_of(q) for q in split.team_queues}
+            for team_queue in split.team_queues:
+                have_team = caches.cluster_queues.indexer.get(name_of(team_queue))
+                await self._put(have_team, team_queue, len(flavors), team=True)
+            gone = _sooner(await self._delete(have), await self._prune_teams(name, kept))
+            return _sooner(gone, later)
+        await self._put(have, want, len(flavors))
+        return _sooner(await self._prune_teams(name, set()), later)
+
+    async def _put(
+        self,
+        have: dict[str, Any] | None,
+        want: dict[str, Any],
+        flavors: int,
+        *,
+        team: bool = False,
+    ) -> None:
+        if have is not None and not is_managed_object(have):
+            self.writer.not_ours(self.resource, have)
+            return
+        if have is not None and is_deleting(have):
+            return  # its deletion event brings it back here, to be created anew
+        if is_up_to_date(have, want):
+            return
+        seen = resource_version(have)
+        if team and self._team_writes.get(name_of(want)) == (seen, want):
+            # The pool's team queues are written in one reconcile, and the event of one
+            # brings the pool back before the cache holds the others' writes: what the
+            # cache shows is the version this very write replaced (docs/teams.md, "Shares
+            # follow the hardware": one write per queue).
+            return
+        self._say_shrink_below_usage(want, have)
+        applied = await self.writer.apply(self.resource, want, existed=have is not None)
+        if have is None:
+            self._created(applied, flavors)
+        if team:
+            self._team_writes[name_of(want)] = (seen, want)
+
+    async def _prune_teams(self, pool: str, kept: set[str]) -> Result | None:
+        """Delete the team queues of *pool* no team has now, each once nothing is reserved."""
+        result: Result | None = None
+        for queue in self.caches.cluster_queues.indexer.by_index(BY_POOL, pool):
+            if name_of(queue) not in kept and is_managed_object(queue):
+                result = _sooner(result, await self._delete(queue))
+        return result
 
     def _say_shrink_below_usage(
         self, want: Mapping[str, Any], have: Mapping[str, Any] | None
@@ -232,36 +335,7 @@ class ClusterQueueReconciler:
         self, name: str, flavors: list[dict[str, Any]]
     ) -> tuple[dict[str, Any] | None, float | None]:
         """The queue *name* wants, and when a node's verdict next changes by time alone."""
-        caches = self.caches
-        untils: list[float] = []
-        availability = None
-        tracker = self.tracker
-        if tracker is not None:
-
-            def availability(node: object) -> NodeAvailability:
-                verdict = tracker.look(node)
-                if verdict.until is not None:
-                    untils.append(verdict.until)
-                return verdict
-
-        index: dict[str, list[object]] = {
-            name_of(f): list(caches.managed_nodes(BY_FLAVOR, name_of(f))) for f in flavors
-        }
-        nodes = [n for members in index.values() for n in members]
-        want = desired_cluster_queue(
-            name,
-            flavors,
-            nodes,
-            caches.manufacturers,
-            version=caches.kueue.version,
-            flavor_index=index,
-            quota_resources=self.policy.quota_resources,
-            availability=availability,
-        )
-        if want is not None and caches.tenant is not None:
-            # docs/tenants.md, "Quota a tenant may count on"
-            want = tenant_cluster_queue(want, caches.tenant.settings.quota_caps)
-        return want, min(untils, default=None)
+        return desired_pool_queue(self.caches, self.policy, name, flavors, self.tracker)
 
     async def _delete(self, have: Mapping[str, Any] | None) -> Result | None:
         if have is None or is_deleting(have):
@@ -350,14 +424,25 @@ def build_cluster_queue_controller(
         policy=policy,
         tracker=tracker,
     )
+
     # A queue's quotas are sums over its nodes: while nodes keep arriving, wait for a pause
     # (bounded; longer while nodes still await their labels) rather than write every
     # intermediate sum. Node, flavor, Cohort and the queue's own events share one window per
     # queue (one Coalesce value): an edit in a quiet moment is reconciled at once (the
     # leading edge), but during a burst neither the queue's own writes nor its Cohort's
     # creation may start a write per round trip.
+    def by_team_queue(queue: dict[str, Any]) -> list[str]:
+        pool = pool_of(queue)  # docs/teams.md: a team queue's events reach its pool
+        return [pool] if pool else []
+
+    builder = watch_teams(
+        builder, caches.teams, lambda: caches.flavors.indexer.index_values(BY_QUEUE)
+    )
     return (
         builder.for_(caches.kueue.cluster_queues, METADATA_OR_SPEC_CHANGED, coalesce=coalesce)
+        .watches(
+            caches.kueue.cluster_queues, by_team_queue, METADATA_OR_SPEC_CHANGED, coalesce=coalesce
+        )
         .watches(caches.kueue.cohorts, by_cohort, METADATA_OR_SPEC_CHANGED, coalesce=coalesce)
         .watches(NODES, by_node, NodeChanged(facts), coalesce=coalesce)
         .watches(

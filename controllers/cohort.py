@@ -10,9 +10,11 @@ person made (no managed-by label) is never changed or deleted.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, cast
 
+from gpustack_operator.controllers.availability import AvailabilityTracker
 from gpustack_operator.controllers.caches import BY_COHORT, KueueCaches
+from gpustack_operator.controllers.clusterqueue import desired_pool_queue
 from gpustack_operator.controllers.common import (
     METADATA_OR_SPEC_CHANGED,
     NodeChanged,
@@ -20,14 +22,18 @@ from gpustack_operator.controllers.common import (
     is_managed_object,
     is_up_to_date,
 )
+from gpustack_operator.controllers.teams import watch_teams
 from gpustack_operator.domain.declaredpools import is_pool_chain_object
-from gpustack_operator.domain.nodeview import is_deleting
+from gpustack_operator.domain.labels import QUEUE_ANNOTATION
+from gpustack_operator.domain.nodeview import annotations_of, is_deleting
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.queues import (
     cluster_queue_cohort,
     cohort_may_be_deleted,
     desired_cohort,
+    queue_flavors,
 )
+from gpustack_operator.domain.teams import cohort_resource_groups, split_pool, with_cohort_quota
 from gpustack_operator.runtime.coalesce import Coalesce
 from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request, Result
 from gpustack_operator.runtime.resources import NODES
@@ -37,9 +43,17 @@ NAME: Final = "cohort"
 
 class CohortReconciler:
     def __init__(
-        self, caches: KueueCaches, writer: Writer, policy: ChainPolicy, *, deleting_requeue: float
+        self,
+        caches: KueueCaches,
+        writer: Writer,
+        policy: ChainPolicy,
+        *,
+        deleting_requeue: float,
+        tracker: AvailabilityTracker | None = None,
     ) -> None:
         self.caches = caches
+        self.tracker = tracker
+        """Each node's availability, as the ClusterQueue reconciler counts it (docs/teams.md)."""
         self.policy = policy
         self.writer = writer
         self.resource = caches.kueue.cohorts
@@ -65,15 +79,55 @@ class CohortReconciler:
             profiles_of=self.caches.facts.profiles,
         )
         if want is not None:
+            want, later = self._with_team_remainder(name, have, want)
             if not is_up_to_date(have, want):
-                await self.writer.apply(self.resource, want, existed=have is not None)
-            return None
+                await self.writer.apply(self.resource, _applied(want), existed=have is not None)
+            return later
         if have is None:
             return None
         queues = self.caches.cluster_queues.indexer.by_index(BY_COHORT, name)
         if cohort_may_be_deleted(name, nodes, queues, self.policy.manufacturers):
             await self.writer.delete(self.resource, have, "no node or ClusterQueue references it")
         return None
+
+    def _with_team_remainder(
+        self, name: str, have: dict[str, Any] | None, want: dict[str, Any]
+    ) -> tuple[dict[str, Any], Result | None]:
+        """*want* holding what its pools' teams leave over as its own quota (docs/teams.md);
+        a quota it held before and no longer needs is compared as an empty list. With the
+        requeue for when a node's verdict next changes by time alone (docs/node-lifecycle.md)."""
+        teams = self.caches.teams_for(self.policy)
+        held = bool(((have or {}).get("spec") or {}).get("resourceGroups"))
+        if teams is None and not held:
+            return want, None
+        splits = []
+        untils: list[float] = []
+        flavors = self.caches.flavors.indexer.by_index(BY_COHORT, name)
+        pools = sorted({annotations_of(f).get(QUEUE_ANNOTATION, "") for f in flavors} - {""})
+        for pool in pools if teams is not None else ():
+            members = cast("list[dict[str, Any]]", queue_flavors(pool, flavors))
+            queue, until = desired_pool_queue(self.caches, self.policy, pool, members, self.tracker)
+            if until is not None:
+                untils.append(until)
+            split = split_pool(queue, teams) if queue is not None and teams is not None else None
+            if split is not None:
+                splits.append(split)
+        want = with_cohort_quota(want, cohort_resource_groups(splits))
+        if held and "resourceGroups" not in want["spec"]:
+            want["spec"]["resourceGroups"] = []
+        tracker = self.tracker
+        if not untils or tracker is None:
+            return want, None
+        return want, Result(requeue_after=max(min(untils) - tracker.clock(), 0.0) + 0.01)
+
+
+def _applied(want: dict[str, Any]) -> dict[str, Any]:
+    """*want* as applied: an empty ``resourceGroups`` (compared, to notice a remainder to
+    drop) is left out, so server-side apply removes the field this manager owned."""
+    spec = want.get("spec") or {}
+    if spec.get("resourceGroups") == []:
+        return {**want, "spec": {k: v for k, v in spec.items() if k != "resourceGroups"}}
+    return want
 
 
 def build_cohort_controller(
@@ -85,9 +139,10 @@ def build_cohort_controller(
     deleting_requeue: float,
     coalesce: Coalesce,
     policy: ChainPolicy,
+    tracker: AvailabilityTracker | None = None,
 ) -> Controller:
     """*coalesce*: the Node and ClusterQueue watches' preset, as for flavors (docs/worker.md,
-    "Batching")."""
+    "Batching"); *tracker*: node availability, for the Cohort's own quota with teams."""
     facts = caches.facts
 
     def by_node(node: dict[str, Any]) -> list[str]:
@@ -97,10 +152,17 @@ def build_cohort_controller(
         cohort = cluster_queue_cohort(queue)
         return [cohort] if cohort else []
 
+    builder = watch_teams(
+        builder, caches.teams, lambda: caches.flavors.indexer.index_values(BY_COHORT)
+    )
     return (
         builder.for_(caches.kueue.cohorts, METADATA_OR_SPEC_CHANGED)
         .watches(NODES, by_node, NodeChanged(facts), coalesce=coalesce)
         .watches(caches.kueue.cluster_queues, by_queue, METADATA_OR_SPEC_CHANGED, coalesce=coalesce)
         .with_options(max_concurrent_reconciles=workers)
-        .complete(CohortReconciler(caches, writer, policy, deleting_requeue=deleting_requeue))
+        .complete(
+            CohortReconciler(
+                caches, writer, policy, deleting_requeue=deleting_requeue, tracker=tracker
+            )
+        )
     )

@@ -29,10 +29,12 @@ from gpustack_operator.controllers.common import (
     is_managed_object,
     is_up_to_date,
 )
+from gpustack_operator.controllers.teams import watch_teams
 from gpustack_operator.domain.labels import RESOURCE_TYPE_INSTANCETYPES, RESOURCE_TYPE_LABEL
 from gpustack_operator.domain.nodeview import is_deleting, labels_of, metadata, name_of
 from gpustack_operator.domain.policy import ChainPolicy
-from gpustack_operator.domain.queues import desired_local_queues
+from gpustack_operator.domain.queues import active_namespaces, desired_local_queues
+from gpustack_operator.domain.teams import desired_local_queues_with_teams, pool_of
 from gpustack_operator.runtime.client import ApiError, Forbidden, NotFound
 from gpustack_operator.runtime.coalesce import Coalesce
 from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request
@@ -72,8 +74,15 @@ class _QueueSetChanged(Predicate):
 
 
 class _NamespaceStateChanged(Predicate):
+    """Terminating or not; labels (a team's namespaceSelector may select by them)."""
+
     def update(self, old: dict[str, Any], new: dict[str, Any]) -> bool:
-        return _terminating(old) != _terminating(new)
+        return _terminating(old) != _terminating(new) or labels_of(old) != labels_of(new)
+
+
+def _target(local_queue: dict[str, Any]) -> object:
+    spec = local_queue.get("spec")
+    return spec.get("clusterQueue") if isinstance(spec, dict) else None
 
 
 class LocalQueueReconciler:
@@ -94,13 +103,29 @@ class LocalQueueReconciler:
         if namespace is None or _terminating(namespace):
             return  # the namespace controller removes what is inside
         queues = [q for q in self.caches.cluster_queues.indexer.list() if _is_our_queue(q)]
+        plain = [q for q in queues if not pool_of(q)]
         wanted = desired_local_queues(
-            queues,
+            plain,
             [namespace],
             system_namespace=self.policy.system_namespace,
             excluded=self.policy.excluded_namespaces,
             version=self.caches.kueue.version,
         )
+        teams = self.caches.teams_for(self.policy)
+        if teams is not None and len(plain) < len(queues):  # docs/teams.md
+            active = active_namespaces(
+                [namespace],
+                system_namespace=self.policy.system_namespace,
+                excluded=self.policy.excluded_namespaces,
+            )
+            wanted = desired_local_queues_with_teams(
+                queues,
+                [namespace],
+                teams,
+                plain=wanted,
+                version=self.caches.kueue.version,
+                active=active,
+            )
         present = {
             name_of(lq): lq
             for lq in self.caches.local_queues.indexer.by_index(BY_NAMESPACE, namespace_name)
@@ -109,6 +134,12 @@ class LocalQueueReconciler:
             have = present.get(lq_name)
             if have is not None and not is_managed_object(have):
                 self.writer.not_ours(self.resource, have)
+            elif have is not None and _target(have) != _target(want):
+                # Kueue keeps spec.clusterQueue immutable: a namespace joining or leaving a
+                # team swaps its LocalQueue by deleting it first (docs/teams.md); the
+                # deletion event brings the namespace back here to create the new one.
+                if not is_deleting(have):
+                    await self.writer.delete(self.resource, have, "its ClusterQueue changed")
             elif have is None or not is_up_to_date(have, want):
                 try:
                     await self.writer.apply(self.resource, want, existed=have is not None)
@@ -174,6 +205,7 @@ def build_local_queue_controller(
         return [namespace] if isinstance(namespace, str) and namespace else []
 
     reconciler = LocalQueueReconciler(caches, writer, policy)
+    builder = watch_teams(builder, caches.teams, caches.namespaces.indexer.keys)
     # New queues are coalesced (a burst of them reaches every namespace once); a deleted
     # queue's LocalQueues are removed at once rather than waiting for the garbage collector.
     return (

@@ -54,6 +54,12 @@ from gpustack_operator.controllers.kueueconfig import (
 )
 from gpustack_operator.controllers.localqueue import NAME as LOCAL_QUEUE
 from gpustack_operator.controllers.localqueue import build_local_queue_controller
+from gpustack_operator.controllers.teams import NAME as TEAMS
+from gpustack_operator.controllers.teams import (
+    LiveTeams,
+    build_teams_controller,
+    teams_configmap_informer,
+)
 from gpustack_operator.controllers.topology import NAME as TOPOLOGY
 from gpustack_operator.controllers.topology import build_topology_controller
 from gpustack_operator.controllers.unpooled import setup_unpooled
@@ -261,6 +267,14 @@ class Worker:
         # Caches warm up on standbys too, so a new leader starts with them full; the
         # controllers are the manager's: they run while it leads.
         self.caches = KueueCaches.create(self.manager, self.kueue, self.facts, self.config.tenant)
+        self.caches.teams = LiveTeams(  # docs/teams.md, "Where the declaration lives"
+            teams_configmap_informer(self.manager, self.config.policy.system_namespace),
+            self.config.policy.system_namespace,
+            fallback=self.config.policy.teams,
+            manufacturers=self.config.policy.manufacturers,
+            cluster_queues=self.caches.cluster_queues,
+            namespaces=self.caches.namespaces,
+        )
         self.queue_controllers = self._add_queue_controllers(self.caches)
         self.pool_controller = await add_pool_controller(
             self.manager,
@@ -274,15 +288,15 @@ class Worker:
         return True
 
     def _add_queue_controllers(self, caches: KueueCaches) -> list[Controller]:
-        """Add the four queue controllers and the Kueue configuration check to the manager
-        (started at once when it leads)."""
+        """Add the four queue controllers, the Kueue configuration check and the teams
+        reporter to the manager (started at once when it leads)."""
         config = self.config
         policy = config.policy
         timing = config.timing
         manager = self.manager
         workers = config.max_concurrent_reconciles
         presets = timing.presets(self.settling)
-        return [
+        controllers = [
             build_flavor_controller(
                 manager.controller(FLAVOR),
                 caches,
@@ -299,6 +313,7 @@ class Worker:
                 deleting_requeue=timing.cohort_deleting_requeue,
                 coalesce=presets.until_quiet(),
                 policy=policy,
+                tracker=self.availability,
             ),
             build_cluster_queue_controller(
                 manager.controller(CLUSTER_QUEUE),
@@ -341,6 +356,11 @@ class Worker:
                 name=config.kueue_configmap,
             ),
         ]
+        if caches.teams is not None:  # docs/teams.md, "Refused declarations"
+            controllers.append(
+                build_teams_controller(manager.controller(TEAMS), caches.teams, manager.recorder)
+            )
+        return controllers
 
 
 async def serves_dra(client: Client) -> bool:

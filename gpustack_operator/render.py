@@ -21,6 +21,7 @@ from gpustack_operator.domain.keys import cpu_node_key
 from gpustack_operator.domain.labels import note
 from gpustack_operator.domain.nodeview import annotations_of, labels_of, name_of
 from gpustack_operator.domain.queues import pool_resource_label
+from gpustack_operator.domain.teams import SHARE_ANNOTATION, TEAM_LABEL, pool_of
 from gpustack_operator.domain.tenancy import Tenancy
 from gpustack_operator.domain.topology import domain_tree, topology_levels
 
@@ -88,16 +89,22 @@ def render_explanation(explanation: NodeExplanation, output: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _quota_text(resources: list[Mapping[str, Any]]) -> str:
+def _quota_text(resources: list[Mapping[str, Any]], why: str = "sliced") -> str:
     """``cpu=16 memory=32Gi ... nvidia.com/gpu=4`` (``credits=4`` in credits mode), flagging
-    sliced queues' zero borrowing limit."""
+    a zero borrowing limit (sliced queues; teams that do not borrow) and a zero lending
+    limit (teams that do not lend; docs/teams.md)."""
     parts = []
     for res in resources:
         name = str(res.get("name", ""))
         short = "credits" if name.startswith("credits.gpustack.ai/") else name
         parts.append(f"{short}={res.get('nominalQuota')}")
     sliced = bool(resources) and all(r.get("borrowingLimit") == "0" for r in resources)
-    return " ".join(parts) + ("  (no borrowing: sliced)" if sliced else "")
+    keeps = bool(resources) and all(r.get("lendingLimit") == "0" for r in resources)
+    return (
+        " ".join(parts)
+        + (f"  (no borrowing: {why})" if sliced else "")
+        + ("  (no lending: team)" if keeps else "")
+    )
 
 
 def _node_rows(state: DesiredState, manufacturers: Mapping[str, Any]) -> list[list[str]]:
@@ -157,8 +164,14 @@ def _queue_lines(
         f"{'└─' if last else '├─'} ClusterQueue {queue['metadata']['name']}",
         f"{pad}   {'accelerated' if accelerated else 'general'} ({what}); unit {unit}",
     ]
+    team = labels_of(queue).get(TEAM_LABEL)
+    if team:  # docs/teams.md, "What plan and queues show"
+        share = annotations_of(queue).get(SHARE_ANNOTATION, "?")
+        lines.append(f"{pad}   team {team}: {share} of pool {pool_of(queue)}")
+    why = "sliced" if notes.get(note("slicedAccelerator")) else "team"
     children = [
-        f"Flavor {f['name']}\n      nodes={counts.get(f['name'], 0)}  {_quota_text(f['resources'])}"
+        f"Flavor {f['name']}\n      nodes={counts.get(f['name'], 0)}  "
+        f"{_quota_text(f['resources'], why)}"
         for group in queue["spec"].get("resourceGroups", [])
         for f in group["flavors"]
     ]
@@ -207,6 +220,12 @@ def render_table(state: DesiredState, manufacturers: Mapping[str, Any]) -> str:
         name = cohort["metadata"]["name"]
         lines.append("")
         lines.append(f"Cohort {name}")
+        for group in (cohort.get("spec") or {}).get("resourceGroups") or []:
+            for flavor in group.get("flavors") or []:  # docs/teams.md: rounding's remainder
+                lines.append(
+                    f"   own quota (borrowable by its teams) {flavor['name']}: "
+                    f"{_quota_text(flavor.get('resources') or [])}"
+                )
         queues = by_cohort.get(name, [])
         for i, member in enumerate(queues):
             lines.extend(_queue_lines(member, counts, local, i == len(queues) - 1))

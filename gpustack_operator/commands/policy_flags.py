@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from enum import StrEnum
 from pathlib import Path
@@ -36,6 +36,7 @@ from gpustack_operator.domain.queues import (
     DEFAULT_QUOTA_RESOURCES,
     QuotaResources,
 )
+from gpustack_operator.domain.teams import Teams, TeamsError, parse_teams
 from gpustack_operator.domain.tenancy import Tenancy
 from gpustack_operator.domain.topology import TopologyPolicy
 from gpustack_operator.environment import load_manufacturers
@@ -264,6 +265,16 @@ def add_policy_flags(
             "published for it (default: 5m)",
         )
     )
+    _shared(
+        parser.add_argument(
+            "--teams",
+            default=None,
+            metavar="FILE",
+            help="the teams declaration (docs/teams.md): each team's namespaces and share of "
+            "the pools; the worker prefers the ConfigMap gpustack-teams in the system "
+            "namespace when it exists (default: no teams)",
+        )
+    )
     _add_pool_flags(parser)
     _add_lifecycle_flags(parser)
 
@@ -411,6 +422,9 @@ def policy_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = N
     )
     if args.manufacturer:
         policy = policy.with_manufacturers(args.manufacturer)
+    teams_file = getattr(args, "teams", None)
+    if teams_file:
+        policy = replace(policy, teams=read_teams_file(teams_file, policy.manufacturers))
     declared = getattr(args, "declared_pools", None)
     if declared is not None:
         pools = read_declared_pools(declared, policy.manufacturers_by_resource)
@@ -419,3 +433,17 @@ def policy_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = N
     if served is not None:
         policy = replace(policy, provisioning=ProvisioningSettings(served=served))
     return policy
+
+
+def read_teams_file(path: str, manufacturers: Iterable[str]) -> Teams:
+    """The declaration in *path* (docs/teams.md); ``ValueError`` naming the file and the fix."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ValueError(
+            f"--teams {path}: cannot read it ({exc.strerror}): check the path"
+        ) from None
+    try:
+        return parse_teams(text, manufacturers)
+    except TeamsError as exc:
+        raise ValueError(f"--teams {path}: {exc}") from None

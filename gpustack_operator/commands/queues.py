@@ -21,6 +21,7 @@ import json
 import sys
 import time
 from collections.abc import Iterable, Mapping
+from fractions import Fraction
 from typing import Any
 
 from gpustack_operator.apis import KUEUE_GROUP, kueue_resources
@@ -35,10 +36,12 @@ from gpustack_operator.domain.availability import (
     explain_availability,
     node_availability,
 )
-from gpustack_operator.domain.nodeview import name_of
+from gpustack_operator.domain.nodeview import annotations_of, labels_of, name_of
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.poolinfo import unit_text
+from gpustack_operator.domain.quantities import parse_quantity
 from gpustack_operator.domain.queues import is_owned, withheld_by_queue
+from gpustack_operator.domain.teams import SHARE_ANNOTATION, TEAM_LABEL
 from gpustack_operator.domain.topology import topology_levels
 from gpustack_operator.gateway.pools import pool_entry
 from gpustack_operator.kr8sobjects import list_objects, served_versions
@@ -47,6 +50,7 @@ from gpustack_operator.runtime.resources import NODES
 
 HOST_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 COLUMNS = ("LOCALQUEUE", "UNIT", "RESOURCE", "QUOTA", "RESERVED", "USED")
+TEAM_COLUMNS = ("TEAM", "SHARE", "BORROWED")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -152,6 +156,7 @@ def pool_rows(
                 "nominalQuota": entry["nominalQuota"],
                 "reservation": entry["reservation"],
                 "usage": entry["usage"],
+                **team_columns(queues[target], resource),
                 **({"levels": levels[target]} if levels and target in levels else {}),
                 "stopPolicy": (queues[target].get("spec") or {}).get("stopPolicy", ""),
                 "nodes": [
@@ -160,6 +165,38 @@ def pool_rows(
             }
         )
     return rows
+
+
+def team_columns(cluster_queue: Mapping[str, Any], resource: str) -> dict[str, Any]:
+    """A team queue's team, share of its pool, whether it borrows and lends, and how much of
+    *resource* it borrows now (docs/teams.md, "What plan and queues show"); ``{}`` for a
+    pool without teams."""
+    team = labels_of(cluster_queue).get(TEAM_LABEL)
+    if not team:
+        return {}
+    limits = [
+        r
+        for g in (cluster_queue.get("spec") or {}).get("resourceGroups") or []
+        for f in g.get("flavors") or []
+        for r in f.get("resources") or []
+        if r.get("name") == resource
+    ]
+    borrowed = sum(
+        (
+            parse_quantity(r.get("borrowed", "0")) or Fraction(0)
+            for f in (cluster_queue.get("status") or {}).get("flavorsUsage") or []
+            for r in f.get("resources") or []
+            if r.get("name") == resource
+        ),
+        Fraction(0),
+    )
+    return {
+        "team": team,
+        "share": annotations_of(cluster_queue).get(SHARE_ANNOTATION, ""),
+        "borrows": not any(r.get("borrowingLimit") == "0" for r in limits),
+        "lends": not any(r.get("lendingLimit") == "0" for r in limits),
+        "borrowed": str(int(borrowed)) if borrowed.denominator == 1 else str(float(borrowed)),
+    }
 
 
 def _levels_text(row: Mapping[str, Any]) -> str:
@@ -180,9 +217,12 @@ def render_nodes(rows: list[dict[str, Any]], withheld: Mapping[str, list[NodeAva
 
 
 def render_table(rows: list[dict[str, Any]]) -> str:
-    keys = ("localQueue", "unit", "resource", "quota", "reserved", "used")
+    keys: tuple[str, ...] = ("localQueue", "unit", "resource", "quota", "reserved", "used")
     columns = list(COLUMNS)
-    table = [columns, *([str(row[k]) for k in keys] for row in rows)]
+    if any("team" in row for row in rows):  # docs/teams.md, "What plan and queues show"
+        keys = (*keys, "team", "share", "borrowed")
+        columns.extend(TEAM_COLUMNS)
+    table = [columns, *([str(row.get(k, "-")) for k in keys] for row in rows)]
     if any(row.get("levels") for row in rows):  # TAS pools: the levels they offer
         columns.append("LEVELS")
         for line, row in zip(table[1:], rows, strict=True):

@@ -380,9 +380,14 @@ async def _converge_and_print(
     sys.stdout.flush()
     if getattr(args, "demo_jobs", False):
         from gpustack_sim.demojobs import run_demo_jobs
+        from gpustack_sim.teamdemo import run_team_demo
 
         try:
-            sys.stdout.write("\n" + await run_demo_jobs(cluster, args.timeout))
+            # docs/teams.md: a chain with teams shows borrowing and reclaiming instead.
+            api = cluster.kueue.version.api_version
+            shown = await run_team_demo(cluster, args.timeout, api)
+            shown = shown if shown is not None else await run_demo_jobs(cluster, args.timeout)
+            sys.stdout.write("\n" + shown)
         except TimeoutError as exc:
             return _error(str(exc), EXIT_NOT_CONVERGED)
         sys.stdout.flush()

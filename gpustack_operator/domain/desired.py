@@ -27,9 +27,18 @@ from gpustack_operator.domain.nodeview import name_of
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.poolchain import declared_pool_chain
 from gpustack_operator.domain.queues import (
+    active_namespaces,
     desired_cluster_queues,
     desired_cohorts,
     desired_local_queues,
+)
+from gpustack_operator.domain.teams import (
+    PoolSplit,
+    cohort_resource_groups,
+    desired_local_queues_with_teams,
+    is_team_queue,
+    split_queues,
+    with_cohort_quota,
 )
 from gpustack_operator.domain.tenancy import (
     Tenancy,
@@ -67,6 +76,8 @@ class DesiredState:
     provisioning_configs: list[dict[str, Any]] = field(default_factory=list)
     pool_rejections: list[PoolRejection] = field(default_factory=list)
     """Declared pools that get no queue, each with the fix (not part of :meth:`objects`)."""
+    team_splits: dict[str, list[PoolSplit]] = field(default_factory=dict)
+    """Per Cohort, its pools divided among teams (docs/teams.md; not part of :meth:`objects`)."""
 
     def objects(self) -> list[dict[str, Any]]:
         """NodeFeatures, Topologies, ResourceFlavors, Cohorts, ClusterQueues, LocalQueues, in
@@ -195,13 +206,33 @@ def desired_state(
     flavors.update(chain.resource_flavors)
     cohorts.update(chain.cohorts)
     queues.update(chain.cluster_queues)
+    queues, splits = split_queues(queues, policy.teams)  # docs/teams.md
+    for cohort_name, pool_splits in splits.items():
+        if cohort_name in cohorts:
+            groups = cohort_resource_groups(pool_splits)
+            cohorts[cohort_name] = with_cohort_quota(cohorts[cohort_name], groups)
+    namespace_list = list(namespaces)
     locals_ = desired_local_queues(
-        list(queues.values()),
-        namespaces,
+        [q for q in queues.values() if not is_team_queue(q)],
+        namespace_list,
         system_namespace=policy.system_namespace,
         excluded=policy.excluded_namespaces,
         version=kueue_version,
     )
+    if splits:
+        active = active_namespaces(
+            namespace_list,
+            system_namespace=policy.system_namespace,
+            excluded=policy.excluded_namespaces,
+        )
+        locals_ = desired_local_queues_with_teams(
+            queues.values(),
+            namespace_list,
+            policy.teams,
+            plain=locals_,
+            version=kueue_version,
+            active=active,
+        )
     topologies = (
         {}
         if tenant.is_tenant
@@ -223,4 +254,5 @@ def desired_state(
             chain.provisioning_configs[n] for n in sorted(chain.provisioning_configs)
         ],
         pool_rejections=chain.rejections,
+        team_splits=splits,
     )

@@ -23,6 +23,7 @@ from gpustack_operator.domain.queues import (
     DEFAULT_QUOTA_RESOURCES,
     QuotaResources,
 )
+from gpustack_operator.domain.teams import Teams
 from gpustack_operator.domain.tenancy import Tenancy, TenantSettings, detect_tenancy
 from gpustack_operator.domain.topology import TopologyPolicy
 
@@ -76,6 +77,9 @@ class ChainPolicy:
     provisioning: ProvisioningSettings = field(default_factory=ProvisioningSettings)
     """Whether autoscaled flavors get a ProvisioningRequest admission check, and its retry
     (docs/autoscaling.md, "Provisioning requests")."""
+    teams: Teams | None = None
+    """Each team's share of the pools (docs/teams.md); ``None``: no teams, every pool one
+    ClusterQueue with a LocalQueue in every namespace."""
 
     def __post_init__(self) -> None:
         if not self.manufacturers:

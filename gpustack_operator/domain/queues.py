@@ -615,6 +615,24 @@ def _namespace_name(namespace: object) -> str:
     return name_of(namespace)
 
 
+def active_namespaces(
+    namespaces: Iterable[str | Mapping[str, Any]],
+    *,
+    system_namespace: str,
+    excluded: Iterable[str] = DEFAULT_EXCLUDED_NAMESPACES,
+) -> list[str]:
+    """The namespaces that get LocalQueues (docs/worker.md), sorted: not terminating, not the
+    system namespace nor an excluded one."""
+    skip = {system_namespace, *excluded}
+    return sorted(
+        {
+            n
+            for ns in namespaces
+            if (n := _namespace_name(ns)) and n not in skip and is_valid_dns_label(n)
+        }
+    )
+
+
 def desired_local_queues(
     cluster_queues: Iterable[str | Mapping[str, Any]],
     namespaces: Iterable[str | Mapping[str, Any]],
@@ -630,14 +648,7 @@ def desired_local_queues(
     becomes the LocalQueue's owner reference. Keyed by (namespace, LocalQueue name), in
     (namespace, ClusterQueue name) order: the order ``plan`` and ``sim`` print them in.
     """
-    skip = {system_namespace, *excluded}
-    active = sorted(
-        {
-            n
-            for ns in namespaces
-            if (n := _namespace_name(ns)) and n not in skip and is_valid_dns_label(n)
-        }
-    )
+    active = active_namespaces(namespaces, system_namespace=system_namespace, excluded=excluded)
     queues: dict[str, str] = {}
     readable: dict[str, tuple[dict[str, str], dict[str, str]]] = {}
     for cq in cluster_queues:

@@ -14,8 +14,10 @@ It does what a workload needs from Kueue to go through the operator's chain, and
 * a finished Job's Workload gets ``Finished`` and stops counting; a deleted Job's Workload is
   deleted; ClusterQueue and LocalQueue ``status`` carry usage and workload counts.
 
-No preemption, no admission checks, no fair sharing, no topology. docs/simulator.md, "Kueue
-admission stand-in", lists each rule with the Kueue behaviour it follows. Like the NFD-master
+Preemption only to reclaim quota within a cohort (``reclaimWithinCohort``, with a Cohort's own
+quota: :mod:`gpustack_sim.standins.kueuecohort`); no admission checks, no fair sharing, no
+topology. docs/simulator.md, "Kueue admission stand-in", lists each rule with the Kueue
+behaviour it follows. Like the NFD-master
 stand-in it is part of the cluster: it writes through ``sim.store`` from one asyncio task.
 """
 
@@ -26,7 +28,7 @@ import copy
 import hashlib
 from collections.abc import Mapping
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import structlog
 
@@ -43,6 +45,14 @@ from gpustack_sim.standins.kueueadmission import (
     podset_requests,
     transformations_from_config,
 )
+from gpustack_sim.standins.kueuecohort import (
+    Admitted,
+    borrows,
+    cohort_quotas,
+    eviction_conditions,
+    reclaim_policy,
+    reclaim_targets,
+)
 from gpustack_sim.standins.kueuetas import Placement, TasPass, pin, topology_assignment
 from gpustack_sim.standins.standin import StoreLoop
 
@@ -57,6 +67,28 @@ QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_GROUP = "kueue.x-k8s.io"
 JOB_API = "batch/v1"
 _WATCHED = frozenset({"ClusterQueue", "LocalQueue", "ResourceFlavor", "Cohort", "Topology"})
+
+
+DEFERRED: Final[dict[str, Any]] = {}
+"""What :meth:`KueueStandIn._admit_one` returns for a Workload tried again after the others."""
+
+
+def _admitted(wl: Mapping[str, Any], admission: Mapping[str, Any]) -> Admitted:
+    """An admitted Workload as preemption sees it (sim/kueuecohort.py)."""
+    used: dict[tuple[str, str], Fraction] = {}
+    for assignment in admission.get("podSetAssignments") or []:
+        for resource, flavor in (assignment.get("flavors") or {}).items():
+            amount = parse_quantity((assignment.get("resourceUsage") or {}).get(resource, 0))
+            key = (flavor, resource)
+            used[key] = used.get(key, Fraction(0)) + (amount or Fraction(0))
+    reserved = _condition(wl, "QuotaReserved") or {}
+    return Admitted(
+        key=(wl["metadata"]["namespace"], wl["metadata"]["name"]),
+        cluster_queue=str(admission.get("clusterQueue", "")),
+        priority=int((wl.get("spec") or {}).get("priority") or 0),
+        admitted_at=str(reserved.get("lastTransitionTime") or ""),
+        usage=used,
+    )
 
 
 def workload_name(job_name: str, job_uid: str) -> str:
@@ -142,6 +174,9 @@ class KueueStandIn(StoreLoop):
         self._jobs: set[tuple[str, str]] = set()
         self._schedule = False
         self._generations: dict[tuple[str, str, str], Any] = {}
+        self._cohorts: dict[str, dict[tuple[str, str], Fraction]] = {}
+        self._reclaim: dict[str, str] = {}
+        self._admitted: list[Admitted] = []
         self._tas = TasPass([], {}, {})
         """TAS state of the admission pass under way (``gpustack_sim/standins/kueuetas.py``)."""
         self._tas_held = False
@@ -327,6 +362,9 @@ class KueueStandIn(StoreLoop):
         local_usage: dict[str, dict[tuple[str, str], Fraction]] = {}  # "ns/queue" -> usage
         counts: dict[tuple[str, str], dict[str, int]] = {}  # (kind, key) -> counters
         pending: list[dict[str, Any]] = []
+        self._cohorts = cohort_quotas(self._list("Cohort"))  # sim/kueuecohort.py
+        self._reclaim = {name: reclaim_policy(q) for name, q in queues.items()}
+        self._admitted = []
         running: list[dict[str, Any]] = []
         for wl in self._list("Workload"):
             finished = (_condition(wl, "Finished") or {}).get("status") == "True"
@@ -337,6 +375,7 @@ class KueueStandIn(StoreLoop):
                 pending.append(wl)
                 continue
             self._charge(usage, local_usage, wl, admission)
+            self._admitted.append(_admitted(wl, admission))
             self._count(counts, wl, admission.get("clusterQueue"), local, "admittedWorkloads")
             running.append(wl)
         if pending:
@@ -345,12 +384,20 @@ class KueueStandIn(StoreLoop):
             )
         self._tas_held = False
         pending.sort(key=lambda w: (w["metadata"]["creationTimestamp"], w["metadata"]["name"]))
-        for wl in pending:
-            cq_name, admission = self._admit_one(wl, views, local, flavors, namespaces, usage)
-            if admission is not None:
-                self._charge(usage, local_usage, wl, admission)
-            field = "admittedWorkloads" if admission is not None else "pendingWorkloads"
-            self._count(counts, wl, cq_name, local, field)
+        # Kueue tries the Workloads that fit without borrowing first, then the others
+        # (pkg/scheduler/scheduler.go, entry ordering; docs/simulator.md).
+        borrowing: list[dict[str, Any]] = []
+        for round_, defer in ((pending, borrowing), (borrowing, None)):
+            for wl in round_:
+                cq_name, admission = self._admit_one(
+                    wl, views, local, flavors, namespaces, usage, defer=defer
+                )
+                if admission is DEFERRED:
+                    continue
+                if admission is not None:
+                    self._charge(usage, local_usage, wl, admission)
+                field = "admittedWorkloads" if admission is not None else "pendingWorkloads"
+                self._count(counts, wl, cq_name, local, field)
         self._write_queue_status(queues, views, local, usage, local_usage, counts)
 
     @staticmethod
@@ -397,9 +444,11 @@ class KueueStandIn(StoreLoop):
         flavors: Mapping[str, Any],
         namespaces: Mapping[str, Mapping[str, str]],
         usage: dict[str, dict[tuple[str, str], Fraction]],
+        defer: list[dict[str, Any]] | None = None,
     ) -> tuple[str | None, dict[str, Any] | None]:
         """Try to admit one pending Workload: (its ClusterQueue when known, the admission
-        written, None while it waits)."""
+        written, None while it waits). One that fits only by borrowing is appended to
+        *defer* (when given) and :data:`DEFERRED` returned, to be tried after the others."""
         ns, queue = wl["metadata"]["namespace"], (wl.get("spec") or {}).get("queueName", "")
         lq = local.get((ns, queue))
         if lq is None:
@@ -428,8 +477,30 @@ class KueueStandIn(StoreLoop):
             (p.name, podset_requests(p, self.transformations, cq.covers("pods"))) for p in podsets
         ]
         members = [v for v in views.values() if cq.cohort and v.cohort == cq.cohort]
-        result = assign(cq, members, usage, requests)
+        own = self._cohorts.get(cq.cohort or "")
+        result = assign(cq, members, usage, requests, own)
+        if result.fits and defer is not None and borrows(cq, usage, result):
+            defer.append(wl)
+            return cq_name, DEFERRED
         if not result.fits:
+            victims = reclaim_targets(
+                cq,
+                self._reclaim.get(cq_name, "Never"),
+                int((wl.get("spec") or {}).get("priority") or 0),
+                requests,
+                {m.name: m for m in members},
+                usage,
+                self._admitted,
+                lambda u: assign(cq, members, u, requests, own).fits,
+            )
+            if victims:
+                for victim in victims:
+                    self._evict(victim, wl, usage)
+                self._schedule = True  # the quota is free: admit on the next pass
+                self._pending(
+                    wl, "Pending", f"Pending the preemption of {len(victims)} workload(s)"
+                )
+                return cq_name, None
             self._pending(wl, "Pending", result.message)
             return cq_name, None
         placements = self._tas.place(wl, podsets, result.flavors, flavors)  # standins/kueuetas.py
@@ -475,6 +546,53 @@ class KueueStandIn(StoreLoop):
         self._start_job(wl, result.flavors, flavors, placements)
         log.debug("kueue stand-in admitted", workload=wl["metadata"]["name"], cluster_queue=cq_name)
         return cq_name, admission
+
+    def _evict(
+        self,
+        victim: Admitted,
+        preemptor: Mapping[str, Any],
+        usage: dict[str, dict[tuple[str, str], Fraction]],
+    ) -> None:
+        """Preempt *victim* to reclaim quota within the cohort: its admission goes, with
+        Kueue's conditions, and its Job is suspended; the Job's pods are deleted, as the Job
+        controller does for a suspended Job (docs/simulator.md, "Kueue admission stand-in")."""
+        store, wl_api = self.sim.store, self._api("Workload")
+        assert wl_api is not None
+        namespace, name = victim.key
+        wl = store.get(wl_api, "Workload", name, namespace)
+        if wl is None:
+            return
+        status = copy.deepcopy(wl.get("status") or {})
+        status.pop("admission", None)
+        for kind, value, reason, message in eviction_conditions(preemptor["metadata"]["uid"]):
+            _set_condition(status, kind, value, reason, message)
+        store.update_status({**wl, "status": status})
+        per = usage.setdefault(victim.cluster_queue, {})
+        for key, amount in victim.usage.items():
+            per[key] = per.get(key, Fraction(0)) - amount
+        self._admitted = [a for a in self._admitted if a.key != victim.key]
+        owner = next(
+            (o for o in wl["metadata"].get("ownerReferences") or [] if o.get("kind") == "Job"), None
+        )
+        job = store.get(JOB_API, "Job", owner["name"], namespace) if owner else None
+        if job is None:
+            return
+        if not (job.get("spec") or {}).get("suspend"):
+            job = copy.deepcopy(job)
+            job["spec"]["suspend"] = True
+            store.update(job, field_manager="kueue")
+        for pod in store.list("v1", "Pod", namespace=namespace):
+            owners = pod["metadata"].get("ownerReferences") or []
+            if any(
+                o.get("kind") == "Job" and o.get("uid") == job["metadata"]["uid"] for o in owners
+            ):
+                store.delete("v1", "Pod", pod["metadata"]["name"], namespace)
+        log.info(
+            "kueue stand-in preempted",
+            workload=name,
+            cluster_queue=victim.cluster_queue,
+            preemptor=preemptor["metadata"]["name"],
+        )
 
     def _pending(self, wl: dict[str, Any], reason: str, message: str) -> None:
         status = copy.deepcopy(wl.get("status") or {})

@@ -252,16 +252,18 @@ def _capacity(
     usage: Mapping[str, Usage],
     flavor: str,
     resource: str,
+    cohort_quota: Usage | None = None,
 ) -> tuple[Fraction, Fraction]:
     """(available now, maximum ever) of *resource* in *flavor* for *cq* (Kueue's
-    ``Available`` / ``PotentialAvailable``): own nominal quota, plus what the cohort lends,
-    within ``borrowingLimit``."""
+    ``Available`` / ``PotentialAvailable``): own nominal quota, plus what the cohort lends
+    (its members' and *cohort_quota*, the Cohort's own; ``sim.kueuecohort``), within
+    ``borrowingLimit``."""
     own = cq.quota(flavor, resource)
     assert own is not None
     used = usage.get(cq.name, {}).get((flavor, resource), Fraction(0))
     if cq.cohort is None:
         return own.nominal - used, own.nominal
-    pool_total = Fraction(0)
+    pool_total = (cohort_quota or {}).get((flavor, resource), Fraction(0))
     pool_used = Fraction(0)
     for member in members:
         quota = member.quota(flavor, resource)
@@ -285,13 +287,14 @@ def assign(
     members: Iterable[ClusterQueueView],
     usage: Mapping[str, Usage],
     podsets: Iterable[tuple[str, Mapping[str, Fraction]]],
+    cohort_quota: Usage | None = None,
 ) -> Assignment:
     """Assign a flavor to every requested resource of every pod set, as Kueue's flavor
     assigner does without preemption: resources of one resource group share a flavor, tried
     in the ClusterQueue's order; a flavor that fits without borrowing wins at once; one that
     fits by borrowing wins unless ``whenCanBorrow: TryNextFlavor`` asks to look further (the
     first borrowing fit is taken when none fits without). *members* is every ClusterQueue of
-    *cq*'s cohort, *cq* included.
+    *cq*'s cohort, *cq* included; *cohort_quota* the Cohort's own quota.
     """
     members = list(members) if cq.cohort is not None else [cq]
     result = Assignment()
@@ -308,7 +311,7 @@ def assign(
             wanted = {r: requests[r] for r in group.covered if r in requests}
             if not wanted:
                 continue
-            flavor = _pick_flavor(cq, members, usage, assumed, group, wanted, reasons)
+            flavor = _pick_flavor(cq, members, usage, assumed, group, wanted, reasons, cohort_quota)
             if flavor is None:
                 failed = True
                 break
@@ -335,6 +338,7 @@ def _pick_flavor(
     group: ResourceGroup,
     wanted: Mapping[str, Fraction],
     reasons: list[str],
+    cohort_quota: Usage | None = None,
 ) -> str | None:
     borrowing_fit: str | None = None
     for flavor, quotas in group.flavors:
@@ -344,7 +348,7 @@ def _pick_flavor(
                 fits = False
                 continue
             before = assumed.get((flavor, resource), Fraction(0))
-            available, maximum = _capacity(cq, members, usage, flavor, resource)
+            available, maximum = _capacity(cq, members, usage, flavor, resource, cohort_quota)
             needed = before + amount
             if needed > maximum:
                 reasons.append(

@@ -34,6 +34,7 @@ from hypothesis import strategies as st
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.queues import QuotaResources
+from gpustack_operator.domain.teams import parse_teams
 from gpustack_operator.domain.tenancy import (
     HOST_LABELS_ANNOTATION,
     SYNCED_NODE_LABEL,
@@ -166,6 +167,25 @@ VIRTUAL_SCHEDULER_TENANT = (
     ChainPolicy(manufacturers={"nvidia": MANUFACTURERS["nvidia"]}, virtual_scheduler=True),
     _tenant_nodes(),
 )
+TEAMS_DECLARED = (
+    ChainPolicy(
+        manufacturers=dict(MANUFACTURERS),
+        teams=parse_teams(
+            "teams:\n"
+            "- {name: a, namespaces: [team-a], borrow: false,"
+            " shares: [{pools: {manufacturer: nvidia}, share: 60%}]}\n"
+            "- {name: b, namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: team-b}},"
+            " lend: false, shares: [{pools: {model: tesla-t4}, weight: 1}]}\n",
+            tuple(MANUFACTURERS),
+        ),
+    ),
+    [
+        node("gpu-t4", cards=("Tesla T4", 2)),
+        node("gpu-a10g", cpu="48", cards=("NVIDIA A10G", 4)),
+        node("cpu-a"),
+    ],
+)
+"""Teams (docs/teams.md): team queues, the Cohort's remainder, LocalQueues per team."""
 TENANT_SET_ORDINARY = (
     ChainPolicy(manufacturers=dict(MANUFACTURERS), tenancy=Tenancy.ORDINARY),
     _tenant_nodes(),
@@ -207,6 +227,7 @@ def _names(objects: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
 @example(CAPPED_TENANT)
 @example(VIRTUAL_SCHEDULER_TENANT)
 @example(TENANT_SET_ORDINARY)
+@example(TEAMS_DECLARED)
 def test_plan_equals_the_worker_under_random_policies(
     case: tuple[ChainPolicy, list[dict[str, Any]]],
 ) -> None:

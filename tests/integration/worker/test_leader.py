@@ -65,6 +65,6 @@ async def test_only_the_leader_writes_and_the_standby_takes_over(
             await eventually(lambda: second.manager.is_leader, "the standby to take over")
             put_node(sim, node("two", cpu="32", memory="128Gi"))
             await converged(sim, config)
-            assert len(second.worker.queue_controllers) == 6  # and the Topology controller
+            assert len(second.worker.queue_controllers) == 7  # Topology, teams (docs/teams.md)
             assert all(c.started for c in second.worker.queue_controllers)
             assert not first.manager.is_leader

@@ -1,0 +1,175 @@
+"""Teams in a running cluster (docs/teams.md): the worker converges to ``plan``'s team
+queues, shares follow a joining node in one write per queue, and the ConfigMap the worker
+watches is taken when good and refused, with the last good one kept, when bad."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpustack_operator.cli import main
+from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.teams import POOL_ANNOTATION, TEAMS_CONFIGMAP, TEAMS_KEY, parse_teams
+from gpustack_operator.environment import load_manufacturers
+from gpustack_sim.cluster.cluster import SimCluster
+from tests.integration.chain.support import example_nodes
+from tests.integration.worker.support import eventually, fast_config
+
+pytestmark = pytest.mark.anyio
+
+REPO = Path(__file__).resolve().parents[3]
+DECLARATION = (REPO / "examples" / "teams" / "teams.yaml").read_text()
+TIMEOUT = 30.0
+H100_POOL = "gpustack--generic-16c-256g--nvidia-h100-80gb-hbm3-1d"
+SYSTEM = "gpustack-system"
+NAMESPACES: list[Any] = [
+    "default",
+    "research",
+    "serving",
+    "serving-canary",
+    {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": "interns-1", "labels": {"gpustack.ai/team": "interns"}},
+    },
+]
+
+
+def _policy(with_teams: bool) -> ChainPolicy:
+    policy = ChainPolicy(load_manufacturers())
+    if not with_teams:
+        return policy
+    return replace(policy, teams=parse_teams(DECLARATION, policy.manufacturers))
+
+
+def _names(chain: Any, kind: str) -> set[str]:
+    return {
+        f"{o['metadata'].get('namespace', '')}/{o['metadata']['name']}"
+        for o in chain.objects()
+        if o["kind"] == kind
+    }
+
+
+def _team_queues(cluster: SimCluster, pool: str) -> dict[str, dict[str, Any]]:
+    return {
+        q["metadata"]["name"]: q
+        for q in cluster.sim.store.list("kueue.x-k8s.io/v1beta2", "ClusterQueue")
+        if (q["metadata"].get("annotations") or {}).get(POOL_ANNOTATION) == pool
+    }
+
+
+async def test_the_worker_builds_the_team_queues_plan_shows_and_follows_a_new_node() -> None:
+    policy = _policy(with_teams=True)
+    nodes = example_nodes()
+    async with SimCluster(nodes, NAMESPACES, worker_config=fast_config(policy=policy)) as cluster:
+        await cluster.converge(TIMEOUT)  # raises NotConverged naming what differs
+        planned = cluster.expected()
+        actual = await cluster.read_back()
+        for kind in ("Cohort", "ClusterQueue", "LocalQueue"):
+            assert _names(actual, kind) == _names(planned, kind), kind
+        before = _team_queues(cluster, H100_POOL)
+        assert set(before) == {f"{H100_POOL}-research", f"{H100_POOL}-serving"}
+
+        # A second H100 node joins: each team's quota grows in proportion, one write each.
+        extra = copy.deepcopy(next(n for n in nodes if n["metadata"]["name"] == "gpu-no-cpu-info"))
+        extra["metadata"]["name"] = "gpu-h100-2"
+        cluster.sim.counters.reset()
+        cluster.add_node(extra)
+        await cluster.converge(TIMEOUT)
+        after = _team_queues(cluster, H100_POOL)
+        assert cluster.sim.counters.writes("ClusterQueue") == len(after) == 2
+        assert cluster.sim.counters.writes("Cohort") == 1  # the Cohort's remainder
+        assert cluster.sim.counters.writes("LocalQueue") == 0
+        for name, queue in after.items():
+            assert queue["metadata"]["generation"] == before[name]["metadata"]["generation"] + 1
+        gpus = {
+            name: [
+                r["nominalQuota"]
+                for r in q["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
+                if r["name"] == "nvidia.com/gpu"
+            ]
+            for name, q in after.items()
+        }
+        # 16 H100s: research 50% -> 8, serving 30% -> 4 (4.8 rounded down), 4 at the Cohort.
+        assert gpus == {f"{H100_POOL}-research": ["8"], f"{H100_POOL}-serving": ["4"]}
+
+
+def _configmap(text: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": TEAMS_CONFIGMAP, "namespace": SYSTEM},
+        "data": {TEAMS_KEY: text},
+    }
+
+
+def _refusals(cluster: SimCluster) -> list[str]:
+    return [
+        str(e.get("message") or e.get("note") or "")
+        for e in cluster.sim.store.list("v1", "Event", SYSTEM)
+        if e.get("reason") == "TeamsDeclarationRefused"
+    ]
+
+
+async def test_the_configmap_is_taken_refused_with_its_message_and_removed() -> None:
+    plain = _policy(with_teams=False)
+    teams = _policy(with_teams=True)
+    config = fast_config(policy=plain)
+    async with SimCluster(example_nodes(), NAMESPACES, worker_config=config) as cluster:
+        await cluster.converge(TIMEOUT)
+        store = cluster.sim.store
+        store.create(_configmap(DECLARATION))
+        cluster.policy = teams  # what plan shows with the same declaration
+        await cluster.converge(TIMEOUT)
+        assert _team_queues(cluster, H100_POOL)
+
+        bad = DECLARATION.replace("share: 30%", "share: 60%")  # nvidia: 50% + 60%
+        edited = store.get("v1", "ConfigMap", TEAMS_CONFIGMAP, SYSTEM)
+        assert edited is not None
+        edited["data"] = {TEAMS_KEY: bad}
+        store.update(edited)
+        await eventually(lambda: bool(_refusals(cluster)), "a Warning Event on the ConfigMap")
+        message = _refusals(cluster)[0]
+        assert "add up to 110%: lower them to 100% in all" in message, message
+        assert "the last good declaration stays in force" in message
+        await cluster.converge(TIMEOUT)  # still the good declaration's chain
+
+        store.delete("v1", "ConfigMap", TEAMS_CONFIGMAP, SYSTEM)
+        cluster.policy = plain  # no ConfigMap, no --teams: every pool one queue again
+        await cluster.converge(TIMEOUT)
+        assert not _team_queues(cluster, H100_POOL)
+
+
+def test_the_documented_team_demo(capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/teams.md, "See it in the simulator": the command there, its outcome."""
+    code = main(
+        [
+            "--log-level",
+            "warning",
+            "sim",
+            "--cluster",
+            str(REPO / "examples" / "cluster.yaml"),
+            "--teams",
+            str(REPO / "examples" / "teams" / "teams.yaml"),
+            "--namespaces",
+            "research,serving",
+            "-o",
+            "table",
+            "--demo-jobs",
+        ]
+    )
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    demo = out.split(f"Teams (--demo-jobs; docs/teams.md): pool {H100_POOL}\n", 1)[1]
+    lines = [line.strip() for line in demo.splitlines()]
+    assert lines[0].startswith("demo-borrow  queue ") and "in research" in lines[0]
+    assert "nvidia.com/gpu=8" in lines[0]
+    assert lines[1].startswith(f"admitted to ClusterQueue {H100_POOL}-research, flavor ")
+    assert lines[2] == "borrowing 4 nvidia.com/gpu its team does not own"
+    assert "in serving" in lines[3] and "nvidia.com/gpu=2" in lines[3]
+    assert lines[4].startswith(f"admitted to ClusterQueue {H100_POOL}-serving, flavor ")
+    assert lines[5].startswith("demo-borrow  then preempted (InCohortReclamation): Preempted to")
