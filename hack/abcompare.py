@@ -8,7 +8,7 @@ one right after the other does. ``hack/bench_worker.py --ab COMMIT`` and
 
 - :func:`baseline` checks COMMIT out once as a git worktree under ``.cache/ab/<sha>`` and
   gives it its own virtual environment (``uv sync --frozen`` from that commit's lock, the
-  runtime dependencies and the ``sim`` extra), reused by later runs;
+  runtime dependencies and its simulator), reused by later runs;
 - :func:`interleave` runs the two sides alternately (A B, B A, A B, ...), so a machine that
   gets busier or quieter during the run weighs on both alike;
 - :func:`report` prints each round, each side's median and the median of the per-round ratios
@@ -81,7 +81,7 @@ def baseline(commit: str) -> Side:
     if not python.exists():
         print(f"ab: making the environment of {commit} in {where}/.venv (once)", flush=True)
         subprocess.run(
-            [_uv(), "sync", "--frozen", "--no-default-groups", "--extra", "sim", "--quiet"],
+            [_uv(), "sync", "--frozen", "--no-default-groups", *_simulator_args(where), "--quiet"],
             cwd=where,
             check=True,
             env={k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"},
@@ -89,6 +89,13 @@ def baseline(commit: str) -> Side:
     side = Side(f"{commit} ({full[:7]})", where, python)
     compile_bytecode(side)
     return side
+
+
+def _simulator_args(checkout: Path) -> list[str]:
+    """How that commit installs its simulator: its own workspace member (``sim/``) where the
+    commit has one, else the product's former ``sim`` extra."""
+    pyproject = (checkout / "pyproject.toml").read_text()
+    return ["--all-packages"] if "[tool.uv.workspace]" in pyproject else ["--extra", "sim"]
 
 
 def compile_bytecode(side: Side) -> None:
