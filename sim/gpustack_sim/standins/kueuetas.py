@@ -56,7 +56,9 @@ class TasRequest:
     annotations: Mapping[str, str]
 
 
-def _tolerated(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
+def tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
+    """Whether one of *tolerations* tolerates *taint* (``Exists`` or an equal value), as
+    kube-scheduler's taint filter and Kueue's TAS judge it."""
     for t in tolerations:
         if t.get("effect") not in (None, "", taint.get("effect")):
             continue
@@ -95,7 +97,7 @@ def excluded(
         return "node selector"
     tolerations = [*(pod_spec.get("tolerations") or []), *(spec.get("tolerations") or [])]
     for taint in (node.get("spec") or {}).get("taints") or []:
-        if taint.get("effect") in _EFFECTS and not _tolerated(tolerations, taint):
+        if taint.get("effect") in _EFFECTS and not tolerates(tolerations, taint):
             return "taint"
     return ""
 

@@ -30,7 +30,7 @@ from gpustack_operator.domain.tenancy import scheduling_labels
 from gpustack_sim.apiserver.errors import ApiError
 from gpustack_sim.apiserver.store import now_rfc3339
 from gpustack_sim.standins.kueue import QUEUE_NAME_LABEL
-from gpustack_sim.standins.kueuetas import HOSTNAME, pinned_node
+from gpustack_sim.standins.kueuetas import HOSTNAME, pinned_node, tolerates
 from gpustack_sim.standins.standin import StoreLoop
 
 if TYPE_CHECKING:
@@ -55,20 +55,6 @@ def pod_requests(spec: Mapping[str, Any]) -> dict[str, Fraction]:
             if value is not None:
                 total[name] = total.get(name, Fraction(0)) + value
     return total
-
-
-def tolerates(tolerations: list[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
-    """Whether one of *tolerations* tolerates *taint* (``Exists`` or an equal value)."""
-    for t in tolerations:
-        if t.get("effect") not in (None, "", taint.get("effect")):
-            continue
-        if t.get("operator") == "Exists" and (not t.get("key") or t["key"] == taint.get("key")):
-            return True
-        if t.get("key") == taint.get("key") and (t.get("value") or "") == (
-            taint.get("value") or ""
-        ):
-            return True
-    return False
 
 
 def selector_and_taints_allow(
