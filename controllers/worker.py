@@ -263,6 +263,17 @@ class Worker:
                 self._reported_missing_kueue = True
             return False
         self.kueue = kueue_resources(version)
+        try:
+            topologies = await self.manager.client.served_resources(KUEUE_GROUP, version.value)
+        except ApiError as err:
+            log.warning("Kueue discovery failed; retrying", error=str(err))
+            return False
+        if "topologies" not in topologies:
+            # A Kueue older than 0.14, or one installed after the worker started without the
+            # kind: no Topology informer, no TAS objects (docs/topology.md, "The switch").
+            self.kueue = replace(self.kueue, topologies=None)
+            if self.config.policy.topology.enabled:
+                log.warning(TAS_UNSERVED)
         log.info("Kueue found", version=version.value, served=served)
         # Caches warm up on standbys too, so a new leader starts with them full; the
         # controllers are the manager's: they run while it leads.

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from structlog.testing import capture_logs
 
-from gpustack_operator.controllers.worker import KUEUE_MISSING_MESSAGE
+from gpustack_operator.controllers.worker import KUEUE_MISSING_MESSAGE, TAS_UNSERVED
 from gpustack_operator.domain.desired import desired_state
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_sim.apiserver.server import SimServer
@@ -99,6 +99,25 @@ async def test_waits_for_kueue_then_builds_the_chain(
             assert status == 200, body
     # One error line for the whole wait, not one per attempt.
     assert sum(e.get("event") == KUEUE_MISSING_MESSAGE for e in logs) == 1
+
+
+async def test_a_kueue_without_topologies_installed_late_gets_the_chain_without_tas(
+    nfd_only_sim: SimServer, tmp_path: Path
+) -> None:
+    """A Kueue installed after the worker started that serves no ``topologies`` (older than
+    0.14): no Topology informer waits on a kind that is not there, the chain is built without
+    TAS, and that is said once (docs/topology.md, "The switch")."""
+    sim = nfd_only_sim
+    kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
+    config = fast_config(kueue_version=None)
+    put_node(sim, node("one", cards=("Tesla T4", 1)))
+    with capture_logs() as logs:
+        async with nfd_master(sim), worker_running(kubeconfig, config) as running:
+            sim.load_crds([d for d in kueue_crds() if d["spec"]["names"]["kind"] != "Topology"])
+            await converged(sim, config)
+            assert running.worker.kueue is not None
+            assert running.worker.kueue.topologies is None
+    assert sum(e.get("event") == TAS_UNSERVED for e in logs) == 1
 
 
 def v1beta1_only(doc: dict[str, Any]) -> dict[str, Any]:
