@@ -84,7 +84,9 @@ class LiveTeams:
         if configmap is None:
             return self.fallback
         revision = str(metadata(configmap).get("resourceVersion", ""))
-        if revision != self._seen:
+        # A refused declaration is looked at again on every call: a conflict of namespaces
+        # can go away with a namespace's labels, the ConfigMap unchanged.
+        if revision != self._seen or self.state.error:
             self._seen = revision
             data = configmap.get("data") or {}
             text = data.get(TEAMS_KEY) if isinstance(data, dict) else None
@@ -137,7 +139,10 @@ class TeamsReporter:
     async def __call__(self, request: Request) -> None:
         teams = self.live.current()
         configmap = self.live.configmap()
-        outcome = (self.live.state.revision if configmap is not None else "", self.live.state.error)
+        # Keyed by the ConfigMap's own revision: a second bad edit with the same error is said
+        # again, a refused one looked at again is not.
+        revision = str(metadata(configmap).get("resourceVersion", "")) if configmap else ""
+        outcome = (revision, self.live.state.error)
         if outcome == self.reported:
             return
         self.reported = outcome

@@ -443,6 +443,8 @@ def read_teams_file(path: str, manufacturers: Iterable[str]) -> Teams:
         raise ValueError(
             f"--teams {path}: cannot read it ({exc.strerror}): check the path"
         ) from None
+    except UnicodeDecodeError:
+        raise ValueError(f"--teams {path}: not UTF-8 text: give the YAML declaration") from None
     try:
         return parse_teams(text, manufacturers)
     except TeamsError as exc:

@@ -216,8 +216,8 @@ def karpenter_pool(nodepool: Mapping[str, Any]) -> PoolResult | None:
         )
     manufacturer, resource, brand = known
     per_node = parse_count(counts[0]) if counts and len(counts) == 1 else None
-    device_limit = parse_count(limits.get(resource)) if resource in limits else None
-    node_limit = parse_count(limits.get("nodes")) if "nodes" in limits else None
+    device_limit = _limit(limits.get(resource)) if resource in limits else None
+    node_limit = _limit(limits.get("nodes")) if "nodes" in limits else None
     bounds = []
     if device_limit is not None:
         bounds.append(device_limit)
@@ -373,8 +373,10 @@ def _declared(
         return reject("give accelerator.perNode (devices per node) and maxNodes")
     cpu = parse_quantity(str(item["cpu"])) if "cpu" in item else None
     memory = parse_quantity(str(item["memory"])) if "memory" in item else None
-    if cpu is None or memory is None:
-        return reject("give cpu and memory: what one node offers to pods (its allocatable)")
+    if cpu is None or memory is None or cpu <= 0 or memory <= 0:
+        return reject("give cpu and memory above 0: what one node offers to pods (its allocatable)")
+    if not all(isinstance(v, str) for v in selector.values()):
+        return reject("give nodeSelector values as strings (quote numbers and booleans)")
     return DeclaredPool(
         source=PoolSource.DECLARED,
         name=name,
@@ -464,3 +466,11 @@ def claimed_nodes(nodes: Iterable[object], pools: Sequence[PoolResult]) -> set[s
     """Names of the nodes a sound pool selects: they feed its flavor, not one of their own."""
     sound = [p for p in pools if isinstance(p, DeclaredPool)]
     return {name_of(n) for n in nodes if any(p.matches(n) for p in sound)}
+
+
+def _limit(value: object) -> int | None:
+    """A NodePool limit as a count: Karpenter's ``spec.limits`` are int-or-string (a plain
+    ``16`` comes back from the API as a number, ``"16"`` as a string)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return parse_count(str(value))
+    return parse_count(value)

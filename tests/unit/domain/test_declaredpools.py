@@ -225,6 +225,44 @@ def test_no_check_where_provisioning_requests_are_not_served(served: bool | None
     assert all("admissionChecksStrategy" not in q["spec"] for q in state.cluster_queues)
 
 
+def test_limits_written_as_numbers_count_as_strings_do() -> None:
+    """Karpenter's ``spec.limits`` are int-or-string: ``16`` comes back from the API as a
+    number and bounds the pool as ``"16"`` does."""
+    dump = read_cluster_input(EXAMPLES / "pools-at-zero.yaml")
+    for name in ("h100", "l40s"):
+        nodepool = next(p for p in dump.pools if p["metadata"]["name"] == name)
+        written = karpenter_pool(nodepool)
+        numbers = copy.deepcopy(nodepool)
+        numbers["spec"]["limits"] = {
+            k: int(v) if str(v).isdigit() else v for k, v in nodepool["spec"]["limits"].items()
+        }
+        assert any(isinstance(v, int) for v in numbers["spec"]["limits"].values())
+        as_numbers = karpenter_pool(numbers)
+        assert not isinstance(as_numbers, PoolRejection), as_numbers
+        assert not isinstance(written, PoolRejection)
+        assert as_numbers.max_devices == written.max_devices
+
+
+def test_a_declared_pool_with_no_room_per_node_names_the_fix(tmp_path: Path) -> None:
+    path = tmp_path / "pools.yaml"
+    pool = {
+        "name": "p",
+        "nodeSelector": {"cloud.google.com/gke-nodepool": "p"},
+        "accelerator": {"perNode": 1},
+        "maxNodes": 2,
+        "cpu": "-8",
+        "memory": "1Gi",
+    }
+    path.write_text(yaml.safe_dump({"pools": [pool]}))
+    by_resource = ChainPolicy(manufacturers=MFRS).manufacturers_by_resource
+    (result,) = read_declared_pools(path, by_resource)
+    assert isinstance(result, PoolRejection) and "above 0" in result.reason
+    pool.update(cpu="8", nodeSelector={"cloud.google.com/gke-nodepool": None})
+    path.write_text(yaml.safe_dump({"pools": [pool]}))
+    (result,) = read_declared_pools(path, by_resource)
+    assert isinstance(result, PoolRejection) and "as strings" in result.reason
+
+
 def test_a_malformed_declaration_names_the_fix(tmp_path: Path) -> None:
     path = tmp_path / "pools.yaml"
     path.write_text(yaml.safe_dump({"pools": [{"name": "Bad_Name"}]}))

@@ -307,3 +307,8 @@ def test_plan_takes_teams_from_a_file(capsys: pytest.CaptureFixture[str], tmp_pa
     out, err = capsys.readouterr()
     assert code == 2 and out == ""
     assert f"--teams {bad}: " in err and "unknown pool selector gpu" in err
+    bad.write_bytes(b"\xff\xfe teams")
+    code = main(["plan", "--nodes", example, "--teams", str(bad)])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert f"--teams {bad}: not UTF-8 text" in err
