@@ -222,8 +222,11 @@ class DeclaredPoolReconciler:
         registry: PoolRegistry,
         sources: PoolSources,
         enqueue: Callable[[str, Iterable[str]], None],
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.caches = caches
+        self.clock = clock
+        """Wall-clock seconds the inactive-check grace runs on (the worker's clock)."""
         self.writer = writer
         self.policy = policy
         self.registry = registry
@@ -324,7 +327,7 @@ class DeclaredPoolReconciler:
         if informer is None:
             return None
         grace = self.settings.inactive_grace_seconds
-        now = time.time()
+        now = self.clock()
         soonest: float | None = None
         for name in checks:
             have = informer.indexer.get(name)
@@ -383,6 +386,7 @@ async def add_pool_controller(
     policy: ChainPolicy,
     registry: PoolRegistry,
     queue_controllers: Sequence[Controller],
+    clock: Callable[[], float] = time.time,
 ) -> Controller:
     """Discover the pool sources and add the declared-pool controller to *manager*;
     *queue_controllers* are the flavor, cohort and ClusterQueue controllers it nudges.
@@ -420,6 +424,7 @@ async def add_pool_controller(
         sources=sources,
         informer_of=manager.informer,
         enqueue=enqueue,
+        clock=clock,
     )
 
 
@@ -433,10 +438,13 @@ def build_declared_pool_controller(
     sources: PoolSources,
     informer_of: Callable[[Resource], Informer],
     enqueue: Callable[[str, Iterable[str]], None],
+    clock: Callable[[], float] = time.time,
 ) -> Controller:
     """The declared-pool controller: pool objects, the nodes pools select, and the pool's own
     Kueue objects all map to :data:`KEY`."""
-    reconciler = DeclaredPoolReconciler(caches, writer, policy, registry, sources, enqueue)
+    reconciler = DeclaredPoolReconciler(
+        caches, writer, policy, registry, sources, enqueue, clock=clock
+    )
 
     def always(_: dict[str, Any]) -> list[str]:
         return [KEY]

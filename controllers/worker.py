@@ -294,6 +294,7 @@ class Worker:
             self.config.policy,
             self.pools,
             self.queue_controllers,
+            clock=self.config.clock,
         )
         self.kueue_found.set()
         return True
