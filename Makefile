@@ -58,7 +58,7 @@ fmt: install-dev ## apply ruff's fixes and formatting
 run: install ## run the worker against the current kubeconfig
 	$(BIN)/gpustack-operator worker $(RUN_ARGS)
 
-demo: install ## run the worker on a simulated cluster, print the Kueue chain, submit demo Jobs
+demo: install ## run the worker on two simulated clusters (mixed nodes; GKE TAS topology), print each chain, submit demo Jobs
 	$(BIN)/gpustack-operator --log-level warning sim --cluster $(CLUSTER) -o table --demo-jobs
 	$(BIN)/gpustack-operator --log-level warning sim --cluster $(TAS_CLUSTER) -o table --demo-jobs
 
@@ -76,7 +76,7 @@ KUBECTL ?= $(shell command -v kubectl 2>/dev/null || echo $(BIN)/kubectl)
 
 .PHONY: manifests deploy undeploy docker-build image-test
 
-manifests: ## render deploy/overlays/$(OVERLAY) to stdout (OVERLAY=release|dev)
+manifests: ## render deploy/overlays/$(OVERLAY) to stdout (OVERLAY=release|release-k8s-1.30|dev|monitoring)
 	@$(KUBECTL) kustomize deploy/overlays/$(OVERLAY)
 
 # NFD's CRDs are in no overlay: hack/nfd-crds.sh creates each only where none exists and
