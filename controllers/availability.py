@@ -13,9 +13,8 @@ timer is taken as run out, as ``plan`` takes it, so a restarted worker and ``pla
 
 from __future__ import annotations
 
-import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Final
 
 import structlog
@@ -29,6 +28,7 @@ from gpustack_operator.domain.availability import (
     look_at,
 )
 from gpustack_operator.domain.nodeview import metadata, name_of, uid_of
+from gpustack_operator.runtime.clock import WALL_CLOCK, Clock
 from gpustack_operator.runtime.controller import EventRecorderLike
 from gpustack_operator.runtime.metrics import REGISTRY
 from gpustack_operator.runtime.resources import NODES
@@ -54,7 +54,7 @@ class AvailabilityTracker:
         self,
         timers: LifecycleTimers,
         *,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = WALL_CLOCK,
         recorder: EventRecorderLike | None = None,
     ) -> None:
         self.timers = timers

@@ -221,7 +221,7 @@ class ClusterQueueReconciler:
         want, until = self._desired(name, flavors)
         # A grace or join window ending changes the quota with no event: look again then.
         later = (
-            Result(requeue_after=max(until - self.tracker.clock(), 0.0) + 0.01)
+            Result.at(until, self.tracker.clock())
             if until is not None and self.tracker is not None
             else None
         )

@@ -118,7 +118,7 @@ class CohortReconciler:
         tracker = self.tracker
         if not untils or tracker is None:
             return want, None
-        return want, Result(requeue_after=max(min(untils) - tracker.clock(), 0.0) + 0.01)
+        return want, Result.at(min(untils), tracker.clock())
 
 
 def _applied(want: dict[str, Any]) -> dict[str, Any]:

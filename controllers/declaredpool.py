@@ -12,7 +12,6 @@ node-derived controllers are asked to look at the names those nodes had and have
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -51,6 +50,7 @@ from gpustack_operator.domain.poolchain import (
     without_admission_checks,
 )
 from gpustack_operator.runtime.client import Client
+from gpustack_operator.runtime.clock import WALL_CLOCK, Clock
 from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request, Result
 from gpustack_operator.runtime.errors import ApiError
 from gpustack_operator.runtime.informer import Informer
@@ -97,13 +97,13 @@ def _is_active(check: Mapping[str, Any]) -> bool:
     return any(c.get("type") == "Active" and c.get("status") == "True" for c in conditions)
 
 
-def _created(obj: Mapping[str, Any]) -> float:
-    """The object's creationTimestamp as seconds since the epoch (now when absent)."""
+def _created(obj: Mapping[str, Any], now: float) -> float:
+    """The object's creationTimestamp as seconds since the epoch (*now* when absent)."""
     stamp = str((obj.get("metadata") or {}).get("creationTimestamp") or "")
     try:
         return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
     except ValueError:
-        return time.time()
+        return now
 
 
 def capi_resources(version: str) -> tuple[Resource, Resource]:
@@ -222,7 +222,7 @@ class DeclaredPoolReconciler:
         registry: PoolRegistry,
         sources: PoolSources,
         enqueue: Callable[[str, Iterable[str]], None],
-        clock: Callable[[], float] = time.time,
+        clock: Clock = WALL_CLOCK,
     ) -> None:
         self.caches = caches
         self.clock = clock
@@ -334,7 +334,7 @@ class DeclaredPoolReconciler:
             if have is None or _is_active(have):
                 self._said_inactive.discard(name)
                 continue
-            age = now - _created(have)
+            age = now - _created(have, now)
             if age < grace:
                 soonest = grace - age if soonest is None else min(soonest, grace - age)
                 continue
@@ -386,7 +386,7 @@ async def add_pool_controller(
     policy: ChainPolicy,
     registry: PoolRegistry,
     queue_controllers: Sequence[Controller],
-    clock: Callable[[], float] = time.time,
+    clock: Clock = WALL_CLOCK,
 ) -> Controller:
     """Discover the pool sources and add the declared-pool controller to *manager*;
     *queue_controllers* are the flavor, cohort and ClusterQueue controllers it nudges.
@@ -438,7 +438,7 @@ def build_declared_pool_controller(
     sources: PoolSources,
     informer_of: Callable[[Resource], Informer],
     enqueue: Callable[[str, Iterable[str]], None],
-    clock: Callable[[], float] = time.time,
+    clock: Clock = WALL_CLOCK,
 ) -> Controller:
     """The declared-pool controller: pool objects, the nodes pools select, and the pool's own
     Kueue objects all map to :data:`KEY`."""

@@ -15,9 +15,7 @@ nothing else.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
-from collections.abc import Callable
 from typing import Any, Final
 
 import structlog
@@ -34,6 +32,7 @@ from gpustack_operator.domain.devicesources import (
 from gpustack_operator.domain.flavors import is_managed
 from gpustack_operator.domain.nodeview import labels_of
 from gpustack_operator.domain.topology import missing_level
+from gpustack_operator.runtime.clock import MONOTONIC_CLOCK, Clock
 from gpustack_operator.runtime.controller import EventRecorderLike, Request, Result
 from gpustack_operator.runtime.informer import Informer
 from gpustack_operator.runtime.manager import Manager
@@ -68,7 +67,7 @@ class UnpooledReconciler:
         slices: Informer | None = None,
         *,
         settling: float = 0.0,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = MONOTONIC_CLOCK,
     ) -> None:
         self.nodes = nodes
         self.recorder = recorder

@@ -22,7 +22,6 @@ Build the manager with :func:`new_worker_manager` to get the worker's informer t
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Final
@@ -70,6 +69,7 @@ from gpustack_operator.domain.tenancy import TenantSettings
 from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.runtime.backoff import BackoffPolicy
 from gpustack_operator.runtime.client import ApiError, Client
+from gpustack_operator.runtime.clock import WALL_CLOCK, Clock
 from gpustack_operator.runtime.coalesce import CoalescePresets, Hold
 from gpustack_operator.runtime.controller import (
     Controller,
@@ -176,7 +176,7 @@ class WorkerConfig:
     max_concurrent_reconciles: int = 2
     timing: WorkerTiming = field(default_factory=WorkerTiming)
     """Every wait and coalescing window of the worker, one value."""
-    clock: Callable[[], float] = time.time
+    clock: Clock = WALL_CLOCK
     """Wall-clock seconds the availability rule's timers run on (docs/node-lifecycle.md);
     tests pass a clock they drive."""
 

@@ -110,6 +110,12 @@ class Result:
     requeue: bool = False
     """Retry with the key's backoff without counting an error (rarely needed)."""
 
+    @classmethod
+    def at(cls, deadline: float, now: float) -> Result:
+        """Reconcile again once the clock that gave *now* reaches *deadline* (a timer that
+        ends with no event to say so), a hair after it so the timer has run out."""
+        return cls(requeue_after=max(deadline - now, 0.0) + 0.01)
+
 
 class TerminalError(Exception):
     """A reconcile failure that retrying cannot fix (bad input): logged, counted, not retried."""
