@@ -101,12 +101,6 @@ class ProvisioningStandIn(StoreLoop):
         self.removed: list[str] = []
         """Nodes added and removed, in order (what a demo or test reports)."""
 
-    async def start(self) -> None:
-        if self._task is not None:
-            return
-        self._subscribe()
-        self._launch()
-
     def idle(self) -> bool:
         """Nothing to do now and no delay running out."""
         return not self._pending_work and not self._waiting_since and not self._idle_since

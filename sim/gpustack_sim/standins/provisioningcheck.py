@@ -39,12 +39,8 @@ class ProvisioningCheckStandIn(StoreLoop):
         """ProvisioningRequests were served when it started (its controller is set up)."""
         self._pending = True
 
-    async def start(self) -> None:
-        if self._task is not None:
-            return
+    def _before_start(self) -> None:
         self.serving = self.sim.store.registry.by_kind(*PROVISIONING_REQUESTS) is not None
-        self._subscribe()
-        self._launch()
 
     def idle(self) -> bool:
         return not self._pending

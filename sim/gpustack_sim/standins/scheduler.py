@@ -81,12 +81,6 @@ class SchedulerStandIn(StoreLoop):
         self.host_labels_only = host_labels_only
         self._pending = True
 
-    async def start(self) -> None:
-        if self._task is not None:
-            return
-        self._subscribe()
-        self._launch()
-
     def idle(self) -> bool:
         return not self._pending
 

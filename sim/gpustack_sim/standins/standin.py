@@ -52,9 +52,17 @@ class StoreLoop(ABC):
     async def _run(self) -> None:
         """The loop: wait for :attr:`_wake`, then do the noted work."""
 
-    @abstractmethod
     async def start(self) -> None:
-        """Start the loop (through :meth:`_launch`); idempotent."""
+        """Subscribe to the store and start the loop; idempotent. A stand-in that reads
+        something once first does it in :meth:`_before_start`."""
+        if self._task is not None:
+            return
+        self._before_start()
+        self._subscribe()
+        self._launch()
+
+    def _before_start(self) -> None:  # noqa: B027 - a hook; most stand-ins need none
+        """What the stand-in reads once before it subscribes (nothing by default)."""
 
     def _subscribe(self) -> None:
         self._unsubscribe = self.sim.store.subscribe(self.on_event)
