@@ -234,15 +234,46 @@ def render_table(rows: list[dict[str, Any]]) -> str:
     )
 
 
-async def fetch_queues(
-    args: argparse.Namespace, policy: ChainPolicy
-) -> tuple[list[Any], list[Any], dict[str, list[list[str]]]] | str:
+Fetched = tuple[list[Any], list[Any], dict[str, list[list[str]]]]
+"""Every ClusterQueue, a namespace's LocalQueues and each queue's topology levels."""
+
+
+async def fetch_queues(args: argparse.Namespace, policy: ChainPolicy) -> Fetched | str:
     """Every ClusterQueue, the namespace's LocalQueues and each queue's topology levels in
     the Kueue version *policy* chooses, or why they cannot be read (one line)."""
+    fetched, _ = await _fetch(args, policy, with_nodes=False)
+    return fetched
+
+
+async def fetch_queues_and_nodes(
+    args: argparse.Namespace, policy: ChainPolicy
+) -> tuple[Fetched | str, list[Any]]:
+    """:func:`fetch_queues` and the cluster's Nodes (to say which a pool does not count now;
+    [] if unreadable: the pools are still listed), over one connection."""
+    return await _fetch(args, policy, with_nodes=True)
+
+
+async def _fetch(
+    args: argparse.Namespace, policy: ChainPolicy, *, with_nodes: bool
+) -> tuple[Fetched | str, list[Any]]:
     try:
         api = await connect_kr8s(args.kubeconfig, args.context)
     except KubeconfigError as exc:  # one line naming the file and the fix
-        return f"cannot connect to the cluster: {exc}"
+        return f"cannot connect to the cluster: {exc}", []
+    try:
+        fetched = await _read_queues(api, args.namespace, policy)
+        if isinstance(fetched, str) or not with_nodes:
+            return fetched, []
+        try:
+            nodes = await list_objects(api, NODES)
+        except Exception:  # kr8s's ServerError (a role without nodes), transport errors
+            nodes = []
+        return fetched, nodes
+    finally:
+        await close_kr8s(api)
+
+
+async def _read_queues(api: Any, namespace: str, policy: ChainPolicy) -> Fetched | str:
     try:
         served = await served_versions(api, KUEUE_GROUP)
         version = policy.kueue_version_among(served)
@@ -255,10 +286,10 @@ async def fetch_queues(
             return "Kueue is not installed in this cluster: install Kueue, then the worker"
         kueue = kueue_resources(version)
         cluster_queues = await list_objects(api, kueue.cluster_queues)
-        local_queues = await list_objects(api, kueue.local_queues, args.namespace)
-        if not local_queues and not await _namespace_exists(api, args.namespace):
+        local_queues = await list_objects(api, kueue.local_queues, namespace)
+        if not local_queues and not await _namespace_exists(api, namespace):
             return (
-                f"namespace {args.namespace} does not exist: pass an existing one with -n "
+                f"namespace {namespace} does not exist: pass an existing one with -n "
                 "(kubectl get namespaces)"
             )
         levels: dict[str, list[list[str]]] = {}
@@ -270,8 +301,6 @@ async def fetch_queues(
         return cluster_queues, local_queues, levels
     except Exception as exc:  # kr8s's ServerError, httpx's transport errors
         return f"cannot read the queues: {exc}"
-    finally:
-        await close_kr8s(api)
 
 
 async def _namespace_exists(api: Any, namespace: str) -> bool:
@@ -300,33 +329,17 @@ async def _list_if_served(api: Any, res: Any) -> list[dict[str, Any]]:
         raise
 
 
-async def fetch_nodes(args: argparse.Namespace) -> list[Any]:
-    """The cluster's Nodes, to say which a pool does not count now ([] if unreadable: the
-    pools are still listed)."""
-    try:
-        api = await connect_kr8s(args.kubeconfig, args.context)
-    except KubeconfigError:
-        return []
-    try:
-        return await list_objects(api, NODES)
-    except Exception:  # kr8s's ServerError (a role without nodes), httpx's transport errors
-        return []
-    finally:
-        await close_kr8s(api)
-
-
 def run_queues(args: argparse.Namespace) -> int:
     try:
         policy = policy_from_args(args)
     except ValueError as exc:
         sys.stderr.write(f"gpustack-operator queues: error: {exc}\n")
         return 2
-    fetched = asyncio.run(fetch_queues(args, policy))
+    fetched, nodes = asyncio.run(fetch_queues_and_nodes(args, policy))
     if isinstance(fetched, str):
         sys.stderr.write(f"gpustack-operator queues: error: {fetched}\n")
         return 1
     cluster_queues, local_queues, levels = fetched
-    nodes = asyncio.run(fetch_nodes(args))
     now = time.time()
     withheld = withheld_by_queue(
         nodes,
