@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 PYTEST_WORKERS ?= auto
 RUN_ARGS ?=
 
-.PHONY: install install-dev test lint fmt demo demo-autoscaling run clean help
+.PHONY: install install-dev test lint fmt demo demo-autoscaling run clean help real-cluster real-cluster-up
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' \
@@ -43,7 +43,11 @@ install: $(BIN)/gpustack-operator ## create .venv with the runtime dependencies 
 
 install-dev: $(VENV)/.dev-installed ## add the test and lint tools (the dev dependency group)
 
-test: install-dev ## run the test suite
+# The real-cluster tier (tests/realcluster, docs/realcluster.md) runs where Go is installed: the
+# control plane is built first (cached, seconds once built); without Go it skips, saying so.
+test: install-dev ## run the test suite (with the real-cluster tier where Go is installed)
+	@if command -v go >/dev/null 2>&1; then hack/realcluster/build.sh >/dev/null; \
+	else echo "real-cluster tier skipped: Go is not installed (install Go >= 1.26 to run it)"; fi
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 lint: install-dev ## ruff check, ruff format --check, mypy
@@ -64,6 +68,12 @@ demo: install ## run the worker on two simulated clusters (mixed nodes; GKE TAS 
 
 demo-autoscaling: install ## the same for pools that scale from zero: a Job admitted at zero nodes, a node arriving, its pod running
 	$(BIN)/gpustack-operator --log-level warning sim --cluster examples/autoscaling/pools-at-zero.yaml --declared-pools examples/autoscaling/declared-pools.yaml -o table --demo-jobs
+
+real-cluster: ## build etcd, kube-apiserver, kube-controller-manager, kube-scheduler and Kueue from hack/realcluster/go.mod (cached)
+	hack/realcluster/build.sh
+
+real-cluster-up: install-dev real-cluster ## start a real control plane with Kueue on loopback (CLUSTER's Nodes), print its kubeconfig; Ctrl-C stops it
+	$(BIN)/python -m tests.realcluster up --cluster $(CLUSTER)
 
 clean: ## remove the virtual environment and caches
 	rm -rf $(VENV) .tools .mypy_cache .ruff_cache .pytest_cache .hypothesis
