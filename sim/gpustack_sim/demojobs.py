@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from gpustack_sim.cluster.cluster import SimCluster
 
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+_HOST = frozenset({"cpu", "memory", "ephemeral-storage"})
+"""Resources a Pod may request without a limit; every other (extended) one needs limit =
+request (Kubernetes' Pod validation, "Limit must be set for non overcommitable resources")."""
 _POLL = 0.05
 
 
@@ -212,7 +215,12 @@ def job_manifest(job: DemoJob) -> dict[str, Any]:
                             "name": "main",
                             "image": "busybox",
                             "command": ["sleep", "60"],
-                            "resources": {"requests": dict(job.requests)},
+                            "resources": {
+                                "requests": dict(job.requests),
+                                # A device can't be overcommitted: Kubernetes requires its
+                                # limit, equal to the request.
+                                "limits": {k: v for k, v in job.requests.items() if k not in _HOST},
+                            },
                         }
                     ],
                 },
