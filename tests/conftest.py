@@ -47,6 +47,17 @@ def stand_in_crds_of(*kinds: str) -> list[dict[str, Any]]:
     return [c for c in stand_in_crds() if not kinds or c["spec"]["names"]["kind"] in kinds]
 
 
+def pytest_report_header() -> list[str]:
+    """The versions the real-cluster tier runs against (docs/realcluster.md), or why not."""
+    from tests.realcluster.controlplane import cached_binaries
+
+    binaries = cached_binaries()
+    if binaries is None:
+        return ["real-cluster tier: no control plane built (make real-cluster)"]
+    versions = ", ".join(f"{name} {version}" for name, version in binaries.versions.items())
+    return [f"real-cluster tier: {versions}"]
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     """In CI the real CRDs must be present: the schema tests would otherwise skip silently."""
     if os.environ.get("CI", "").lower() in ("1", "true", "yes") and shared_crds_dir() is None:

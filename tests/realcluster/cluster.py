@@ -1,0 +1,262 @@
+"""The operator on the real control plane: deploy/'s objects, the worker and the device
+managers as processes with their own ServiceAccount tokens, and the comparisons the tier makes.
+
+The worker and each device manager run as ``python -m gpustack_operator`` processes, as the
+image runs them, each with a kubeconfig holding a token of its deploy/ ServiceAccount (the
+device manager's bound to its Node, as a Pod's token carries the node-name claim that
+deploy/components/node-bound-agents checks). What they may do is what deploy/'s RBAC and
+admission policies allow on a real API server.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from tests.realcluster.controlplane import (
+    REPO,
+    ControlPlane,
+    Process,
+    RealClusterError,
+    token_kubeconfig_text,
+    wait_until,
+)
+
+SYSTEM_NAMESPACE = "gpustack-system"
+WORKER_SA = "gpustack-operator-worker"
+DEVICE_MANAGER_SA = "gpustack-operator-device-manager"
+MANAGED_BY = "app.kubernetes.io/managed-by"
+KUEUE_GROUP = "kueue.x-k8s.io"
+CHAIN_KINDS = ("ResourceFlavor", "Cohort", "ClusterQueue", "LocalQueue")
+_WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
+
+
+def release_objects(plane: ControlPlane) -> list[dict[str, Any]]:
+    """``deploy/overlays/release`` as kustomize renders it, without the worker's Deployment
+    (the tier runs the worker as a local process with the same ServiceAccount)."""
+    rendered = plane.kubectl_run("kustomize", str(REPO / "deploy" / "overlays" / "release"))
+    return [d for d in yaml.safe_load_all(rendered) if d and d.get("kind") != "Deployment"]
+
+
+def load_nodes(path: Path) -> list[dict[str, Any]]:
+    """The Nodes of a cluster file (a v1 List or multi-document YAML, as the examples are)."""
+    nodes = []
+    for document in yaml.safe_load_all(path.read_text()):
+        if not document:
+            continue
+        items = document.get("items") if document.get("kind") == "List" else [document]
+        nodes += [i for i in items or [] if i.get("kind") == "Node"]
+    return nodes
+
+
+class Operator:
+    """deploy/'s objects applied to *plane*, and the operator's processes on it."""
+
+    def __init__(self, plane: ControlPlane) -> None:
+        self.plane = plane
+        self.workdir = plane.workdir / "operator"
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        plane.apply(release_objects(plane))
+        self.worker_kubeconfig = self._token_kubeconfig(WORKER_SA, "worker")
+        self.worker: Process | None = None
+        self.metrics_port = 0
+        self.agents: dict[str, Process] = {}
+
+    def _token_kubeconfig(self, account: str, stem: str, *bound: str) -> Path:
+        token = self.plane.kubectl_run(
+            "create", "token", account, "-n", SYSTEM_NAMESPACE, "--duration=48h", *bound
+        ).strip()
+        path = self.workdir / f"{stem}.kubeconfig"
+        path.write_text(
+            token_kubeconfig_text(self.plane.server, self.plane.ca.cert_file, token, stem)
+        )
+        return path
+
+    def _process(self, name: str, argv: Sequence[str], ports: tuple[int, ...]) -> Process:
+        process = Process(
+            name,
+            [sys.executable, "-m", "gpustack_operator", *argv],
+            self.plane.logs / f"{name}.log",
+            ports,
+            {"PYTHONUNBUFFERED": "1"},
+        )
+        self.plane.processes[name] = process
+        process.start()
+        return process
+
+    def start_worker(self, *flags: str) -> Process:
+        """``gpustack-operator worker`` with the worker's token, without leader election (a
+        steady state then makes no writes at all) and without bootstrap (no kubelet runs the
+        DaemonSets it would install)."""
+        self.stop_worker()
+        health = self.plane._port()
+        self.metrics_port = self.plane._port()
+        self.worker = self._process(
+            "worker",
+            [
+                "--log-format=json",
+                "worker",
+                f"--kubeconfig={self.worker_kubeconfig}",
+                "--no-leader-elect",
+                f"--health-probe-bind-address=127.0.0.1:{health}",
+                f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
+                "--disable-applications=*",
+                *flags,
+            ],
+            (health, self.metrics_port),
+        )
+        wait_until(
+            lambda: httpx.get(f"http://127.0.0.1:{health}/readyz", timeout=2).status_code == 200,
+            timeout=90,
+            what="ready (/readyz)",
+            process=self.worker,
+        )
+        return self.worker
+
+    def stop_worker(self) -> None:
+        if self.worker is not None:
+            self.worker.stop()
+            self.plane.processes.pop("worker", None)
+            self.worker = None
+
+    def start_device_managers(self, nodes: Iterable[str]) -> None:
+        """One ``device-manager serve`` per node, reading the simulated devices annotation,
+        with a ServiceAccount token bound to that Node."""
+        for node in nodes:
+            kubeconfig = self._token_kubeconfig(
+                DEVICE_MANAGER_SA,
+                f"device-manager-{node}",
+                "--bound-object-kind=Node",
+                f"--bound-object-name={node}",
+            )
+            self.agents[node] = self._process(
+                f"device-manager-{node}",
+                [
+                    "--log-format=json",
+                    "device-manager",
+                    "serve",
+                    f"--kubeconfig={kubeconfig}",
+                    f"--node-name={node}",
+                    "--sim-devices-annotation",
+                    "--health-probe-bind-address=0",
+                    "--metrics-bind-address=0",
+                ],
+                (),
+            )
+
+    def writes(self) -> int:
+        """The worker's write requests so far (``rest_client_requests_total``)."""
+        text = httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).text
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith("rest_client_requests_total{"):
+                method = re.search(r'method="([A-Z]+)"', line)
+                if method and method.group(1) in _WRITE_METHODS:
+                    total += float(line.rsplit(" ", 1)[1])
+        return int(total)
+
+    def plan(self, *flags: str) -> dict[str, Any]:
+        """``gpustack-operator plan --kubeconfig`` on the live cluster, as JSON."""
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gpustack_operator",
+                "plan",
+                f"--kubeconfig={self.plane.admin_kubeconfig}",
+                "-o",
+                "json",
+                *flags,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise RealClusterError(f"plan failed ({result.returncode}): {result.stderr.strip()}")
+        return dict(json.loads(result.stdout))
+
+
+def get_all(plane: ControlPlane, kind: str, *, namespaced: bool = False) -> list[dict[str, Any]]:
+    """Every object of *kind* (plural resource name or kind), as the admin lists it."""
+    args = ["get", kind, "-o", "json"]
+    if namespaced:
+        args.append("--all-namespaces")
+    return list(json.loads(plane.kubectl_run(*args)).get("items") or [])
+
+
+def _contains(have: object, want: object) -> bool:
+    if isinstance(want, Mapping):
+        return isinstance(have, Mapping) and all(
+            k in have and _contains(have[k], v) for k, v in want.items()
+        )
+    if isinstance(want, list):
+        return (
+            isinstance(have, list)
+            and len(have) == len(want)
+            and all(_contains(h, w) for h, w in zip(have, want, strict=True))
+        )
+    return have == want
+
+
+def _flavors_by_name(spec: Any) -> Any:
+    """A ClusterQueue spec with each group's flavors by name (the worker keeps creation order,
+    plan has no creation times: docs/worker.md)."""
+    if not isinstance(spec, Mapping) or "resourceGroups" not in spec:
+        return spec
+    groups = [
+        {**g, "flavors": sorted(g.get("flavors", []), key=lambda f: f["name"])}
+        for g in spec["resourceGroups"]
+    ]
+    return {**spec, "resourceGroups": groups}
+
+
+def _key(obj: Mapping[str, Any]) -> str:
+    meta = obj["metadata"]
+    return f"{obj['kind']} {meta.get('namespace', '')}/{meta['name']}"
+
+
+def chain_differences(plane: ControlPlane, planned: Mapping[str, Any]) -> list[str]:
+    """Where the cluster's chain (the worker's Kueue objects and NodeFeatures) differs from
+    *planned* (``plan -o json``): [] when the worker converged to plan."""
+    want = {
+        _key(o): o
+        for o in planned["items"]
+        if o["kind"] in (*CHAIN_KINDS, "NodeFeature", "Topology")
+    }
+    have: dict[str, dict[str, Any]] = {}
+    for kind in (*CHAIN_KINDS, "Topology"):
+        resource = (
+            f"{kind.lower()}s.{KUEUE_GROUP}" if kind != "Topology" else f"topologies.{KUEUE_GROUP}"
+        )
+        for obj in get_all(plane, resource, namespaced=kind == "LocalQueue"):
+            if (obj["metadata"].get("labels") or {}).get(MANAGED_BY) == "gpustack-operator":
+                have[_key(obj)] = obj
+    for obj in get_all(plane, "nodefeatures.nfd.k8s-sigs.io", namespaced=True):
+        if obj["metadata"]["namespace"] == SYSTEM_NAMESPACE:  # the worker's and the agents'
+            have[_key(obj)] = obj
+    problems = []
+    for key in sorted(want.keys() - have.keys()):
+        problems.append(f"missing {key}")
+    for key in sorted(have.keys() - want.keys()):
+        problems.append(f"extra {key}")
+    for key in sorted(want.keys() & have.keys()):
+        wanted, got = want[key], have[key]
+        if not _contains(_flavors_by_name(got.get("spec")), _flavors_by_name(wanted.get("spec"))):
+            problems.append(
+                f"{key}: spec differs: want {wanted.get('spec')} have {got.get('spec')}"
+            )
+        if not _contains(
+            got["metadata"].get("labels") or {}, wanted["metadata"].get("labels") or {}
+        ):
+            problems.append(f"{key}: labels differ")
+    return problems
