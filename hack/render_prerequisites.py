@@ -46,17 +46,11 @@ def _one_crd(name: str) -> Any:
     return lambda _settings: [c for c in render_nfd_crds() if c["metadata"]["name"] == name]
 
 
-CHART_CRDS_DIR = "deploy/helm/gpustack-operator/crds"
-
-
 # One file per CRD, named after it: `make deploy` creates each only where none exists
 # (docs/deploy.md, "Beside an NFD of your own").
 for _crd in render_nfd_crds():
     _name = _crd["metadata"]["name"]
     FILES[f"{NFD_CRDS_DIR}/{_name}.yaml"] = (f"NFD's CRD {_name}.", _one_crd(_name))
-    # The Helm chart's copy: Helm creates a CRD of crds/ only where none exists and never
-    # changes or deletes it (docs/deploy.md, "Helm").
-    FILES[f"{CHART_CRDS_DIR}/{_name}.yaml"] = (f"NFD's CRD {_name}.", _one_crd(_name))
 
 
 def render(path: str) -> str:

@@ -32,9 +32,8 @@ def test_shipped_prerequisites_match_the_renderers(path: str) -> None:
         f"{path} differs from the renderers: run .venv/bin/python hack/render_prerequisites.py"
     )
     kinds = {d["kind"] for d in yaml.safe_load_all(shipped) if d}
-    if "/nfd-crds/" in path or path.startswith("deploy/helm/"):
-        # One CRD per file, named after it: hack/nfd-crds.sh creates each only where absent,
-        # Helm (the chart's crds/) too.
+    if "/nfd-crds/" in path:
+        # One CRD per file, named after it: hack/nfd-crds.sh creates each only where absent.
         (crd,) = [d for d in yaml.safe_load_all(shipped) if d]
         assert crd["kind"] == "CustomResourceDefinition"
         assert path.endswith(f"/{crd['metadata']['name']}.yaml")

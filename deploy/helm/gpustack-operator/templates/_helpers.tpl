@@ -54,3 +54,26 @@ The worker's command line: global flags, `worker`, then one flag per value set (
 {{- fail "install the release in another namespace (e.g. --namespace default): the chart creates gpustack-system itself, with the Pod Security labels the device managers need, and Helm keeps its release record in the release namespace, which must exist first" -}}
 {{- end -}}
 {{- end }}
+
+{{/*
+"true" when the CRD named .name may be part of this release: the cluster has none, or has one
+this project installed (the worker's rule, installed_by_us in
+gpustack_operator/domain/bootstrap/prerequisites.py: our chart's helm.sh/chart label, or our
+managed-by label without a Helm release annotation, as make deploy creates it). Another NFD's CRD
+is then never rendered, so Helm never changes, adopts or deletes it. Without a cluster (helm
+template) lookup finds nothing and every CRD is rendered.
+*/}}
+{{- define "gpustack-operator.nfdCrdIsOurs" -}}
+{{- $live := lookup "apiextensions.k8s.io/v1" "CustomResourceDefinition" "" .name -}}
+{{- if not $live -}}
+true
+{{- else -}}
+{{- $labels := $live.metadata.labels | default dict -}}
+{{- $annotations := $live.metadata.annotations | default dict -}}
+{{- if hasPrefix "gpustack-operator-" (get $labels "helm.sh/chart" | toString) -}}
+true
+{{- else if and (eq (get $labels "app.kubernetes.io/managed-by" | toString) "gpustack-operator") (not (hasKey $annotations "meta.helm.sh/release-name")) -}}
+true
+{{- end -}}
+{{- end -}}
+{{- end }}
