@@ -17,6 +17,7 @@ The cycle is :func:`tests.e2e.helm.chart_lifecycle`, which takes any kubeconfig.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -148,6 +149,15 @@ async def test_without_nfd_the_chart_creates_ours_and_uninstall_removes_it(
                 o for o in manifest_objects(manifest) if o["kind"] == "CustomResourceDefinition"
             ]
             assert sorted(o["metadata"]["name"] for o in kept) == sorted(CRD_NAMES)
+            # A CRD change of the next chart reaches the cluster with helm upgrade, and a
+            # rollback takes it back (docs/deploy.md, "Upgrade, rollback and uninstall").
+            await helm(
+                "upgrade", RELEASE, str(with_printer_column(tmp_path / "next")),
+                "--namespace", RELEASE_NAMESPACE,
+            )  # fmt: skip
+            assert await printer_columns(client) == [AGE_COLUMN]
+            await helm("rollback", RELEASE, "--namespace", RELEASE_NAMESPACE)
+            assert await printer_columns(client) == []
             # The script of make deploy leaves the chart's CRDs to Helm.
             assert "left as is" in await nfd_crds_script("install", admin, tmp_path)
             await helm("uninstall", RELEASE, "--namespace", RELEASE_NAMESPACE, "--wait")
@@ -158,6 +168,31 @@ async def test_without_nfd_the_chart_creates_ours_and_uninstall_removes_it(
                 assert await get_or_none(client, CRDS, name) is None, name
         finally:
             await client.close()
+
+
+AGE_COLUMN = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+
+
+def with_printer_column(into: Path) -> Path:
+    """A copy of the chart whose NodeFeature CRD has one more printer column (a CRD change)."""
+    chart = into / "gpustack-operator"
+    shutil.copytree(CHART, chart)
+    path = chart / "templates" / "nfd-crds.yaml"
+    text = path.read_text()
+    head, _, rest = text.partition("  name: nodefeatures.nfd.k8s-sigs.io\n")
+    column = (
+        "  - additionalPrinterColumns:\n"
+        "    - {name: Age, type: date, jsonPath: .metadata.creationTimestamp}\n"
+        "    name: v1alpha1\n"
+    )
+    rest = rest.replace("  - name: v1alpha1\n", column, 1)
+    path.write_text(head + "  name: nodefeatures.nfd.k8s-sigs.io\n" + rest)
+    return chart
+
+
+async def printer_columns(client: Client) -> list[Any]:
+    crd = await client.get(CRDS, "nodefeatures.nfd.k8s-sigs.io")
+    return list(crd["spec"]["versions"][0].get("additionalPrinterColumns") or [])
 
 
 async def nfd_crds_script(action: str, kubeconfig: Path, tmp_path: Path) -> str:
