@@ -131,7 +131,8 @@ async def test_without_nfd_the_chart_creates_ours_and_uninstall_removes_it(
         helm.kubeconfig = admin
         client = await Client.connect(admin)
         try:
-            await helm("install", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE)
+            notes = await helm("install", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE)
+            assert "gpustack-operator queues --namespace" in notes  # NOTES.txt: see the pools
             for name in CRD_NAMES:
                 crd = await client.get(CRDS, name)
                 # The worker's rule for "ours" (docs/deploy.md, "Beside an NFD of your own").
@@ -150,7 +151,7 @@ async def test_without_nfd_the_chart_creates_ours_and_uninstall_removes_it(
             ]
             assert sorted(o["metadata"]["name"] for o in kept) == sorted(CRD_NAMES)
             # A CRD change of the next chart reaches the cluster with helm upgrade, and a
-            # rollback takes it back (docs/deploy.md, "Upgrade, rollback and uninstall").
+            # rollback takes it back (docs/deploy.md, "Upgrade, rollback and uninstall with Helm").
             await helm(
                 "upgrade", RELEASE, str(with_printer_column(tmp_path / "next")),
                 "--namespace", RELEASE_NAMESPACE,
