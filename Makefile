@@ -84,7 +84,7 @@ OVERLAY ?= release
 CONTAINER_TOOL ?= docker
 KUBECTL ?= $(shell command -v kubectl 2>/dev/null || echo $(BIN)/kubectl)
 
-.PHONY: manifests deploy undeploy docker-build image-test
+.PHONY: manifests deploy undeploy docker-build image-test chart
 
 manifests: ## render deploy/overlays/$(OVERLAY) to stdout (OVERLAY=release|release-k8s-1.30|dev|monitoring)
 	@$(KUBECTL) kustomize deploy/overlays/$(OVERLAY)
@@ -108,3 +108,14 @@ docker-build: ## build the container image IMG with $(CONTAINER_TOOL)
 
 image-test: ## build the image with podman on a local Debian base and run it as deploy/ does
 	hack/image-test.sh
+
+# --- the Helm chart (deploy/helm/gpustack-operator, docs/deploy.md "Helm") ------------------------
+# The pinned Helm of hack/helm.sh (installed on first use); HELM=... for another.
+HELM ?= $(shell hack/helm.sh path)
+VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml | head -n 1)
+CHART_DIR ?= dist
+
+chart: ## package the Helm chart into $(CHART_DIR)/ (chart version = app version = the project's)
+	@[ -x "$(HELM)" ] || hack/helm.sh >/dev/null
+	$(HELM) lint --strict deploy/helm/gpustack-operator
+	$(HELM) package deploy/helm/gpustack-operator --version $(VERSION) --app-version $(VERSION) -d $(CHART_DIR)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,29 @@ REAL_CRDS_MISSING = "checks the real Kueue/NFD CRD schemas: needs ../shared/crds
 """Skip reason of the tests that need the real CRDs; every other test runs on stand-ins."""
 
 
+HELM_MISSING = "needs Helm: run hack/helm.sh (installs the pinned Helm 4.1.4) or set HELM"
+"""Skip reason of the chart's tests where Helm is absent (under CI they must run)."""
+
+
+def helm_binary() -> Path | None:
+    """The Helm the chart's tests run: $HELM, else where hack/helm.sh installs it."""
+    override = os.environ.get("HELM")
+    if override:
+        return Path(override) if os.access(override, os.X_OK) else None
+    repo = Path(__file__).resolve().parents[1]
+    found = subprocess.run(
+        ["bash", str(repo / "hack" / "helm.sh"), "path"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    return Path(found) if found and os.access(found, os.X_OK) else None
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
 def stand_in_crds_of(*kinds: str) -> list[dict[str, Any]]:
     """The stand-in CRDs (all, or those of *kinds*) the simulator serves without the real ones."""
     return [c for c in stand_in_crds() if not kinds or c["spec"]["names"]["kind"] in kinds]
@@ -60,11 +84,16 @@ def pytest_report_header() -> list[str]:
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     """In CI the real CRDs must be present: the schema tests would otherwise skip silently."""
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes") and shared_crds_dir() is None:
+    if in_ci() and shared_crds_dir() is None:
         raise pytest.UsageError(
             "CI is set but the real Kueue and NFD CRDs were not found at ../shared/crds: "
             "provide them there or point GPUSTACK_SHARED_CRDS at them, or the tests that "
             "check the real schemas would be skipped"
+        )
+    if in_ci() and helm_binary() is None:
+        raise pytest.UsageError(
+            "CI is set but Helm was not found: run hack/helm.sh first (.ci/run does) or point "
+            "HELM at a Helm 4 binary, or the chart's tests would be skipped"
         )
 
 

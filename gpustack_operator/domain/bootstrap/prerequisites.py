@@ -57,6 +57,11 @@ NFD_CRDS_DIR: Final = "deploy/nfd-crds"
 HELM_RELEASE_ANNOTATION: Final = "meta.helm.sh/release-name"
 """Helm marks every object of a release with it, beside ``app.kubernetes.io/managed-by: Helm``
 (helm/helm ``pkg/action/validate.go``@002ac78, ``setMetadataVisitor``)."""
+HELM_CHART_LABEL: Final = "helm.sh/chart"
+"""Set by a chart's own templates to ``<chart>-<version>`` (Helm's convention, not Helm itself)."""
+CHART_LABEL_PREFIX: Final = "gpustack-operator-"
+"""Our chart's value of it, before the version (deploy/helm/gpustack-operator, docs/deploy.md
+"Helm")."""
 
 
 def nfd_prerequisites(settings: BootstrapSettings) -> list[JSON]:
@@ -76,12 +81,16 @@ def device_manager_prerequisites(settings: BootstrapSettings) -> list[JSON]:
 
 
 def installed_by_us(obj: Mapping[str, Any]) -> bool:
-    """Whether this project installed *obj*: it carries our managed-by label and no Helm
-    release annotation. The second test catches CRDs of a Helm release that an earlier
-    version of our overlay relabelled: Helm's annotations survive ``kubectl apply``."""
+    """Whether this project installed *obj*: ``make deploy`` did (our managed-by label and no
+    Helm release annotation) or our Helm chart did (its ``helm.sh/chart`` label, which only
+    the chart's own templates set). The annotation test catches CRDs of another Helm release
+    that an earlier version of our overlay relabelled: Helm's annotations survive
+    ``kubectl apply``; no overlay ever wrote the chart label."""
     meta = obj.get("metadata") or {}
     labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
+    if str(labels.get(HELM_CHART_LABEL, "")).startswith(CHART_LABEL_PREFIX):
+        return True
     return (
         labels.get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE
         and HELM_RELEASE_ANNOTATION not in annotations
