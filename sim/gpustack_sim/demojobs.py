@@ -312,7 +312,8 @@ async def run_demo_jobs(cluster: SimCluster, seconds: float) -> str:
         asks += "".join(f" {k.rpartition('/')[2]}={v}" for k, v in job.annotations.items())
         lines.append(f"  {job.name}  queue {job.queue} in {job.namespace}  asks {asks}")
         lines.append(f"    {results[job.name]}")
-        if cluster.provisioning is not None and results[job.name].startswith("admitted"):
+        scaling = cluster.provisioning is not None and bool(cluster.provisioning.pools())
+        if scaling and results[job.name].startswith("admitted"):
             lines.extend(await _scaled_up(cluster, job, deadline))
     return "\n".join(lines) + "\n"
 
