@@ -320,7 +320,8 @@ async def run_demo_jobs(cluster: SimCluster, seconds: float) -> str:
         asks += "".join(f" {k.rpartition('/')[2]}={v}" for k, v in job.annotations.items())
         lines.append(f"  {job.name}  queue {job.queue} in {job.namespace}  asks {asks}")
         lines.append(f"    {results[job.name]}")
-        if cluster.provisioning is not None and results[job.name].startswith("admitted"):
+        scaling = cluster.provisioning is not None and bool(cluster.provisioning.pools())
+        if scaling and results[job.name].startswith("admitted"):
             lines.extend(await _scaled_up(cluster, job, deadline))
     return "\n".join(lines) + "\n"
 
@@ -329,12 +330,20 @@ async def _scaled_up(cluster: SimCluster, job: DemoJob, deadline: float) -> list
     """For a pool that scales from zero (docs/autoscaling.md): the Job's pod Pending, the
     node the provisioning stand-in added, the pod Running on it."""
     from gpustack_sim.standins.provisioning import PROVISIONED_ANNOTATION
+    from gpustack_sim.standins.scheduler import JOB_NAME_LABEL
 
     store = cluster.sim.store
-    name = f"{job.name}-0"
+    name = f"{job.name}-..."  # the Job controller's names end in 5 random characters
     seen_pending = False
     while time.monotonic() <= deadline:
-        pod = store.get("v1", "Pod", name, job.namespace)
+        pods = [
+            p
+            for p in store.list("v1", "Pod", job.namespace)
+            if (p["metadata"].get("labels") or {}).get(JOB_NAME_LABEL) == job.name
+        ]
+        pod = min(pods, key=lambda p: str(p["metadata"]["name"])) if pods else None
+        if pod is not None:
+            name = str(pod["metadata"]["name"])
         node_name = ((pod or {}).get("spec") or {}).get("nodeName")
         if pod is not None and not node_name:
             seen_pending = True

@@ -363,7 +363,7 @@ def test_the_workloads_job_runs_to_completion_as_documented(shell: Shell) -> Non
     assert job is not None
     (shell.tmp / "t4-smoke.yaml").write_text(job.group(1))
     steps = _console_steps(CONSOLE.findall(page)[0])
-    assert len(steps) == 4, steps
+    assert len(steps) == 5, steps
     for command, shown in steps:
         out = shell.run(f"cd {shell.tmp} && {command}")
         if command.startswith("gpustack-operator queues"):
@@ -378,9 +378,11 @@ def test_the_workloads_job_runs_to_completion_as_documented(shell: Shell) -> Non
         elif shown:
             assert _rows(out) == _rows("\n".join(shown)), out
     node = shell.run(
-        "kubectl -n team-a get pod t4-smoke-0 -o jsonpath='{.spec.nodeName} {.status.phase}'"
+        "kubectl -n team-a get pods -l batch.kubernetes.io/job-name=t4-smoke "
+        "-o jsonpath='{range .items[*]}{.metadata.name} {.spec.nodeName} {.status.phase}{end}'"
     )
-    assert node in ("gpu-t4-1 Succeeded", "gpu-t4-2 Succeeded"), node
+    # named as the Job controller names a NonIndexed Job's Pod: <job>-<5 random characters>
+    assert re.fullmatch(r"t4-smoke-[a-z0-9]{5} gpu-t4-[12] Succeeded", node), node
     rows = _rows(shell.run("gpustack-operator queues -n team-a"))
     (t4,) = [r for r in rows if r[0] == "gpustack-fnv64-6e2ada8e7ab9ade3"]
     assert t4[-2:] == ["0", "0"]  # the finished Workload no longer holds its card

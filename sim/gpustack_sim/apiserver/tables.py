@@ -136,6 +136,26 @@ _BUILTIN_COLUMNS: Mapping[tuple[str, str], tuple[_Column, ...]] = {
         _Column("Available", "string", "apiservice-available"),
         _AGE,
     ),
+    # kubernetes/kubernetes v1.36 pkg/printers/internalversion/printers.go (printJob, printPod)
+    ("batch", "Job"): (
+        _Column("Status", "string", "job-status"),
+        _Column("Completions", "string", "job-completions"),
+        _Column("Duration", "string", "job-duration"),
+        _AGE,
+        _Column("Containers", "string", "template-containers", 1),
+        _Column("Images", "string", "template-images", 1),
+        _Column("Selector", "string", "job-selector", 1),
+    ),
+    ("", "Pod"): (
+        _Column("Ready", "string", "pod-ready"),
+        _Column("Status", "string", "pod-status"),
+        _Column("Restarts", "string", "pod-restarts"),
+        _AGE,
+        _Column("IP", "string", ".status.podIP", 1, _NONE),
+        _Column("Node", "string", ".spec.nodeName", 1, _NONE),
+        _Column("Nominated Node", "string", ".status.nominatedNodeName", 1, _NONE),
+        _Column("Readiness Gates", "string", "pod-readiness-gates", 1),
+    ),
     ("coordination.k8s.io", "Lease"): (
         _Column("Holder", "string", ".spec.holderIdentity", default=""),
         _AGE,
@@ -223,6 +243,145 @@ def _node_status(node: Mapping[str, Any]) -> str:
     return status
 
 
+def _has_condition(obj: Mapping[str, Any], kind: str) -> bool:
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == kind and c.get("status") == "True" for c in conditions)
+
+
+def _job_status(job: Mapping[str, Any]) -> str:
+    """printJob's STATUS: the first of these conditions the Job holds, else Running."""
+    if _has_condition(job, "Complete"):
+        return "Complete"
+    if _has_condition(job, "Failed"):
+        return "Failed"
+    if (job.get("metadata") or {}).get("deletionTimestamp"):
+        return "Terminating"
+    for kind in ("Suspended", "FailureTarget", "SuccessCriteriaMet"):
+        if _has_condition(job, kind):
+            return kind
+    return "Running"
+
+
+def _job_completions(job: Mapping[str, Any]) -> str:
+    spec, succeeded = job.get("spec") or {}, (job.get("status") or {}).get("succeeded", 0)
+    if spec.get("completions") is not None:
+        return f"{succeeded}/{spec['completions']}"
+    parallelism = int(spec.get("parallelism", 0) or 0)
+    return f"{succeeded}/1 of {parallelism}" if parallelism > 1 else f"{succeeded}/1"
+
+
+def _stamp(value: Any) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")) if value else None
+    except ValueError:
+        return None
+
+
+def _job_duration(job: Mapping[str, Any], now: datetime) -> str:
+    status = job.get("status") or {}
+    start = _stamp(status.get("startTime"))
+    if start is None:
+        return ""
+    end = _stamp(status.get("completionTime")) or now
+    return human_duration((end - start).total_seconds())
+
+
+def _template_containers(obj: Mapping[str, Any]) -> str:
+    spec = (((obj.get("spec") or {}).get("template") or {}).get("spec")) or {}
+    return ",".join(str(c.get("name", "")) for c in spec.get("containers") or [])
+
+
+def _template_images(obj: Mapping[str, Any]) -> str:
+    spec = (((obj.get("spec") or {}).get("template") or {}).get("spec")) or {}
+    return ",".join(str(c.get("image", "")) for c in spec.get("containers") or [])
+
+
+def _job_selector(job: Mapping[str, Any]) -> str:
+    """metav1.FormatLabelSelector: ``k=v`` and ``k in (a,b)`` terms, ``<none>`` when empty."""
+    selector = (job.get("spec") or {}).get("selector") or {}
+    terms = [f"{k}={v}" for k, v in (selector.get("matchLabels") or {}).items()]
+    ops = {"In": "in", "NotIn": "notin"}
+    for expr in selector.get("matchExpressions") or []:
+        key, op = expr.get("key", ""), expr.get("operator", "")
+        if op in ops:
+            terms.append(f"{key} {ops[op]} ({','.join(expr.get('values') or [])})")
+        else:
+            terms.append(key if op == "Exists" else f"!{key}")
+    return ",".join(terms) or _NONE
+
+
+def _pod_ready(pod: Mapping[str, Any]) -> str:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    ready = sum(1 for c in statuses if c.get("ready") and "running" in (c.get("state") or {}))
+    total = len((pod.get("spec") or {}).get("containers") or [])
+    return f"{ready}/{total}"
+
+
+def _pod_status(pod: Mapping[str, Any]) -> str:
+    """printPod's STATUS without init containers: the phase or ``status.reason``, then the
+    last container's waiting or terminated reason (``Completed``), ``Terminating`` for a
+    deleted pod that has not finished."""
+    status = pod.get("status") or {}
+    phase = str(status.get("phase") or "")
+    reason = str(status.get("reason") or phase)
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("reason") == "SchedulingGated":
+            reason = "SchedulingGated"
+    has_running, error_reason = False, ""
+    for container in reversed(status.get("containerStatuses") or []):
+        state = container.get("state") or {}
+        waiting, terminated = state.get("waiting") or {}, state.get("terminated")
+        if waiting.get("reason"):
+            reason = str(waiting["reason"])
+        elif terminated is not None:
+            code = int(terminated.get("exitCode") or 0)
+            if terminated.get("reason"):
+                reason = str(terminated["reason"])
+            elif terminated.get("signal"):
+                reason = f"Signal:{terminated['signal']}"
+            else:
+                reason = f"ExitCode:{code}"
+            if code != 0:
+                error_reason = reason
+        elif container.get("ready") and "running" in state:
+            has_running = True
+    if reason == "Completed":
+        if has_running and _has_condition(pod, "Ready"):
+            reason = "Running"
+        elif error_reason:
+            reason = error_reason
+        elif has_running:
+            reason = "NotReady"
+    deleted = (pod.get("metadata") or {}).get("deletionTimestamp")
+    if deleted and status.get("reason") == "NodeLost":
+        reason = "Unknown"
+    elif deleted and phase not in ("Succeeded", "Failed"):
+        reason = "Terminating"
+    return reason
+
+
+def _pod_restarts(pod: Mapping[str, Any], now: datetime) -> str:
+    restarts, last = 0, None
+    for container in (pod.get("status") or {}).get("containerStatuses") or []:
+        restarts += int(container.get("restartCount") or 0)
+        finished = _stamp(
+            ((container.get("lastState") or {}).get("terminated") or {}).get("finishedAt")
+        )
+        if finished is not None and (last is None or finished > last):
+            last = finished
+    if restarts and last is not None:
+        return f"{restarts} ({human_duration((now - last).total_seconds())} ago)"
+    return str(restarts)
+
+
+def _pod_readiness_gates(pod: Mapping[str, Any]) -> str:
+    gates = (pod.get("spec") or {}).get("readinessGates") or []
+    if not gates:
+        return _NONE
+    met = sum(1 for g in gates if _has_condition(pod, str(g.get("conditionType"))))
+    return f"{met}/{len(gates)}"
+
+
 def _created_at(obj: Mapping[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("creationTimestamp") or "")
 
@@ -241,7 +400,20 @@ _COMPUTED: Mapping[str, Callable[[Mapping[str, Any]], Any]] = {
     "csr-condition": _csr_condition,
     "apiservice-service": _apiservice_service,
     "apiservice-available": _apiservice_available,
+    "job-status": _job_status,
+    "job-completions": _job_completions,
+    "template-containers": _template_containers,
+    "template-images": _template_images,
+    "job-selector": _job_selector,
+    "pod-ready": _pod_ready,
+    "pod-status": _pod_status,
+    "pod-readiness-gates": _pod_readiness_gates,
 }
+_COMPUTED_AT: Mapping[str, Callable[[Mapping[str, Any], datetime], Any]] = {
+    "job-duration": _job_duration,
+    "pod-restarts": _pod_restarts,
+}
+"""Cells that depend on the time of the request."""
 
 
 def _accepts_table(accept: str) -> str | None:
@@ -356,6 +528,9 @@ def _cell(obj: Mapping[str, Any], column: Mapping[str, Any], now: datetime) -> A
     computed = _COMPUTED.get(path)
     if computed is not None:
         return computed(obj)
+    timed = _COMPUTED_AT.get(path)
+    if timed is not None:
+        return timed(obj, now)
     value = evaluate_jsonpath(obj, path)
     if value is None:
         return column.get("default")

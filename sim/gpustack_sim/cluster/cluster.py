@@ -229,17 +229,17 @@ class SimCluster:
         self.provisioning_check = ProvisioningCheckStandIn(self.sim)
         """Kueue's provisioning admission check controller (``standins/provisioningcheck.py``):
         provisioning AdmissionChecks become Active where ProvisioningRequests are served."""
-        self.provisioning: ProvisioningStandIn | None = None
-        """Adds and removes the nodes of pools that scale from zero (``sim/provisioning.py``),
-        where the input has pool objects or the policy declares pools."""
-        if self.pool_objects or self.policy.declared_pools:
-            self.provisioning = ProvisioningStandIn(
-                self.sim,
-                self.policy.declared_pools,
-                self.policy.manufacturers_by_resource,
-                provision_delay=provision_delay,
-                consolidation_delay=consolidation_delay,
-            )
+        self.provisioning: ProvisioningStandIn | None = ProvisioningStandIn(
+            self.sim,
+            self.policy.declared_pools,
+            self.policy.manufacturers_by_resource,
+            provision_delay=provision_delay,
+            consolidation_delay=consolidation_delay,
+            namespace=self.system_namespace,
+        )
+        """Adds and removes the nodes of pools that scale from zero (``sim/provisioning.py``):
+        those of pool objects, of the policy's declarations and of the ConfigMap
+        ``gpustack-declared-pools``, which a person may create at any time."""
         self._run_worker = run_worker
         self._run_agents = run_agents and not self.tenant.is_tenant
         self.worker_config = worker_config or WorkerConfig(policy=self.policy)

@@ -12,7 +12,8 @@ It does what a workload needs from Kueue to go through the operator's chain, and
   and its Job is unsuspended with the flavors' ``nodeLabels`` as ``nodeSelector`` and their
   ``tolerations``; one that does not fit keeps ``QuotaReserved=False`` with Kueue's message;
 * a finished Job's Workload gets ``Finished`` and stops counting; a deleted Job's Workload is
-  deleted; ClusterQueue and LocalQueue ``status`` carry usage and workload counts.
+  deleted; ClusterQueue and LocalQueue ``status`` carry usage and workload counts (zero
+  included, as Kueue writes them: ``kubectl get clusterqueues`` shows ``PENDING WORKLOADS``).
 
 Preemption only to reclaim quota within a cohort (``reclaimWithinCohort``, with a Cohort's own
 quota: :mod:`gpustack_sim.standins.kueuecohort`); no admission checks, no fair sharing, no
@@ -27,6 +28,7 @@ import asyncio
 import copy
 import hashlib
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Final
 
@@ -36,8 +38,10 @@ from gpustack_operator.domain.quantities import parse_quantity
 from gpustack_sim.apiserver.errors import ApiError
 from gpustack_sim.apiserver.store import now_rfc3339
 from gpustack_sim.standins.crds import workload_crd
+from gpustack_sim.standins.events import NORMAL, WARNING, EventRecorder
 from gpustack_sim.standins.kueueadmission import (
     ClusterQueueView,
+    FlavorCheck,
     PodSet,
     Transformation,
     assign,
@@ -50,10 +54,17 @@ from gpustack_sim.standins.kueuecohort import (
     borrows,
     cohort_quotas,
     eviction_conditions,
+    preemption_message,
     reclaim_policy,
     reclaim_targets,
 )
-from gpustack_sim.standins.kueuetas import Placement, TasPass, pin, topology_assignment
+from gpustack_sim.standins.kueuetas import (
+    Placement,
+    TasPass,
+    flavor_check,
+    pin,
+    topology_assignment,
+)
 from gpustack_sim.standins.standin import StoreLoop
 
 if TYPE_CHECKING:
@@ -67,6 +78,10 @@ QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_GROUP = "kueue.x-k8s.io"
 JOB_API = "batch/v1"
 _WATCHED = frozenset({"ClusterQueue", "LocalQueue", "ResourceFlavor", "Cohort", "Topology"})
+SCHEDULER_COMPONENT: Final = "kueue-admission"
+"""The reporting component of Kueue's scheduler Events (``constants.AdmissionName``)."""
+JOB_COMPONENT: Final = "batch/job-kueue-controller"
+"""The reporting component of Kueue's Job integration (``jobframework/setup.go``)."""
 
 
 DEFERRED: Final[dict[str, Any]] = {}
@@ -121,6 +136,19 @@ def _set_condition(
         }
     )
     status["conditions"] = conditions
+
+
+def _priority(wl: Mapping[str, Any]) -> int:
+    return int((wl.get("spec") or {}).get("priority") or 0)
+
+
+def _seconds_since(stamp: Any) -> float:
+    """Seconds since an RFC 3339 time (0 when it is missing or unreadable)."""
+    try:
+        then = datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+    except ValueError:
+        return 0.0
+    return max(0.0, (datetime.now(UTC) - then).total_seconds())
 
 
 def _job_finished(job: Mapping[str, Any]) -> str | None:
@@ -181,6 +209,9 @@ class KueueStandIn(StoreLoop):
         """TAS state of the admission pass under way (``gpustack_sim/standins/kueuetas.py``)."""
         self._tas_held = False
         """A workload waits for TAS capacity: Node and Pod changes start a new pass."""
+        self._views: dict[str, ClusterQueueView] = {}
+        self._events = EventRecorder(sim.store, SCHEDULER_COMPONENT)
+        self._job_events = EventRecorder(sim.store, JOB_COMPONENT)
 
     def configure(self, config: Mapping[str, Any] | None) -> None:
         """Use another Kueue Configuration from now on and re-evaluate pending Workloads."""
@@ -293,6 +324,9 @@ class KueueStandIn(StoreLoop):
             if finished:
                 return
             wl = store.create(self._new_workload(job, wl_name, queue, wl_api))
+            self._job_events.record(
+                job, NORMAL, "CreatedWorkload", f"Created Workload: {namespace}/{wl_name}"
+            )
             self._schedule = True
         if finished:
             cond = _condition(wl, "Finished")
@@ -300,13 +334,24 @@ class KueueStandIn(StoreLoop):
                 status = copy.deepcopy(wl.get("status") or {})
                 _set_condition(status, "Finished", "True", finished, f"Job {finished.lower()}")
                 store.update_status({**wl, "status": status})
+                self._job_events.record(
+                    job,
+                    NORMAL,
+                    "FinishedWorkload",
+                    f"Workload '{namespace}/{wl_name}' is declared finished",
+                )
                 self._schedule = True
             return
         admitted = (wl.get("status") or {}).get("admission") is not None
         if not admitted and not (job.get("spec") or {}).get("suspend"):
+            # Kueue's webhook suspends a Job as it is created (no Event); its reconciler stops
+            # one unsuspended later, with the Event "Stopped" (jobframework/reconciler.go).
+            as_created = int(job["metadata"].get("generation") or 1) <= 1
             job = copy.deepcopy(job)
-            job["spec"]["suspend"] = True  # "Not admitted by cluster queue"
-            store.update(job, field_manager="kueue")
+            job["spec"]["suspend"] = True
+            job = store.update(job, field_manager="kueue")
+            if not as_created:
+                self._job_events.record(job, NORMAL, "Stopped", "Not admitted by cluster queue")
 
     @staticmethod
     def _new_workload(
@@ -350,6 +395,7 @@ class KueueStandIn(StoreLoop):
         store = self.sim.store
         queues = {q["metadata"]["name"]: q for q in self._list("ClusterQueue")}
         views = {name: ClusterQueueView.from_object(q) for name, q in queues.items()}
+        self._views = views
         local = {
             (q["metadata"]["namespace"], q["metadata"]["name"]): q for q in self._list("LocalQueue")
         }
@@ -478,7 +524,8 @@ class KueueStandIn(StoreLoop):
         ]
         members = [v for v in views.values() if cq.cohort and v.cohort == cq.cohort]
         own = self._cohorts.get(cq.cohort or "")
-        result = assign(cq, members, usage, requests, own)
+        check = self._tas_check(wl, cq, flavors)
+        result = assign(cq, members, usage, requests, own, check)
         if result.fits and defer is not None and borrows(cq, usage, result):
             defer.append(wl)
             return cq_name, DEFERRED
@@ -491,14 +538,16 @@ class KueueStandIn(StoreLoop):
                 {m.name: m for m in members},
                 usage,
                 self._admitted,
-                lambda u: assign(cq, members, u, requests, own).fits,
+                lambda u: assign(cq, members, u, requests, own, check).fits,
             )
             if victims:
                 for victim in victims:
-                    self._evict(victim, wl, usage)
+                    self._evict(victim, wl, usage, cq_name)
                 self._schedule = True  # the quota is free: admit on the next pass
                 self._pending(
-                    wl, "Pending", f"Pending the preemption of {len(victims)} workload(s)"
+                    wl,
+                    "Pending",
+                    f"{result.message}. Pending the preemption of {len(victims)} workload(s)",
                 )
                 return cq_name, None
             self._pending(wl, "Pending", result.message)
@@ -542,16 +591,60 @@ class KueueStandIn(StoreLoop):
             f"Quota reserved in ClusterQueue {cq_name}",
         )
         _set_condition(status, "Admitted", "True", "Admitted", "The workload is admitted")
-        self.sim.store.update_status({**wl, "status": status})
+        wl = self.sim.store.update_status({**wl, "status": status})
+        waited = _seconds_since(wl["metadata"].get("creationTimestamp"))
+        self._events.record(
+            wl,
+            NORMAL,
+            "QuotaReserved",
+            f"Quota reserved in ClusterQueue {cq_name}, wait time since queued was {waited:.0f}s",
+        )
+        self._events.record(
+            wl,
+            NORMAL,
+            "Admitted",
+            f"Admitted by ClusterQueue {cq_name}, wait time since reservation was 0s",
+        )
         self._start_job(wl, result.flavors, flavors, placements)
         log.debug("kueue stand-in admitted", workload=wl["metadata"]["name"], cluster_queue=cq_name)
         return cq_name, admission
+
+    def _tas_check(
+        self, wl: Mapping[str, Any], cq: ClusterQueueView, flavors: Mapping[str, Any]
+    ) -> FlavorCheck:
+        """The TAS judgement of each flavor for *wl*'s pod sets, made before quota as Kueue
+        makes it (``kueuetas.flavor_check``)."""
+        templates = {
+            str(p.get("name", "main")): p.get("template") or {}
+            for p in (wl.get("spec") or {}).get("podSets") or []
+        }
+        tas_only = all(
+            ((flavors.get(name) or {}).get("spec") or {}).get("topologyName")
+            for group in cq.groups
+            for name, _quotas in group.flavors
+        )
+        topologies = self._tas.topologies
+
+        def check(podset: str, flavor: str, covered: tuple[str, ...]) -> str | None:
+            template = templates.get(podset) or {}
+            return flavor_check(
+                (template.get("metadata") or {}).get("annotations") or {},
+                template.get("spec") or {},
+                flavors.get(flavor),
+                flavor,
+                covered,
+                topologies,
+                tas_only,
+            )
+
+        return check
 
     def _evict(
         self,
         victim: Admitted,
         preemptor: Mapping[str, Any],
         usage: dict[str, dict[tuple[str, str], Fraction]],
+        preemptor_cq: str,
     ) -> None:
         """Preempt *victim* to reclaim quota within the cohort: its admission goes, with
         Kueue's conditions, and its Job is suspended; the Job's pods are deleted, as the Job
@@ -562,11 +655,34 @@ class KueueStandIn(StoreLoop):
         wl = store.get(wl_api, "Workload", name, namespace)
         if wl is None:
             return
+        message = preemption_message(
+            preemptor["metadata"]["uid"],
+            (preemptor["metadata"].get("labels") or {}).get("kueue.x-k8s.io/job-uid", ""),
+            self._cq_path(preemptor_cq),
+            self._cq_path(victim.cluster_queue),
+        )
         status = copy.deepcopy(wl.get("status") or {})
         status.pop("admission", None)
-        for kind, value, reason, message in eviction_conditions(preemptor["metadata"]["uid"]):
-            _set_condition(status, kind, value, reason, message)
-        store.update_status({**wl, "status": status})
+        for kind, value, reason, cond_message in eviction_conditions(message):
+            _set_condition(status, kind, value, reason, cond_message)
+        wl = store.update_status({**wl, "status": status})
+        # Kueue's preemption: Evict's Event, then "Preempted" on the target and
+        # "PreemptedWorkload" on the preemptor (pkg/scheduler/preemption/preemption.go,
+        # pkg/workload/evict/evict.go); every priority is the Workload's spec.priority.
+        priorities = (
+            f"; preemptor effective priority: {_priority(preemptor)} (base: "
+            f"{_priority(preemptor)}, boost: 0); preemptee effective priority: "
+            f"{victim.priority} (base: {victim.priority}, boost: 0)"
+        )
+        self._events.record(wl, NORMAL, "EvictedDueToPreempted", message)
+        self._events.record(wl, NORMAL, "Preempted", message + priorities)
+        self._events.record(
+            preemptor,
+            NORMAL,
+            "PreemptedWorkload",
+            f"Preempted workload {namespace}/{name} (UID: {wl['metadata']['uid']}) in "
+            f"ClusterQueue {victim.cluster_queue}" + priorities,
+        )
         per = usage.setdefault(victim.cluster_queue, {})
         for key, amount in victim.usage.items():
             per[key] = per.get(key, Fraction(0)) - amount
@@ -580,7 +696,8 @@ class KueueStandIn(StoreLoop):
         if not (job.get("spec") or {}).get("suspend"):
             job = copy.deepcopy(job)
             job["spec"]["suspend"] = True
-            store.update(job, field_manager="kueue")
+            job = store.update(job, field_manager="kueue")
+            self._job_events.record(job, NORMAL, "Stopped", message)
         for pod in store.list("v1", "Pod", namespace=namespace):
             owners = pod["metadata"].get("ownerReferences") or []
             if any(
@@ -595,9 +712,28 @@ class KueueStandIn(StoreLoop):
         )
 
     def _pending(self, wl: dict[str, Any], reason: str, message: str) -> None:
+        """Keep *wl* waiting: ``QuotaReserved=False`` with *reason* and *message*. Kueue's
+        scheduler records a Warning Event with the same reason and message each time it
+        finds a Workload inadmissible (``scheduler.go``, ``requeueAndUpdate``); the stand-in
+        records one when the reason or message changes, not on every pass."""
+        old = _condition(wl, "QuotaReserved") or {}
         status = copy.deepcopy(wl.get("status") or {})
         _set_condition(status, "QuotaReserved", "False", reason, message)
-        self.sim.store.update_status({**wl, "status": status})
+        wl = self.sim.store.update_status({**wl, "status": status})
+        changed = (old.get("status"), old.get("reason"), old.get("message")) != (
+            "False",
+            reason,
+            message,
+        )
+        if changed and reason == "Pending":
+            self._events.record(wl, WARNING, reason, message)
+
+    def _cq_path(self, cq_name: str) -> str:
+        """``/<cohort>/<ClusterQueue>`` (``/<ClusterQueue>`` without one), as Kueue's
+        preemption messages name a queue."""
+        views = self._views
+        cohort = views[cq_name].cohort if cq_name in views else None
+        return f"/{cohort}/{cq_name}" if cohort else f"/{cq_name}"
 
     def _start_job(
         self,
@@ -630,7 +766,9 @@ class KueueStandIn(StoreLoop):
         for placement in (placements or {}).values():  # one pod set: a Job's
             pin(job["spec"]["template"], placement)
         job["spec"]["suspend"] = False
-        self.sim.store.update(job, field_manager="kueue")
+        job = self.sim.store.update(job, field_manager="kueue")
+        cq_name = ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue", "")
+        self._job_events.record(job, NORMAL, "Started", f"Admitted by clusterQueue {cq_name}")
 
     # --- queue status ---------------------------------------------------------------------
 
@@ -690,11 +828,6 @@ class KueueStandIn(StoreLoop):
     def _put_status(
         self, obj: dict[str, Any], flavors: list[dict[str, Any]], counts: Mapping[str, int]
     ) -> None:
-        idle = not any(counts.values()) and all(
-            r["total"] == "0" for f in flavors for r in f["resources"]
-        )
-        if idle and not obj.get("status"):
-            return  # unlike Kueue, a queue no Workload ever used keeps no status (fewer writes)
         status = copy.deepcopy(obj.get("status") or {})
         status["flavorsReservation"] = flavors
         status["flavorsUsage"] = copy.deepcopy(flavors)

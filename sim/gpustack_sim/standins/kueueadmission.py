@@ -10,7 +10,7 @@ cluster says.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -23,6 +23,7 @@ from gpustack_operator.domain.quantities import (
 __all__ = [
     "Assignment",
     "ClusterQueueView",
+    "FlavorCheck",
     "PodSet",
     "Transformation",
     "assign",
@@ -34,6 +35,9 @@ __all__ = [
 
 Usage = dict[tuple[str, str], Fraction]
 """(flavor, resource) -> amount reserved."""
+FlavorCheck = Callable[[str, str, tuple[str, ...]], str | None]
+"""(pod set, flavor, the resource group's covered resources) -> why the flavor cannot serve
+the pod set before any quota is counted (Kueue's ``checkFlavorForPodSets``), or None."""
 
 _BINARY_RESOURCES = frozenset({"memory", "ephemeral-storage"})
 
@@ -288,13 +292,16 @@ def assign(
     usage: Mapping[str, Usage],
     podsets: Iterable[tuple[str, Mapping[str, Fraction]]],
     cohort_quota: Usage | None = None,
+    check: FlavorCheck | None = None,
 ) -> Assignment:
     """Assign a flavor to every requested resource of every pod set, as Kueue's flavor
     assigner does without preemption: resources of one resource group share a flavor, tried
     in the ClusterQueue's order; a flavor that fits without borrowing wins at once; one that
     fits by borrowing wins unless ``whenCanBorrow: TryNextFlavor`` asks to look further (the
     first borrowing fit is taken when none fits without). *members* is every ClusterQueue of
-    *cq*'s cohort, *cq* included; *cohort_quota* the Cohort's own quota.
+    *cq*'s cohort, *cq* included; *cohort_quota* the Cohort's own quota. *check* judges
+    each flavor for a pod set before its quota, as Kueue's flavor assigner does (a flavor it
+    refuses is skipped with its reason; ``kueuetas.flavor_check`` is the TAS one).
     """
     members = list(members) if cq.cohort is not None else [cq]
     result = Assignment()
@@ -311,7 +318,18 @@ def assign(
             wanted = {r: requests[r] for r in group.covered if r in requests}
             if not wanted:
                 continue
-            flavor = _pick_flavor(cq, members, usage, assumed, group, wanted, reasons, cohort_quota)
+            flavor = _pick_flavor(
+                cq,
+                members,
+                usage,
+                assumed,
+                group,
+                wanted,
+                reasons,
+                cohort_quota,
+                check,
+                podset,
+            )
             if flavor is None:
                 failed = True
                 break
@@ -339,9 +357,15 @@ def _pick_flavor(
     wanted: Mapping[str, Fraction],
     reasons: list[str],
     cohort_quota: Usage | None = None,
+    check: FlavorCheck | None = None,
+    podset: str = "",
 ) -> str | None:
     borrowing_fit: str | None = None
     for flavor, quotas in group.flavors:
+        refused = check(podset, flavor, group.covered) if check else None
+        if refused:  # flavorassigner.go: checkFlavorForPodSets runs before fitsResourceQuota
+            reasons.append(refused)
+            continue
         fits, borrows = True, False
         for resource, amount in wanted.items():
             if resource not in quotas:

@@ -24,6 +24,7 @@ __all__ = [
     "borrows",
     "cohort_quotas",
     "eviction_conditions",
+    "preemption_message",
     "reclaim_policy",
     "reclaim_targets",
 ]
@@ -190,13 +191,23 @@ def _reverse(timestamp: str) -> tuple[int, ...]:
     return tuple(-ord(c) for c in timestamp)
 
 
-def eviction_conditions(preemptor_uid: str) -> list[tuple[str, str, str, str]]:
-    """(type, status, reason, message) Kueue sets on a Workload preempted to reclaim quota
-    within the cohort."""
-    message = (
-        f"Preempted to accommodate a workload (UID: {preemptor_uid}) due to reclamation "
-        "within the cohort"
+def preemption_message(
+    preemptor_uid: str, job_uid: str, preemptor_path: str, preemptee_path: str
+) -> str:
+    """Kueue v0.19's message for a Workload preempted to reclaim quota within the cohort
+    (``pkg/scheduler/preemption/preemption.go``, ``preemptionMessage``); a path is
+    ``/<cohort>/<ClusterQueue>`` (``buildCQPath``)."""
+    return (
+        f"Preempted to accommodate a workload (UID: {preemptor_uid or 'UNKNOWN'}, "
+        f"JobUID: {job_uid or 'UNKNOWN'}) due to reclamation within the cohort; "
+        f"preemptor path: {preemptor_path or 'UNKNOWN'}; preemptee path: "
+        f"{preemptee_path or 'UNKNOWN'}"
     )
+
+
+def eviction_conditions(message: str) -> list[tuple[str, str, str, str]]:
+    """(type, status, reason, message) Kueue sets on a Workload preempted to reclaim quota
+    within the cohort; *message* is :func:`preemption_message`'s."""
     return [
         ("Evicted", "True", "Preempted", message),
         ("Preempted", "True", "InCohortReclamation", message),

@@ -223,6 +223,50 @@ def place(
     return result
 
 
+def requests_tas(annotations: Mapping[str, str]) -> bool:
+    """Whether a pod set asks for TAS itself (a required, preferred or unconstrained
+    topology; Kueue's ``IsExplicitlyRequestingTAS``)."""
+    return bool(
+        annotations.get(REQUIRED)
+        or annotations.get(PREFERRED)
+        or annotations.get(UNCONSTRAINED) == "true"
+    )
+
+
+def flavor_check(
+    annotations: Mapping[str, str],
+    pod_spec: Mapping[str, Any],
+    flavor: Mapping[str, Any] | None,
+    flavor_name: str,
+    covered: Sequence[str],
+    topologies: Mapping[str, Sequence[str]],
+    tas_only: bool,
+) -> str | None:
+    """Why *flavor* cannot serve a pod set for TAS reasons, judged before its quota, or None
+    (Kueue v0.19.2 ``pkg/scheduler/flavorassigner/tas_flavorassigner.go``,
+    ``checkPodSetAndFlavorMatchForTAS``). *tas_only*: every flavor of the ClusterQueue is a
+    TAS flavor, so a pod set without an annotation is scheduled by TAS implicitly."""
+    spec = (flavor or {}).get("spec") or {}
+    topology = spec.get("topologyName")
+    explicit = requests_tas(annotations)
+    if explicit or tas_only:
+        if not explicit:
+            return None  # implied: every flavor of the queue supports TAS
+        if not topology:
+            # A flavor that serves none of the pod's resources may still give quota-only ones.
+            if not set(requests_of(pod_spec)) & set(covered):
+                return None
+            return f'Flavor "{flavor_name}" does not support TopologyAwareScheduling'
+        levels = topologies.get(str(topology))
+        level = annotations.get(REQUIRED) or annotations.get(PREFERRED) or ""
+        if levels is not None and level and level not in levels:
+            return f'Flavor "{flavor_name}" does not contain the requested level'
+        return None
+    if topology:
+        return f'Flavor "{flavor_name}" supports only TopologyAwareScheduling'
+    return None
+
+
 def charge(
     used: dict[str, dict[str, Fraction]], placement: Placement, per_pod: Mapping[str, Fraction]
 ) -> None:

@@ -1,14 +1,16 @@
 """A stand-in for a node autoscaler (Karpenter, the cluster autoscaler) in the simulated cluster.
 
 docs/simulator.md, "The provisioning stand-in": the pools are those the declarations describe
-(``domain.declaredpools``: Karpenter NodePools and Cluster API node groups in the store, and
-the pools a person declared). A pod that is Pending and unschedulable, whose ``nodeSelector``
-holds a pool's selector, is demand for that pool: once demand has waited *provision_delay*
-seconds, the stand-in adds nodes of the pool's shape (its selector and taints as labels and
-taints, its devices, CPU and memory as capacity and allocatable, Ready) until the demand fits
-or the pool's maximum is reached. A node it added that no pod uses for *consolidation_delay*
-seconds is deleted. Nodes it did not add are never touched. Delays are options, short in
-tests; the loop wakes itself when one runs out, never sleeps for a test.
+(``domain.declaredpools``: Karpenter NodePools and Cluster API node groups in the store, the
+pools a person declared to the cluster's policy and those of the ConfigMap
+``gpustack-declared-pools`` in the system namespace, read again whenever it changes, as the
+worker reads them; docs/autoscaling.md). A pod that is Pending and unschedulable, whose
+``nodeSelector`` holds a pool's selector, is demand for that pool: once demand has waited
+*provision_delay* seconds, the stand-in adds nodes of the pool's shape (its selector and
+taints as labels and taints, its devices, CPU and memory as capacity and allocatable, Ready)
+until the demand fits or the pool's maximum is reached. A node it added that no pod uses for
+*consolidation_delay* seconds is deleted. Nodes it did not add are never touched. Delays are
+options, short in tests; the loop wakes itself when one runs out, never sleeps for a test.
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ from typing import TYPE_CHECKING, Any, Final
 import structlog
 
 from gpustack_operator.domain.declaredpools import (
+    DECLARED_POOLS_CONFIGMAP,
     DeclaredPool,
     PoolResult,
     PoolSource,
+    declarations_in_configmap,
     is_pool_object,
     pools_from_objects,
 )
@@ -82,9 +86,12 @@ class ProvisioningStandIn(StoreLoop):
         provision_delay: float = 2.0,
         consolidation_delay: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
+        namespace: str = "gpustack-system",
     ) -> None:
         super().__init__(sim)
         self.declared = tuple(declared)
+        self.namespace = namespace
+        """The system namespace, where the ConfigMap ``gpustack-declared-pools`` is read."""
         self.manufacturers_by_resource = dict(
             manufacturers_by_resource or {"nvidia.com/gpu": "nvidia", "amd.com/gpu": "amd"}
         )
@@ -107,7 +114,13 @@ class ProvisioningStandIn(StoreLoop):
 
     def on_event(self, event_type: str, obj: dict[str, Any]) -> None:
         kind = obj.get("kind")
-        if kind in ("Pod", "Node") or kind in _POOL_KINDS:
+        meta = obj.get("metadata") or {}
+        declarations = (kind, meta.get("name"), meta.get("namespace")) == (
+            "ConfigMap",
+            DECLARED_POOLS_CONFIGMAP,
+            self.namespace,
+        )
+        if kind in ("Pod", "Node") or kind in _POOL_KINDS or declarations:
             self._pending_work = True
             self._wake.set()
 
@@ -137,17 +150,25 @@ class ProvisioningStandIn(StoreLoop):
                 objects.extend(
                     o for o in store.list(info.api_version, info.kind) if is_pool_object(o)
                 )
-        results = pools_from_objects(objects, self.declared, self.manufacturers_by_resource)
+        configmap = store.get("v1", "ConfigMap", DECLARED_POOLS_CONFIGMAP, self.namespace)
+        in_configmap, problem = declarations_in_configmap(configmap, self.manufacturers_by_resource)
+        if problem:  # the worker reports it; the stand-in provisions for the other pools
+            log.debug("provisioning stand-in: declared pools not read", problem=problem)
+        results = pools_from_objects(
+            objects, (*self.declared, *in_configmap), self.manufacturers_by_resource
+        )
         return [r for r in results if isinstance(r, DeclaredPool)]
 
     def _step(self) -> float | None:
         """One pass; the time of the next deadline, if any."""
         now = self.clock()
         store = self.sim.store
+        pools = self.pools()
+        if not pools and not set(self.added) - set(self.removed):
+            return None  # no pool and no node of one: a Node or Pod event costs no scan
         pods = store.list("v1", "Pod")
         nodes = store.list("v1", "Node")
         deadlines: list[float] = []
-        pools = self.pools()
         for pool in pools:
             members = [n for n in nodes if pool.matches(n)]
             demand = [p for p in pods if _pending(p) and _wants(p, pool)]

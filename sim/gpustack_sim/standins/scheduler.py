@@ -2,11 +2,12 @@
 
 Kueue's stand-in unsuspends an admitted Job (one labelled ``kueue.x-k8s.io/queue-name``)
 with its flavors' ``nodeLabels`` as ``nodeSelector``; this one then creates the Job's pods
-(``<job>-<i>``, ``parallelism`` of them capped at ``completions``) and binds each to the
-first Node by name that matches the selector, tolerates its ``NoSchedule``/``NoExecute``
-taints and has the requested resources left in ``status.allocatable``; a pod no Node fits
-stays ``Pending`` with ``PodScheduled=False`` (``Unschedulable``) and is tried again when
-Nodes or pods change.
+as Kubernetes' Job controller names and labels them (``<job>-<5 random characters>``, or
+``<job>-<index>-<5 random characters>`` for ``completionMode: Indexed``; ``parallelism`` of
+them capped at ``completions``) and binds each to the first Node by name that matches the
+selector, tolerates its ``NoSchedule``/``NoExecute`` taints and has the requested resources
+left in ``status.allocatable``; a pod no Node fits stays ``Pending`` with
+``PodScheduled=False`` (``Unschedulable``) and is tried again when Nodes or pods change.
 
 In a vCluster tenant on shared nodes (*host_labels_only*) the pods are placed as the host
 scheduler places them: against the labels the host owns on each Node, since vCluster copies a
@@ -40,6 +41,9 @@ log = structlog.get_logger(__name__)
 
 JOB_API: Final = "batch/v1"
 JOB_NAME_LABEL: Final = "batch.kubernetes.io/job-name"
+CONTROLLER_UID_LABEL: Final = "batch.kubernetes.io/controller-uid"
+COMPLETION_INDEX: Final = "batch.kubernetes.io/job-completion-index"
+"""The label and annotation of an Indexed Job's pod that carry its index."""
 _TAINT_EFFECTS: Final = frozenset({"NoSchedule", "NoExecute"})
 
 
@@ -116,11 +120,23 @@ class SchedulerStandIn(StoreLoop):
             if spec.get("suspend") or QUEUE_NAME_LABEL not in labels_of(job):
                 continue  # only Jobs Kueue's stand-in started
             count = min(int(spec.get("parallelism", 1)), int(spec.get("completions", 1) or 1))
-            namespace = job["metadata"]["namespace"]
-            for i in range(count):
-                key = (namespace, f"{name_of(job)}-{i}")
-                if key not in by_name:
-                    by_name[key] = store.create(self._pod(job, key[1], i))
+            uid = job["metadata"].get("uid", "")
+            mine = [
+                p
+                for p in by_name.values()
+                if any(o.get("uid") == uid for o in p["metadata"].get("ownerReferences") or [])
+            ]
+            indexed = spec.get("completionMode") == "Indexed"
+            if indexed:
+                taken = {
+                    (p["metadata"].get("annotations") or {}).get(COMPLETION_INDEX) for p in mine
+                }
+                wanted = [i for i in range(count) if str(i) not in taken]
+            else:
+                wanted = list(range(len(mine), count))
+            for i in wanted:
+                pod = store.create(self._pod(job, i, indexed=indexed))
+                by_name[(pod["metadata"]["namespace"], pod["metadata"]["name"])] = pod
         if all((pod.get("spec") or {}).get("nodeName") for pod in by_name.values()):
             # Nothing to place: Node events (thousands while a fleet is profiled) cost no
             # scan of every Node.
@@ -143,20 +159,36 @@ class SchedulerStandIn(StoreLoop):
                     used.setdefault(node, {})[r] = used.get(node, {}).get(r, Fraction(0)) + v
             self._bind(pod, node)
 
-    def _pod(self, job: Mapping[str, Any], name: str, index: int = 0) -> dict[str, Any]:
+    def _pod(self, job: Mapping[str, Any], index: int, *, indexed: bool) -> dict[str, Any]:
+        """Pod *index* of *job*, named (``generateName``) and labelled as the Job controller
+        does (kubernetes/kubernetes ``pkg/controller/job``: ``<job>-`` or, Indexed,
+        ``<job>-<index>-``; ``batch.kubernetes.io/job-name`` and ``controller-uid``, with the
+        legacy ``job-name`` and ``controller-uid`` beside them)."""
         template = (job.get("spec") or {}).get("template") or {}
         meta = template.get("metadata") or {}
         spec = copy.deepcopy(template.get("spec") or {})
         node = pinned_node(template, index)
         if node is not None:  # the node TAS chose for this pod (kueuetas.py)
             spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), HOSTNAME: node}
+        uid = str(job["metadata"].get("uid", ""))
+        labels = {
+            **(meta.get("labels") or {}),
+            CONTROLLER_UID_LABEL: uid,
+            JOB_NAME_LABEL: name_of(job),
+            "controller-uid": uid,
+            "job-name": name_of(job),
+        }
+        annotations = dict(meta.get("annotations") or {})
+        if indexed:
+            labels[COMPLETION_INDEX] = annotations[COMPLETION_INDEX] = str(index)
         return {
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {
-                "name": name,
+                "generateName": f"{name_of(job)}-{index}-" if indexed else f"{name_of(job)}-",
                 "namespace": job["metadata"]["namespace"],
-                "labels": {**(meta.get("labels") or {}), JOB_NAME_LABEL: name_of(job)},
+                "labels": labels,
+                **({"annotations": annotations} if annotations else {}),
                 "ownerReferences": [
                     {
                         "apiVersion": JOB_API,

@@ -32,10 +32,12 @@ SERVER_SET = ("uid", "resourceVersion", "creationTimestamp", "generation", "mana
 
 
 def _normalised(item: dict[str, Any]) -> dict[str, Any]:
+    """What plan decides: no server-set metadata, no owners, no status (Kueue's stand-in
+    writes every queue's, as Kueue does; docs/simulator.md)."""
     meta = {
         k: v for k, v in item["metadata"].items() if k not in SERVER_SET and k != "ownerReferences"
     }
-    return {**item, "metadata": meta}
+    return {**{k: v for k, v in item.items() if k != "status"}, "metadata": meta}
 
 
 def _reconciles(controller: str) -> float:

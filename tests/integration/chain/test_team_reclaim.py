@@ -132,6 +132,24 @@ async def test_a_team_borrows_idle_quota_and_the_owner_reclaims_it() -> None:
         wl_a = await until(cluster, "team-a", "a-big", lambda w: not admitted(w))
         assert condition(wl_a, "Evicted")["reason"] == "Preempted"
         assert condition(wl_a, "Preempted")["reason"] == "InCohortReclamation"
+        # Kueue v0.19.2's message (pkg/scheduler/preemption/preemption.go, preemptionMessage)
+        cohort = status_a["spec"]["cohortName"]
+        assert condition(wl_a, "Preempted")["message"] == (
+            f"Preempted to accommodate a workload (UID: {wl_b['metadata']['uid']}, JobUID: "
+            f"{wl_b['metadata']['labels']['kueue.x-k8s.io/job-uid']}) due to reclamation within "
+            f"the cohort; preemptor path: /{cohort}/{pool}-team-b; preemptee path: "
+            f"/{cohort}/{pool}-team-a"
+        )
+        reasons = {
+            (e["involvedObject"]["name"], e["reason"])
+            for e in store.list("v1", "Event", "team-a") + store.list("v1", "Event", "team-b")
+        }
+        assert {
+            (wl_a["metadata"]["name"], "EvictedDueToPreempted"),
+            (wl_a["metadata"]["name"], "Preempted"),
+            (wl_b["metadata"]["name"], "PreemptedWorkload"),
+            ("a-big", "Stopped"),
+        } <= reasons, reasons
         assert "admission" not in wl_a["status"]
         a_job = store.get("batch/v1", "Job", "a-big", "team-a")
         assert a_job is not None and a_job["spec"]["suspend"] is True

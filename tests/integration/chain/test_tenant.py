@@ -39,9 +39,10 @@ async def placed_pod(http: httpx.AsyncClient, job_name: str) -> dict[str, Any]:
     while True:
         pods = (await get(http, "/api/v1/namespaces/default/pods"))["items"]
         for pod in pods:
-            if pod["metadata"]["name"] == f"{job_name}-0" and (pod.get("status") or {}).get(
-                "phase"
-            ):
+            labels = pod["metadata"].get("labels") or {}
+            if labels.get("batch.kubernetes.io/job-name") == job_name and (
+                pod.get("status") or {}
+            ).get("phase"):
                 return dict(pod)
         assert time.monotonic() < deadline, f"{job_name}: no pod decided ({pods})"
         await anyio.sleep(0.05)

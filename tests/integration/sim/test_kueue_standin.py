@@ -182,3 +182,81 @@ async def test_borrowing_transformations_mig_and_namespace_selector(sim: SimServ
         started = (await http.get(f"{jobs}/mig-2")).json()
         assert started["spec"]["suspend"] is False
         assert started["spec"]["template"]["spec"]["nodeSelector"] == {"pool": "mig"}
+
+
+def _tas_objects(flavor: str, topology: str | None, cards: int) -> list[dict[str, Any]]:
+    """A flavor (a TAS one when *topology* is given, with levels block and hostname), its
+    ClusterQueue with *cards* GPUs and a LocalQueue of the same name in ``default``."""
+    objects: list[dict[str, Any]] = []
+    if topology:
+        objects.append(
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "Topology",
+                "metadata": {"name": topology},
+                "spec": {
+                    "levels": [{"nodeLabel": "block"}, {"nodeLabel": "kubernetes.io/hostname"}]
+                },
+            }
+        )
+    flavor_spec: dict[str, Any] = {"nodeLabels": {"pool": flavor}}
+    if topology:
+        flavor_spec["topologyName"] = topology
+    objects += [
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": flavor},
+            "spec": flavor_spec,
+        },
+        cluster_queue(flavor, flavor, "nvidia.com/gpu", cards, cohort=None),
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "LocalQueue",
+            "metadata": {"name": flavor, "namespace": "default"},
+            "spec": {"clusterQueue": flavor},
+        },
+    ]
+    return objects
+
+
+def _tas_job(name: str, queue: str, cards: int, level: str) -> dict[str, Any]:
+    manifest = job(name, queue, "nvidia.com/gpu", cards)
+    template = manifest["spec"]["template"]
+    template["metadata"] = {"annotations": {"kueue.x-k8s.io/podset-required-topology": level}}
+    return manifest
+
+
+async def _held(sim: SimServer, manifest: dict[str, Any]) -> dict[str, Any]:
+    """The QuotaReserved condition of *manifest*'s Workload once it waits, with the flavors
+    of :func:`_tas_objects` (a plain one with 4 cards, a TAS one with 1) in place."""
+    if sim.registry.by_kind("kueue.x-k8s.io/v1beta2", "ClusterQueue") is None:
+        sim.load_crds(stand_in_crds())
+    for obj in [*_tas_objects("plain", None, 4), *_tas_objects("tas", "default-topology", 1)]:
+        sim.store.create(obj)
+    async with KueueStandIn(sim), httpx.AsyncClient(base_url=sim.url, timeout=10) as http:
+        jobs = "/apis/batch/v1/namespaces/default/jobs"
+        (await http.post(jobs, json=manifest)).raise_for_status()
+        return await reserved(http, "default", manifest["metadata"]["name"], admitted=False)
+
+
+async def test_a_job_requiring_a_topology_waits_in_a_queue_without_tas(sim: SimServer) -> None:
+    """Kueue v0.19.2 refuses a flavor without ``topologyName`` to a pod set that requires a
+    topology (tas_flavorassigner.go, checkPodSetAndFlavorMatchForTAS)."""
+    cond = await _held(sim, _tas_job("no-tas", "plain", 1, "block"))
+    assert cond["reason"] == "Pending"
+    assert cond["message"] == (
+        "couldn't assign flavors to pod set main: "
+        'Flavor "plain" does not support TopologyAwareScheduling'
+    )
+
+
+async def test_a_missing_level_is_the_reason_even_when_quota_is_short(sim: SimServer) -> None:
+    """Kueue v0.19.2 judges a flavor's TAS fit before its quota (flavorassigner.go,
+    checkFlavorForPodSets, then fitsResourceQuota): 2 cards in a 1-card queue at a level
+    the flavor's Topology lacks wait for the level, not for quota."""
+    cond = await _held(sim, _tas_job("no-rack", "tas", 2, "rack"))
+    assert cond["message"] == (
+        "couldn't assign flavors to pod set main: "
+        'Flavor "tas" does not contain the requested level'
+    )

@@ -17,10 +17,13 @@ import anyio
 import pytest
 
 from gpustack_operator.commands.plan import read_cluster_input
+from gpustack_operator.domain.declaredpools import DECLARED_POOLS_CONFIGMAP, DECLARED_POOLS_KEY
 from gpustack_operator.domain.profiles import local_queue_name
+from gpustack_sim.apiserver.server import SimServer
 from gpustack_sim.cluster.cluster import SimCluster
 from gpustack_sim.standins.crds import autoscaling_stand_in_crds, stand_in_crds
-from gpustack_sim.standins.provisioning import PROVISIONED_ANNOTATION
+from gpustack_sim.standins.provisioning import PROVISIONED_ANNOTATION, ProvisioningStandIn
+from gpustack_sim.standins.scheduler import SchedulerStandIn
 
 pytestmark = pytest.mark.anyio
 
@@ -176,3 +179,75 @@ async def test_a_pool_never_grows_past_its_limit() -> None:
             "two pods running",
         )
         assert len(_pool_nodes(cluster)) == 2
+
+
+DECLARED = """pools:
+- name: l4
+  nodeSelector:
+    cloud.google.com/gke-nodepool: l4
+  accelerator:
+    product: NVIDIA L4
+    resource: nvidia.com/gpu
+    perNode: 2
+  cpu: "23"
+  memory: 86Gi
+  maxNodes: 3
+"""
+
+
+async def test_pools_declared_in_the_configmap_are_provisioned(sim: SimServer) -> None:
+    """docs/autoscaling.md, "Pools declared by a person": the ConfigMap
+    ``gpustack-declared-pools`` declares pools as NodePools do, and the provisioning stand-in
+    grows them too, the ConfigMap read when it changes."""
+    if sim.store.get("v1", "Namespace", "gpustack-system") is None:
+        sim.store.create(
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpustack-system"}}
+        )
+    pending = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "train", "namespace": "default"},
+        "spec": {
+            "nodeSelector": {"cloud.google.com/gke-nodepool": "l4"},
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "busybox",
+                    "resources": {"requests": {"nvidia.com/gpu": "2"}},
+                }
+            ],
+        },
+    }
+    sim.store.create(pending)
+    async with (
+        SchedulerStandIn(sim),  # reports the pod unschedulable, then binds it
+        ProvisioningStandIn(sim, provision_delay=1.0, consolidation_delay=30.0) as stand_in,
+    ):
+        assert stand_in.pools() == []  # no ConfigMap yet: nothing to grow
+        sim.store.create(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": DECLARED_POOLS_CONFIGMAP, "namespace": "gpustack-system"},
+                "data": {DECLARED_POOLS_KEY: DECLARED},
+            }
+        )
+
+        def added() -> list[dict[str, Any]]:
+            return [
+                n
+                for n in sim.store.list("v1", "Node")
+                if n["metadata"].get("annotations", {}).get(PROVISIONED_ANNOTATION)
+            ]
+
+        def bound() -> str:
+            pod = sim.store.get("v1", "Pod", "train", "default") or {}
+            return str((pod.get("spec") or {}).get("nodeName") or "")
+
+        await _until(bound, "the pod bound to a node of the declared pool")
+        (node,) = added()
+        assert bound() == node["metadata"]["name"]
+        assert node["metadata"]["labels"]["cloud.google.com/gke-nodepool"] == "l4"
+        assert node["status"]["allocatable"]["nvidia.com/gpu"] == "2"
+    # A cluster provisions for such a ConfigMap even with no pool in its input or policy.
+    assert SimCluster([], ["default"], run_worker=False, run_agents=False).provisioning is not None

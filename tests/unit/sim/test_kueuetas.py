@@ -14,6 +14,7 @@ from gpustack_sim.standins.kueuetas import (
     TasPass,
     TasRequest,
     assignment_placement,
+    flavor_check,
     pin,
     pinned_node,
     place,
@@ -165,3 +166,27 @@ def test_a_pass_charges_admitted_workloads() -> None:
         "couldn't assign flavors to pod set main: "
         'topology "t" doesn\'t allow to fit any of 2 pod(s)'
     )
+
+
+def test_flavor_check_follows_kueues_tas_match_before_quota() -> None:
+    """checkPodSetAndFlavorMatchForTAS (Kueue v0.19.2 tas_flavorassigner.go)."""
+    gpu = {"containers": [{"resources": {"requests": {"nvidia.com/gpu": "1"}}}]}
+    plain = {"spec": {"nodeLabels": {"pool": "a"}}}
+    tas = {"spec": {"nodeLabels": {"pool": "a"}, "topologyName": "t"}}
+    levels = {"t": ["block", HOST]}
+    required = {REQUIRED: "block"}
+    covered = ("nvidia.com/gpu",)
+
+    def check(annotations: dict[str, str], flavor: dict[str, Any], tas_only: bool) -> str | None:
+        return flavor_check(annotations, gpu, flavor, "f", covered, levels, tas_only)
+
+    assert check(required, plain, False) == 'Flavor "f" does not support TopologyAwareScheduling'
+    # ... unless the flavor serves none of the pod's resources (quota-only ones)
+    assert flavor_check(required, gpu, plain, "f", ("cpu",), levels, False) is None
+    assert check(required, tas, False) is None
+    assert (
+        check({REQUIRED: "rack"}, tas, False) == 'Flavor "f" does not contain the requested level'
+    )
+    assert check({}, tas, False) == 'Flavor "f" supports only TopologyAwareScheduling'
+    assert check({}, tas, True) is None  # a TAS-only queue implies TAS
+    assert check({}, plain, False) is None

@@ -201,3 +201,135 @@ def test_jsonpath(path: str, expected: Any) -> None:
 )
 def test_human_duration(seconds: float, text: str) -> None:
     assert human_duration(seconds) == text
+
+
+def test_job_table_shows_status_completions_and_duration(registry: KindRegistry) -> None:
+    """kubectl get jobs prints STATUS, COMPLETIONS, DURATION as kube-apiserver's printJob."""
+    job_kind = registry.by_kind("batch/v1", "Job")
+    assert job_kind is not None
+    held = {
+        "metadata": {"name": "held", "creationTimestamp": "2026-01-01T11:59:00Z"},
+        "spec": {
+            "completions": 2,
+            "parallelism": 2,
+            "selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": "u1"}},
+            "template": {"spec": {"containers": [{"name": "main", "image": "busybox"}]}},
+        },
+        "status": {"conditions": [{"type": "Suspended", "status": "True"}]},
+    }
+    running = {
+        "metadata": {"name": "run", "creationTimestamp": "2026-01-01T11:50:00Z"},
+        "spec": {"parallelism": 3},
+        "status": {"startTime": "2026-01-01T11:58:30Z", "succeeded": 1},
+    }
+    done = {
+        "metadata": {"name": "done", "creationTimestamp": "2026-01-01T11:00:00Z"},
+        "spec": {},
+        "status": {
+            "startTime": "2026-01-01T11:00:05Z",
+            "completionTime": "2026-01-01T11:00:17Z",
+            "succeeded": 1,
+            "conditions": [
+                {"type": "SuccessCriteriaMet", "status": "True"},
+                {"type": "Complete", "status": "True"},
+            ],
+        },
+    }
+    payload = {"kind": "JobList", "metadata": {}, "items": [held, running, done]}
+    table = table_for(job_kind, payload, now=NOW)
+    assert [(c["name"], c["priority"]) for c in table["columnDefinitions"]] == [
+        ("Name", 0),
+        ("Status", 0),
+        ("Completions", 0),
+        ("Duration", 0),
+        ("Age", 0),
+        ("Containers", 1),
+        ("Images", 1),
+        ("Selector", 1),
+    ]
+    assert [r["cells"] for r in table["rows"]] == [
+        [
+            "held",
+            "Suspended",
+            "0/2",
+            "",
+            "60s",
+            "main",
+            "busybox",
+            "batch.kubernetes.io/controller-uid=u1",
+        ],
+        ["run", "Running", "1/1 of 3", "90s", "10m", "", "", "<none>"],
+        ["done", "Complete", "1/1", "12s", "60m", "", "", "<none>"],
+    ]
+
+
+def test_pod_table_shows_ready_status_and_restarts(registry: KindRegistry) -> None:
+    """kubectl get pods prints READY, STATUS, RESTARTS (and IP, NODE with -o wide)."""
+    pod_kind = registry.by_kind("v1", "Pod")
+    assert pod_kind is not None
+    containers = {"containers": [{"name": "main"}]}
+    pending = {
+        "metadata": {"name": "p", "creationTimestamp": "2026-01-01T11:59:50Z"},
+        "spec": containers,
+        "status": {"phase": "Pending"},
+    }
+    running = {
+        "metadata": {"name": "r", "creationTimestamp": "2026-01-01T11:59:00Z"},
+        "spec": {**containers, "nodeName": "n1"},
+        "status": {
+            "phase": "Running",
+            "podIP": "10.0.0.7",
+            "containerStatuses": [
+                {
+                    "name": "main",
+                    "ready": True,
+                    "restartCount": 2,
+                    "state": {"running": {"startedAt": "2026-01-01T11:59:30Z"}},
+                    "lastState": {"terminated": {"finishedAt": "2026-01-01T11:59:20Z"}},
+                }
+            ],
+        },
+    }
+    succeeded = {
+        "metadata": {"name": "s", "creationTimestamp": "2026-01-01T11:00:00Z"},
+        "spec": {**containers, "nodeName": "n1"},
+        "status": {
+            "phase": "Succeeded",
+            "containerStatuses": [
+                {
+                    "name": "main",
+                    "ready": False,
+                    "restartCount": 0,
+                    "state": {"terminated": {"exitCode": 0, "reason": "Completed"}},
+                }
+            ],
+        },
+    }
+    deleting = {
+        "metadata": {
+            "name": "d",
+            "creationTimestamp": "2026-01-01T11:00:00Z",
+            "deletionTimestamp": "2026-01-01T12:00:00Z",
+        },
+        "spec": containers,
+        "status": {"phase": "Running"},
+    }
+    payload = {"kind": "PodList", "metadata": {}, "items": [pending, running, succeeded, deleting]}
+    table = table_for(pod_kind, payload, now=NOW)
+    assert [c["name"] for c in table["columnDefinitions"]] == [
+        "Name",
+        "Ready",
+        "Status",
+        "Restarts",
+        "Age",
+        "IP",
+        "Node",
+        "Nominated Node",
+        "Readiness Gates",
+    ]
+    assert [r["cells"] for r in table["rows"]] == [
+        ["p", "0/1", "Pending", "0", "10s", "<none>", "<none>", "<none>", "<none>"],
+        ["r", "1/1", "Running", "2 (40s ago)", "60s", "10.0.0.7", "n1", "<none>", "<none>"],
+        ["s", "0/1", "Completed", "0", "60m", "<none>", "n1", "<none>", "<none>"],
+        ["d", "0/1", "Terminating", "0", "60m", "<none>", "<none>", "<none>", "<none>"],
+    ]

@@ -1,0 +1,80 @@
+"""The scheduler stand-in creates a started Job's Pods as Kubernetes' Job controller names
+and labels them (docs/simulator.md, "Scheduler stand-in")."""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+import anyio
+import pytest
+
+from gpustack_sim.apiserver.server import SimServer
+from gpustack_sim.standins.scheduler import SchedulerStandIn
+
+pytestmark = pytest.mark.anyio
+
+
+def _job(name: str, indexed: bool) -> dict[str, Any]:
+    """A started (unsuspended) Job of two pods, as Kueue's stand-in leaves an admitted one."""
+    spec: dict[str, Any] = {
+        "parallelism": 2,
+        "completions": 2,
+        "template": {
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}
+        },
+    }
+    if indexed:
+        spec["completionMode"] = "Indexed"
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "labels": {"kueue.x-k8s.io/queue-name": "q"},
+        },
+        "spec": spec,
+    }
+
+
+async def _pods(sim: SimServer, job: str) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + 20
+    while True:
+        pods = [
+            p
+            for p in sim.store.list("v1", "Pod", "default")
+            if (p["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-name") == job
+        ]
+        if len(pods) == 2:
+            return sorted(pods, key=lambda p: str(p["metadata"]["name"]))
+        assert time.monotonic() < deadline, pods
+        await anyio.sleep(0.05)
+
+
+async def test_job_pods_are_named_and_labelled_as_the_job_controller_does(
+    sim: SimServer,
+) -> None:
+    async with SchedulerStandIn(sim):
+        plain = sim.store.create(_job("plain", indexed=False))
+        indexed = sim.store.create(_job("ix", indexed=True))
+        pods = await _pods(sim, "plain")
+        assert all(re.fullmatch(r"plain-[a-z0-9]{5}", p["metadata"]["name"]) for p in pods), pods
+        uid = plain["metadata"]["uid"]
+        assert pods[0]["metadata"]["labels"] == {
+            "batch.kubernetes.io/controller-uid": uid,
+            "batch.kubernetes.io/job-name": "plain",
+            "controller-uid": uid,
+            "job-name": "plain",
+        }
+        ix = await _pods(sim, "ix")
+        assert [p["metadata"]["name"][: len("ix-0-")] for p in ix] == ["ix-0-", "ix-1-"], ix
+        assert all(re.fullmatch(r"ix-[01]-[a-z0-9]{5}", p["metadata"]["name"]) for p in ix)
+        assert [
+            p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] for p in ix
+        ] == ["0", "1"]
+        assert ix[1]["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] == "1"
+        assert ix[1]["metadata"]["ownerReferences"][0]["uid"] == indexed["metadata"]["uid"]
+        # The passes that made the Indexed Job's Pods created no more of the first Job's.
+        assert len(await _pods(sim, "plain")) == 2
