@@ -278,8 +278,11 @@ class ClusterQueueReconciler:
             # The pool's team queues are written in one reconcile, and the event of one
             # brings the pool back before the cache holds the others' writes: what the
             # cache shows is the version this very write replaced (docs/teams.md, "Shares
-            # follow the hardware": one write per queue).
-            return
+            # follow the hardware": one write per queue). A creation the cache does not
+            # show yet looks like a queue deleted since (by teams off, or by hand): the API
+            # tells them apart.
+            if have is not None or await self._exists(name_of(want)):
+                return
         self._say_shrink_below_usage(want, have)
         applied = await self.writer.apply(self.resource, want, existed=have is not None)
         if have is None:
@@ -292,8 +295,17 @@ class ClusterQueueReconciler:
         result: Result | None = None
         for queue in self.caches.cluster_queues.indexer.by_index(BY_POOL, pool):
             if name_of(queue) not in kept and is_managed_object(queue):
+                self._team_writes.pop(name_of(queue), None)  # a later creation is a new one
                 result = _sooner(result, await self._delete(queue))
         return result
+
+    async def _exists(self, name: str) -> bool:
+        """Whether ClusterQueue *name* exists, asked of the API (the cache may lag)."""
+        try:
+            await self.writer.client.get(self.resource, name)
+        except NotFound:
+            return False
+        return True
 
     def _say_shrink_below_usage(
         self, want: Mapping[str, Any], have: Mapping[str, Any] | None
