@@ -64,6 +64,7 @@ from gpustack_operator.domain.queues import (
     HOLD_NOTE,
     cluster_queue_cohort,
     desired_cluster_queue,
+    devices_gone,
     quota_below_usage,
     without_flavors,
 )
@@ -79,6 +80,7 @@ log = structlog.get_logger(__name__)
 
 NAME: Final = "clusterqueue"
 POOL_CREATED: Final = "PoolCreated"
+NO_DEVICES_ADVERTISED: Final = "NoDevicesAdvertised"
 QUOTA_BELOW_USAGE = Counter(
     "gpustack_quota_below_usage",
     "Times a ClusterQueue's nominal quota was lowered below what Kueue reports in use "
@@ -284,6 +286,7 @@ class ClusterQueueReconciler:
             if have is not None or await self._exists(name_of(want)):
                 return
         self._say_shrink_below_usage(want, have)
+        self._say_devices_gone(want, have)
         applied = await self.writer.apply(self.resource, want, existed=have is not None)
         if have is None:
             self._created(applied, flavors)
@@ -323,6 +326,25 @@ class ClusterQueueReconciler:
         recorder = self.writer.recorder
         if recorder is not None:
             recorder.event(have, "Warning", "QuotaBelowUsage", message, resource=self.resource)
+
+    def _say_devices_gone(self, want: Mapping[str, Any], have: Mapping[str, Any] | None) -> None:
+        """A flavor whose nodes report no devices stays in its queue at quota 0; a Warning
+        Event says why (docs/node-lifecycle.md, "Seeing why")."""
+        gone = devices_gone(want, have)
+        if not gone:
+            return
+        message = (
+            f"flavor(s) {', '.join(gone)}: the nodes report no devices in "
+            "status.allocatable (the device plugin is down, or every card unhealthy, for "
+            "longer than --device-grace): each stays in the queue with device quota 0; "
+            "check the device plugin's pods on those nodes"
+        )
+        log.warning("no devices advertised", clusterqueue=name_of(want), flavors=gone)
+        recorder = self.writer.recorder
+        if recorder is not None:
+            recorder.event(
+                have or want, "Warning", NO_DEVICES_ADVERTISED, message, resource=self.resource
+            )
 
     def _created(self, queue: Mapping[str, Any], flavors: int) -> None:
         """A Normal Event ``PoolCreated`` on a new pool: what one unit is, and its flavors."""

@@ -253,6 +253,16 @@ def device_amount(node: object, akey: str, resource: str, basis: DeviceBasis) ->
     return amount
 
 
+def advertises(node: object, akey: str, resource: str) -> bool:
+    """Whether *node* reports *resource* at all, even as 0 (``status.allocatable`` or
+    ``status.capacity``: kubelet keeps a device plugin's resource at 0 once it is gone), or
+    is a DRA pool of that resource."""
+    labels = labels_of(node)
+    if labels.get(accelerated_key(akey, SUFFIX_DRA)) == "true":
+        return pool_resource_label(labels, akey) == resource
+    return any(resource in status_field(node, s) for s in ("allocatable", "capacity"))
+
+
 def pool_resource_label(labels: Mapping[str, str], akey: str) -> str:
     return decode_resource(labels.get(accelerated_key(akey, SUFFIX_RESOURCE), ""))
 
@@ -312,12 +322,19 @@ def _flavor_quotas(
     offered = amounts[-1] if credits_source is not None and amounts else 0
     if credits_source is not None and views is not None and count < len(nodes):
         offered = sum(device_amount(n, akey, credits_source, basis(n)) for n in nodes)
-    if credits_source is not None and nodes and offered == 0:
-        # docs/devices.md, "Quota resources": a device resource is never covered with a
-        # zero quota; a flavor whose nodes advertise none of it is left out of the queue.
-        # A flavor with no node left at all is one Kueue still reports usage on: it stays
-        # listed with no quota until that is zero (docs/topology.md, "Upgrading a chain
-        # built without TAS").
+    if (
+        credits_source is not None
+        and nodes
+        and offered == 0
+        and not any(advertises(n, akey, credits_source) for n in nodes)
+    ):
+        # docs/devices.md, "Quota resources": a flavor whose nodes never advertised the
+        # resource (no device plugin yet) is left out of the queue. One whose nodes report
+        # it as 0 (a device plugin down past --device-grace) stays at quota 0: a flavor
+        # never leaves its queue while its nodes exist (docs/node-lifecycle.md). A flavor
+        # with no node left at all is one Kueue still reports usage on: it stays listed
+        # with no quota until that is zero (docs/topology.md, "Upgrading a chain built
+        # without TAS").
         return None
     formats = (format_decimal_quantity, format_binary_quantity, format_binary_quantity)
     quotas = []
@@ -524,6 +541,34 @@ def quota_below_usage(want: Mapping[str, Any], have: Mapping[str, Any] | None) -
         and after[(flavor, resource)] < used
         and before.get((flavor, resource), used) >= used
     ]
+
+
+def _device_quotas(queue: Mapping[str, Any] | None) -> dict[str, Fraction]:
+    """Flavor -> nominal quota of the device resource (the covered one that is not a host
+    resource) of a ClusterQueue."""
+    found: dict[str, Fraction] = {}
+    spec = queue.get("spec") if isinstance(queue, Mapping) else None
+    for group in (spec.get("resourceGroups") if isinstance(spec, Mapping) else None) or ():
+        for flavor in group.get("flavors") or ():
+            for resource in flavor.get("resources") or ():
+                if resource.get("name") in HOST_RESOURCES:
+                    continue
+                amount = parse_quantity(resource.get("nominalQuota"))
+                if amount is not None:
+                    found[str(flavor.get("name"))] = amount
+    return found
+
+
+def devices_gone(want: Mapping[str, Any], have: Mapping[str, Any] | None) -> list[str]:
+    """The flavors *want* lists at device quota 0 that *have* did not (its nodes report
+    the resource as 0: docs/node-lifecycle.md, "Devices: identity from what is installed,
+    quota from what is healthy"), to be said once."""
+    before = _device_quotas(have)
+    return sorted(
+        flavor
+        for flavor, amount in _device_quotas(want).items()
+        if amount == 0 and before.get(flavor) != 0
+    )
 
 
 def withheld_by_queue(

@@ -116,6 +116,17 @@ def test_device_without_allocatable() -> None:
     assert len(result.flavors) == 2
 
 
+def test_device_allocatable_present_as_zero_is_said_so() -> None:
+    """A device plugin gone past its grace leaves the resource at 0, not missing: the reason
+    says what the node reports (once it said the key was missing)."""
+    node = make_node(**HOST, labels=t4(2), allocatable={"nvidia.com/gpu": "0"})
+    result = explain(node)
+    assert [r.code for r in result.reasons] == ["device-allocatable-zero"]
+    message = result.reasons[0].message
+    assert "status.allocatable[nvidia.com/gpu] is 0" in message
+    assert "has no" not in message and "stays in its queue" in message
+
+
 @pytest.mark.parametrize(
     ("capacity", "words"),
     [
