@@ -276,15 +276,17 @@ class ClusterQueueReconciler:
         if is_up_to_date(have, want):
             return
         seen = resource_version(have)
-        if team and self._team_writes.get(name_of(want)) == (seen, want):
-            # The pool's team queues are written in one reconcile, and the event of one
-            # brings the pool back before the cache holds the others' writes: what the
-            # cache shows is the version this very write replaced (docs/teams.md, "Shares
-            # follow the hardware": one write per queue). A creation the cache does not
-            # show yet looks like a queue deleted since (by teams off, or by hand): the API
-            # tells them apart.
-            if have is not None or await self._exists(name_of(want)):
-                return
+        # The pool's team queues are written in one reconcile, and the event of one brings
+        # the pool back before the cache holds the others' writes: what the cache shows is
+        # the version this very write replaced (docs/teams.md, "Shares follow the hardware":
+        # one write per queue). A creation the cache does not show yet looks like a queue
+        # deleted since (by teams off, or by hand): the API tells them apart.
+        if (
+            team
+            and self._team_writes.get(name_of(want)) == (seen, want)
+            and (have is not None or await self._exists(name_of(want)))
+        ):
+            return
         self._say_shrink_below_usage(want, have)
         self._say_devices_gone(want, have)
         applied = await self.writer.apply(self.resource, want, existed=have is not None)
