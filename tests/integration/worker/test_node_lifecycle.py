@@ -298,3 +298,18 @@ async def test_a_device_plugin_down_past_its_grace_keeps_the_flavor_at_quota_0()
             life.edit(name, lambda n: n["status"]["capacity"].update({GPU: "2"}))
         await life.settled(lambda: life.gpus() == 4)
         assert life.flavors() == flavors
+
+
+async def test_the_worker_publishes_its_timers_for_queues() -> None:
+    """docs/node-lifecycle.md, "Timers": the ConfigMap ``queues`` reads them from."""
+    from gpustack_operator.domain.workertimers import TIMERS_CONFIGMAP, timers_from_configmap
+
+    async with lifecycle_cluster(pool) as life:
+
+        def published() -> bool:
+            found = life.cluster.sim.store.get(
+                "v1", "ConfigMap", TIMERS_CONFIGMAP, "gpustack-system"
+            )
+            return timers_from_configmap(found) == TIMERS
+
+        await life.settled(published)
