@@ -182,6 +182,7 @@ def desired_pool_queue(
         flavor_index=index,
         quota_resources=policy.quota_resources,
         availability=availability,
+        host_counting=policy.host_counting,
     )
     if want is not None and caches.tenant is not None:
         # docs/tenants.md, "Quota a tenant may count on"

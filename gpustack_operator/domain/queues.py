@@ -92,6 +92,31 @@ class QuotaResources(StrEnum):
 
 
 DEFAULT_QUOTA_RESOURCES: Final = QuotaResources.DEVICE
+
+
+class HostCounting(StrEnum):
+    """How a node's CPU and memory count in the pools it feeds (docs/worker.md, "CPU and
+    memory: counted in every pool, or once")."""
+
+    EVERY_POOL = "every-pool"
+    """The reference's arithmetic: each pool a node feeds (its general pool, each device
+    pool) counts the CPU and memory of its view of the node."""
+    ONCE = "once"
+    """Each node's CPU and memory are divided evenly among the pools it feeds."""
+
+
+DEFAULT_HOST_COUNTING: Final = HostCounting.EVERY_POOL
+MIB: Final = 2**20
+
+
+def host_split(cpu: Fraction, memory: Fraction, pools: int) -> tuple[int, int]:
+    """One pool's part of a node's *cpu* (cores) and *memory* (bytes) under
+    :attr:`HostCounting.ONCE`: an even share among its *pools*, rounded down to whole cores
+    and whole MiB, so the parts never add up to more than the node."""
+    share = max(1, pools)
+    return int(cpu / share), int(memory / share) // MIB * MIB
+
+
 HOST_RESOURCES: Final = ("cpu", "memory", "ephemeral-storage")
 OMITTED_FLAVORS_NOTE: Final = note("omittedFlavors")
 HOLD_NOTE: Final = note("hold")
@@ -299,9 +324,12 @@ def _flavor_quotas(
     borrowing_limit: str | None,
     akey: str = "",
     views: Mapping[str, NodeAvailability] | None = None,
+    pools_of: Callable[[object], int] | None = None,
 ) -> FlavorQuotas | None:
     """*views* (node name -> verdict; None: every node counts on allocatable) leave withheld
-    nodes out of the quota, but not the flavor out of the queue (docs/node-lifecycle.md)."""
+    nodes out of the quota, but not the flavor out of the queue (docs/node-lifecycle.md).
+    *pools_of* (a node's number of pools) counts each node's CPU and memory once across its
+    pools (:attr:`HostCounting.ONCE`); None: in every pool."""
     counted = nodes if views is None else [n for n in nodes if views[name_of(n)].counted]
 
     def basis(node: object) -> DeviceBasis:
@@ -315,6 +343,15 @@ def _flavor_quotas(
             if scaled is None:
                 return None
             amounts.append(int(scaled) if scaled.denominator == 1 else int(scaled) + 1)
+        if pools_of is not None:
+            cpu, memory = (
+                _scaled(_annotation(flavor, note("cpu")), 1),
+                _scaled(_annotation(flavor, note("ram")), 1),
+            )
+            assert cpu is not None and memory is not None  # checked just above
+            parts = [host_split(cpu, memory, pools_of(n)) for n in counted]
+            amounts[0] = sum(c for c, _ in parts)
+            amounts[1] = sum(m for _, m in parts)
         if credits_source is not None:
             amounts.append(sum(device_amount(n, akey, credits_source, basis(n)) for n in counted))
     else:
@@ -420,6 +457,7 @@ def desired_cluster_queue(
     flavor_index: Mapping[str, list[object]] | None = None,
     quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES,
     availability: AvailabilityOf | None = None,
+    host_counting: HostCounting = DEFAULT_HOST_COUNTING,
 ) -> dict[str, Any] | None:
     """The ClusterQueue *name* for the ResourceFlavors targeting it (docs/worker.md).
 
@@ -450,6 +488,12 @@ def desired_cluster_queue(
         resources = (*HOST_RESOURCES, quota_resource(credits_source, mfr, quota_resources))
     borrowing_limit = "0" if profile.sliced else None
     cohort = _annotation(matching[0], COHORT_ANNOTATION)
+    pools_of = None
+    if host_counting is HostCounting.ONCE:
+
+        def pools_of(node: object) -> int:
+            return len(node_profiles(node, manufacturers))
+
     views: dict[str, NodeAvailability] | None = None
     hold = ""
     if availability is not None:
@@ -470,6 +514,7 @@ def desired_cluster_queue(
                 borrowing_limit,
                 profile.akey,
                 views,
+                pools_of,
             )
         )
         is not None
@@ -618,6 +663,7 @@ def desired_cluster_queues(
     version: KueueVersion = KueueVersion.V1BETA2,
     quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES,
     availability: AvailabilityOf | None = None,
+    host_counting: HostCounting = DEFAULT_HOST_COUNTING,
 ) -> dict[str, dict[str, Any]]:
     """Every ClusterQueue the *flavors* target, by name (sorted)."""
     node_list = list(nodes)
@@ -640,6 +686,7 @@ def desired_cluster_queues(
             flavor_index=index,
             quota_resources=quota_resources,
             availability=availability,
+            host_counting=host_counting,
         )
         if queue is not None:
             result[name] = queue

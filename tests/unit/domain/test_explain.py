@@ -180,3 +180,20 @@ def test_pools_in_their_own_resource_hold_nothing_back(dump: str) -> None:
     state = plan_state(nodes, ["default"], ChainPolicy(manufacturers=MFRS), resource_slices=slices)
     assert state.explanations
     assert all(e.flavors and e.reasons == () for e in state.explanations)
+
+
+def test_host_counted_once_shows_the_split() -> None:
+    """docs/worker.md, "CPU and memory: counted in every pool, or once": plan --explain
+    says what each of a node's pools counts of its CPU and memory."""
+    from dataclasses import replace
+
+    from gpustack_operator.domain.queues import HostCounting
+
+    node = make_node(**HOST, labels=t4(2), allocatable={"nvidia.com/gpu": "2"})
+    policy = replace(ChainPolicy(manufacturers=MFRS), host_counting=HostCounting.ONCE)
+    (explanation,) = plan_state([node], ["default"], policy).explanations
+    (reason,) = explanation.reasons
+    assert reason.code == "host-counted-once"
+    assert "divided evenly among its 2 pools" in reason.message
+    assert reason.message.count("cpu=8 ") == 2, reason.message
+    assert codes(node) == [], "every-pool (the default) says nothing"
