@@ -23,6 +23,7 @@ node rewrites each queue a few times, not once per window.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from fractions import Fraction
 from typing import Any, Final
 
 import structlog
@@ -47,7 +48,7 @@ from gpustack_operator.controllers.teams import watch_teams
 from gpustack_operator.domain.availability import NodeAvailability
 from gpustack_operator.domain.declaredpools import is_pool_chain_object
 from gpustack_operator.domain.kueue import OwnerReference
-from gpustack_operator.domain.labels import MANAGED_BY_LABEL, QUEUE_ANNOTATION, UNIT_ANNOTATION
+from gpustack_operator.domain.labels import QUEUE_ANNOTATION, UNIT_ANNOTATION
 from gpustack_operator.domain.nodeview import (
     annotations_of,
     is_deleting,
@@ -64,21 +65,31 @@ from gpustack_operator.domain.queues import (
     HOLD_NOTE,
     cluster_queue_cohort,
     desired_cluster_queue,
+    devices_gone,
     quota_below_usage,
     without_flavors,
 )
-from gpustack_operator.domain.teams import pool_of, split_pool
+from gpustack_operator.domain.teams import PoolSplit, Teams, pool_of, split_pool
 from gpustack_operator.domain.tenancy import tenant_cluster_queue
+from gpustack_operator.domain.transition import (
+    held_by,
+    held_in,
+    lending_nothing,
+    less_held,
+    own_quota,
+)
 from gpustack_operator.runtime.client import NotFound
 from gpustack_operator.runtime.coalesce import Coalesce
 from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request, Result
 from gpustack_operator.runtime.metrics import REGISTRY
+from gpustack_operator.runtime.predicates import Predicate
 from gpustack_operator.runtime.resources import NODES
 
 log = structlog.get_logger(__name__)
 
 NAME: Final = "clusterqueue"
 POOL_CREATED: Final = "PoolCreated"
+NO_DEVICES_ADVERTISED: Final = "NoDevicesAdvertised"
 QUOTA_BELOW_USAGE = Counter(
     "gpustack_quota_below_usage",
     "Times a ClusterQueue's nominal quota was lowered below what Kueue reports in use "
@@ -171,11 +182,76 @@ def desired_pool_queue(
         flavor_index=index,
         quota_resources=policy.quota_resources,
         availability=availability,
+        host_counting=policy.host_counting,
     )
     if want is not None and caches.tenant is not None:
         # docs/tenants.md, "Quota a tenant may count on"
         want = tenant_cluster_queue(want, caches.tenant.settings.quota_caps)
     return want, min(untils, default=None)
+
+
+class RetiringReleased(Predicate):
+    """Updates in which a queue the worker holds (``stopPolicy: Hold``) holds less work:
+    the queues replacing it may grow (docs/teams.md, "Moving a pool to teams, and back").
+    Kueue's status writes pass no other predicate of these controllers."""
+
+    def create(self, obj: dict[str, Any]) -> bool:
+        return False
+
+    def delete(self, obj: dict[str, Any]) -> bool:
+        return False
+
+    def update(self, old: dict[str, Any], new: dict[str, Any]) -> bool:
+        spec = new.get("spec")
+        held = isinstance(spec, Mapping) and spec.get("stopPolicy") == HOLD
+        return held and is_managed_object(new) and held_in(old) != held_in(new)
+
+    def __repr__(self) -> str:
+        return "RetiringReleased()"
+
+
+RETIRING_RELEASED: Final = RetiringReleased()
+
+
+def new_queues(
+    caches: KueueCaches, teams: Teams | None, want: dict[str, Any]
+) -> tuple[dict[str, Any], PoolSplit | None, bool]:
+    """Pool queue *want* and its split among *teams* (None: no team has a share), each given
+    only what the pool's retiring queues do not hold (docs/teams.md, "Moving a pool to
+    teams, and back"), and whether a retiring queue still holds anything.
+
+    Retiring: with teams, the pool's own queue and the team queues no team has now; without,
+    every team queue of the pool. Their usage is read from Kueue's status in the cache.
+    """
+    name = name_of(want)
+    split = split_pool(want, teams) if teams is not None else None
+    team_queues = [
+        q for q in caches.cluster_queues.indexer.by_index(BY_POOL, name) if is_managed_object(q)
+    ]
+    if split is not None:
+        kept = {name_of(q) for q in split.team_queues}
+        retiring = [q for q in team_queues if name_of(q) not in kept]
+        own = caches.cluster_queues.indexer.get(name)
+        if own is not None and is_managed_object(own) and not pool_of(own):
+            retiring.append(own)
+    else:
+        retiring = team_queues
+    held = held_by(retiring)
+    pending = bool(held)
+    if split is None:
+        # A Cohort's own quota (what teams left over) is borrowable by the pool's queue
+        # until the Cohort reconciler drops it: until then it counts as held.
+        cohort = caches.cohorts.indexer.get(cluster_queue_cohort(want))
+        for key, amount in own_quota(cohort).items():
+            held[key] = held.get(key, Fraction(0)) + amount
+    if not held:
+        return want, split, False
+    want = less_held(want, held)
+    return (
+        want,
+        split_pool(want, teams) if split is not None and teams is not None else None,
+        pending,
+    )
 
 
 class ClusterQueueReconciler:
@@ -247,16 +323,21 @@ class ClusterQueueReconciler:
             )
             want["metadata"]["ownerReferences"] = [owner.manifest()]
         teams = caches.teams_for(self.policy)
-        split = split_pool(want, teams) if teams is not None else None
+        # docs/teams.md: queues replacing retiring ones get what those do not hold; the
+        # retiring ones' deletion requeues this key until they hold nothing.
+        want, split, _ = new_queues(caches, teams, want)
         if split is not None:  # docs/teams.md: the pool's teams' queues replace its own
             kept = {name_of(q) for q in split.team_queues}
+            # The retiring queues are held (or deleted) before their replacements are
+            # written, so Kueue never sees both admitting.
+            gone = _sooner(await self._delete(have), await self._prune_teams(name, kept))
             for team_queue in split.team_queues:
                 have_team = caches.cluster_queues.indexer.get(name_of(team_queue))
                 await self._put(have_team, team_queue, len(flavors), team=True)
-            gone = _sooner(await self._delete(have), await self._prune_teams(name, kept))
             return _sooner(gone, later)
+        gone = await self._prune_teams(name, set())
         await self._put(have, want, len(flavors))
-        return _sooner(await self._prune_teams(name, set()), later)
+        return _sooner(gone, later)
 
     async def _put(
         self,
@@ -274,13 +355,19 @@ class ClusterQueueReconciler:
         if is_up_to_date(have, want):
             return
         seen = resource_version(have)
-        if team and self._team_writes.get(name_of(want)) == (seen, want):
-            # The pool's team queues are written in one reconcile, and the event of one
-            # brings the pool back before the cache holds the others' writes: what the
-            # cache shows is the version this very write replaced (docs/teams.md, "Shares
-            # follow the hardware": one write per queue).
+        # The pool's team queues are written in one reconcile, and the event of one brings
+        # the pool back before the cache holds the others' writes: what the cache shows is
+        # the version this very write replaced (docs/teams.md, "Shares follow the hardware":
+        # one write per queue). A creation the cache does not show yet looks like a queue
+        # deleted since (by teams off, or by hand): the API tells them apart.
+        if (
+            team
+            and self._team_writes.get(name_of(want)) == (seen, want)
+            and (have is not None or await self._exists(name_of(want)))
+        ):
             return
         self._say_shrink_below_usage(want, have)
+        self._say_devices_gone(want, have)
         applied = await self.writer.apply(self.resource, want, existed=have is not None)
         if have is None:
             self._created(applied, flavors)
@@ -292,8 +379,17 @@ class ClusterQueueReconciler:
         result: Result | None = None
         for queue in self.caches.cluster_queues.indexer.by_index(BY_POOL, pool):
             if name_of(queue) not in kept and is_managed_object(queue):
+                self._team_writes.pop(name_of(queue), None)  # a later creation is a new one
                 result = _sooner(result, await self._delete(queue))
         return result
+
+    async def _exists(self, name: str) -> bool:
+        """Whether ClusterQueue *name* exists, asked of the API (the cache may lag)."""
+        try:
+            await self.writer.client.get(self.resource, name)
+        except NotFound:
+            return False
+        return True
 
     def _say_shrink_below_usage(
         self, want: Mapping[str, Any], have: Mapping[str, Any] | None
@@ -311,6 +407,25 @@ class ClusterQueueReconciler:
         recorder = self.writer.recorder
         if recorder is not None:
             recorder.event(have, "Warning", "QuotaBelowUsage", message, resource=self.resource)
+
+    def _say_devices_gone(self, want: Mapping[str, Any], have: Mapping[str, Any] | None) -> None:
+        """A flavor whose nodes report no devices stays in its queue at quota 0; a Warning
+        Event says why (docs/node-lifecycle.md, "Seeing why")."""
+        gone = devices_gone(want, have)
+        if not gone:
+            return
+        message = (
+            f"flavor(s) {', '.join(gone)}: the nodes report no devices in "
+            "status.allocatable (the device plugin is down, or every card unhealthy, for "
+            "longer than --device-grace): each stays in the queue with device quota 0; "
+            "check the device plugin's pods on those nodes"
+        )
+        log.warning("no devices advertised", clusterqueue=name_of(want), flavors=gone)
+        recorder = self.writer.recorder
+        if recorder is not None:
+            recorder.event(
+                have or want, "Warning", NO_DEVICES_ADVERTISED, message, resource=self.resource
+            )
 
     def _created(self, queue: Mapping[str, Any], flavors: int) -> None:
         """A Normal Event ``PoolCreated`` on a new pool: what one unit is, and its flavors."""
@@ -361,12 +476,16 @@ class ClusterQueueReconciler:
         spec = have.get("spec")
         if not isinstance(spec, Mapping) or spec.get("stopPolicy") in (HOLD, "HoldAndDrain"):
             return
+        # Its own labels and notes stay (server-side apply would drop what is not sent):
+        # a team queue keeps its pool, so its replacements still count what it holds.
+        kept = {k: v for k, v in annotations_of(have).items() if "gpustack.ai/" in k}
         meta: dict[str, Any] = {
             "name": name_of(have),
-            "labels": {k: v for k, v in labels_of(have).items() if k == MANAGED_BY_LABEL},
+            "labels": dict(labels_of(have)),
             "annotations": {
-                HOLD_NOTE: "every node of the pool is gone; held until nothing is reserved, "
-                "then deleted"
+                **kept,
+                HOLD_NOTE: "retiring (its nodes are gone, or teams changed): held until "
+                "nothing is reserved, then deleted",
             },
         }
         owners = metadata(have).get("ownerReferences")
@@ -376,7 +495,8 @@ class ClusterQueueReconciler:
             "apiVersion": have.get("apiVersion"),
             "kind": have.get("kind"),
             "metadata": meta,
-            "spec": {**spec, "stopPolicy": HOLD},
+            # It lends nothing: the queues replacing it are given what it does not hold.
+            "spec": {**lending_nothing(spec), "stopPolicy": HOLD},
         }
         await self.writer.apply(self.resource, held, existed=True)
 
@@ -435,6 +555,9 @@ def build_cluster_queue_controller(
         pool = pool_of(queue)  # docs/teams.md: a team queue's events reach its pool
         return [pool] if pool else []
 
+    def by_pool(queue: dict[str, Any]) -> list[str]:
+        return [pool_of(queue) or name_of(queue)]
+
     builder = watch_teams(
         builder, caches.teams, lambda: caches.flavors.indexer.index_values(BY_QUEUE)
     )
@@ -443,6 +566,7 @@ def build_cluster_queue_controller(
         .watches(
             caches.kueue.cluster_queues, by_team_queue, METADATA_OR_SPEC_CHANGED, coalesce=coalesce
         )
+        .watches(caches.kueue.cluster_queues, by_pool, RETIRING_RELEASED, coalesce=coalesce)
         .watches(caches.kueue.cohorts, by_cohort, METADATA_OR_SPEC_CHANGED, coalesce=coalesce)
         .watches(NODES, by_node, NodeChanged(facts), coalesce=coalesce)
         .watches(

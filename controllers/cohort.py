@@ -14,7 +14,11 @@ from typing import Any, Final, cast
 
 from gpustack_operator.controllers.availability import AvailabilityTracker
 from gpustack_operator.controllers.caches import BY_COHORT, KueueCaches
-from gpustack_operator.controllers.clusterqueue import desired_pool_queue
+from gpustack_operator.controllers.clusterqueue import (
+    RETIRING_RELEASED,
+    desired_pool_queue,
+    new_queues,
+)
 from gpustack_operator.controllers.common import (
     METADATA_OR_SPEC_CHANGED,
     NodeChanged,
@@ -33,7 +37,7 @@ from gpustack_operator.domain.queues import (
     desired_cohort,
     queue_flavors,
 )
-from gpustack_operator.domain.teams import cohort_resource_groups, split_pool, with_cohort_quota
+from gpustack_operator.domain.teams import cohort_resource_groups, with_cohort_quota
 from gpustack_operator.runtime.coalesce import Coalesce
 from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request, Result
 from gpustack_operator.runtime.resources import NODES
@@ -102,6 +106,7 @@ class CohortReconciler:
             return want, None
         splits = []
         untils: list[float] = []
+        retiring = False
         flavors = self.caches.flavors.indexer.by_index(BY_COHORT, name)
         pools = sorted({annotations_of(f).get(QUEUE_ANNOTATION, "") for f in flavors} - {""})
         for pool in pools if teams is not None else ():
@@ -109,16 +114,25 @@ class CohortReconciler:
             queue, until = desired_pool_queue(self.caches, self.policy, pool, members, self.tracker)
             if until is not None:
                 untils.append(until)
-            split = split_pool(queue, teams) if queue is not None and teams is not None else None
+            if queue is None or teams is None:
+                continue
+            # docs/teams.md: while retiring queues hold work, the remainder is of what they
+            # do not hold; looked at again until they hold nothing.
+            _, split, pending = new_queues(self.caches, teams, queue)
+            retiring = retiring or pending
             if split is not None:
                 splits.append(split)
         want = with_cohort_quota(want, cohort_resource_groups(splits))
         if held and "resourceGroups" not in want["spec"]:
             want["spec"]["resourceGroups"] = []
         tracker = self.tracker
+        later = Result(requeue_after=self.deleting_requeue) if retiring else None
         if not untils or tracker is None:
-            return want, None
-        return want, Result.at(min(untils), tracker.clock())
+            return want, later
+        at = Result.at(min(untils), tracker.clock())
+        if later is not None and (at.requeue_after or 0) >= self.deleting_requeue:
+            return want, later
+        return want, at
 
 
 def _applied(want: dict[str, Any]) -> dict[str, Any]:
@@ -159,6 +173,7 @@ def build_cohort_controller(
         builder.for_(caches.kueue.cohorts, METADATA_OR_SPEC_CHANGED)
         .watches(NODES, by_node, NodeChanged(facts), coalesce=coalesce)
         .watches(caches.kueue.cluster_queues, by_queue, METADATA_OR_SPEC_CHANGED, coalesce=coalesce)
+        .watches(caches.kueue.cluster_queues, by_queue, RETIRING_RELEASED, coalesce=coalesce)
         .with_options(max_concurrent_reconciles=workers)
         .complete(
             CohortReconciler(

@@ -66,6 +66,7 @@ from gpustack_operator.domain.kueueconfig import DEFAULT_KUEUE_CONFIGMAP, DEFAUL
 from gpustack_operator.domain.labels import MANAGED_BY_VALUE
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.tenancy import TenantSettings
+from gpustack_operator.domain.workertimers import TIMERS_CONFIGMAP, timers_configmap
 from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.runtime.backoff import BackoffPolicy
 from gpustack_operator.runtime.client import ApiError, Client
@@ -77,7 +78,7 @@ from gpustack_operator.runtime.controller import (
 from gpustack_operator.runtime.informer import HandlerFuncs, InformerFactory, ReflectorSettings
 from gpustack_operator.runtime.manager import Manager, ManagerOptions
 from gpustack_operator.runtime.poll import poll_until
-from gpustack_operator.runtime.resources import NODES, RESOURCE_SLICES
+from gpustack_operator.runtime.resources import CONFIGMAPS, NODES, RESOURCE_SLICES
 
 log = structlog.get_logger(__name__)
 
@@ -434,6 +435,21 @@ async def detect_tenancy_at_start(client: Client, policy: ChainPolicy) -> ChainP
     return resolved
 
 
+async def publish_timers(writer: Writer, policy: ChainPolicy) -> None:
+    """Apply the ConfigMap of the lifecycle timers in force, so ``queues`` reads them
+    (docs/node-lifecycle.md, "Timers"). A refusal is logged, not fatal: ``queues`` then
+    assumes its own flags."""
+    want = timers_configmap(policy.lifecycle, policy.system_namespace)
+    try:
+        await writer.apply(CONFIGMAPS, want, existed=True)
+    except Exception as exc:  # a Role without configmaps create/patch, transport errors
+        log.warning(
+            "could not publish the lifecycle timers; queues assumes its own flags",
+            configmap=TIMERS_CONFIGMAP,
+            error=str(exc),
+        )
+
+
 def setup_worker(manager: Manager, config: WorkerConfig) -> Worker:
     """Register the worker's seven reconcilers and Kueue discovery on *manager*.
 
@@ -467,6 +483,9 @@ def setup_worker(manager: Manager, config: WorkerConfig) -> Worker:
     )
     manager.add_readyz_check("kueue", worker.kueue_ready)
     manager.add_runnable(worker.discover_kueue, name="kueue discovery", needs_leader=False)
+    manager.add_runnable(
+        lambda: publish_timers(worker.writer, config.policy), name="lifecycle timers"
+    )
     return worker
 
 

@@ -33,7 +33,9 @@ from gpustack_operator.domain.policy import DEFAULT_UNPOOLED_SETTLING, ChainPoli
 from gpustack_operator.domain.poolchain import ProvisioningSettings
 from gpustack_operator.domain.queues import (
     DEFAULT_EXCLUDED_NAMESPACES,
+    DEFAULT_HOST_COUNTING,
     DEFAULT_QUOTA_RESOURCES,
+    HostCounting,
     QuotaResources,
 )
 from gpustack_operator.domain.teams import Teams, TeamsError, parse_teams
@@ -148,6 +150,16 @@ def quota_resources(raw: str) -> QuotaResources:
         raise argparse.ArgumentTypeError(f"{raw!r}: choose from {choices}") from None
 
 
+def host_counting(raw: str) -> HostCounting:
+    """``every-pool`` or ``once`` (docs/worker.md, "CPU and memory: counted in every pool,
+    or once")."""
+    try:
+        return HostCounting(raw.strip())
+    except ValueError:
+        choices = ", ".join(h.value for h in HostCounting)
+        raise argparse.ArgumentTypeError(f"{raw!r}: choose from {choices}") from None
+
+
 def add_quota_resources_flag(parser: argparse._ActionsContainer) -> None:
     """Add ``--quota-resources {device,credits}`` (docs/devices.md, "Quota resources")."""
     _shared(
@@ -230,6 +242,18 @@ def add_policy_flags(
         )
     )
     add_quota_resources_flag(parser)
+    _shared(
+        parser.add_argument(
+            "--host-counting",
+            type=host_counting,
+            default=DEFAULT_HOST_COUNTING,
+            metavar="|".join(h.value for h in HostCounting),
+            help="how a node's CPU and memory count in the pools it feeds: every-pool = in "
+            "its general pool and in each device pool (the reference's arithmetic); once = "
+            "divided evenly among them, so they are never admitted twice "
+            f"(default: {DEFAULT_HOST_COUNTING.value})",
+        )
+    )
     _shared(
         parser.add_argument(
             "--flavor-tolerations",
@@ -407,6 +431,7 @@ def policy_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = N
         excluded_namespaces=tuple(args.excluded_namespaces),
         kueue_version=args.kueue_version,
         quota_resources=getattr(args, "quota_resources", DEFAULT_QUOTA_RESOURCES),
+        host_counting=getattr(args, "host_counting", DEFAULT_HOST_COUNTING),
         flavor_tolerations=getattr(args, "flavor_tolerations", None),
         tenancy=getattr(args, "tenancy", None),
         virtual_scheduler=getattr(args, "virtual_scheduler", False),

@@ -21,6 +21,7 @@ import json
 import sys
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from fractions import Fraction
 from typing import Any
 
@@ -43,10 +44,11 @@ from gpustack_operator.domain.quantities import parse_quantity
 from gpustack_operator.domain.queues import is_owned, withheld_by_queue
 from gpustack_operator.domain.teams import SHARE_ANNOTATION, TEAM_LABEL
 from gpustack_operator.domain.topology import topology_levels
+from gpustack_operator.domain.workertimers import TIMERS_CONFIGMAP, timers_from_configmap
 from gpustack_operator.gateway.pools import pool_entry
 from gpustack_operator.kr8sobjects import list_objects, served_versions
 from gpustack_operator.kubeconfig import KubeconfigError, close_kr8s, connect_kr8s
-from gpustack_operator.runtime.resources import NODES
+from gpustack_operator.runtime.resources import CONFIGMAPS, NODES
 
 HOST_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 COLUMNS = ("LOCALQUEUE", "UNIT", "RESOURCE", "QUOTA", "RESERVED", "USED")
@@ -241,36 +243,55 @@ Fetched = tuple[list[Any], list[Any], dict[str, list[list[str]]]]
 async def fetch_queues(args: argparse.Namespace, policy: ChainPolicy) -> Fetched | str:
     """Every ClusterQueue, the namespace's LocalQueues and each queue's topology levels in
     the Kueue version *policy* chooses, or why they cannot be read (one line)."""
-    fetched, _ = await _fetch(args, policy, with_nodes=False)
+    fetched, _, _ = await _fetch(args, policy, with_nodes=False)
     return fetched
 
 
 async def fetch_queues_and_nodes(
     args: argparse.Namespace, policy: ChainPolicy
-) -> tuple[Fetched | str, list[Any]]:
-    """:func:`fetch_queues` and the cluster's Nodes (to say which a pool does not count now;
-    [] if unreadable: the pools are still listed), over one connection."""
+) -> tuple[Fetched | str, list[Any], dict[str, Any] | None]:
+    """:func:`fetch_queues`, the cluster's Nodes (to say which a pool does not count now;
+    [] if unreadable: the pools are still listed) and the worker's timers ConfigMap (None:
+    absent or unreadable; docs/node-lifecycle.md, "Timers"), over one connection."""
     return await _fetch(args, policy, with_nodes=True)
 
 
 async def _fetch(
     args: argparse.Namespace, policy: ChainPolicy, *, with_nodes: bool
-) -> tuple[Fetched | str, list[Any]]:
+) -> tuple[Fetched | str, list[Any], dict[str, Any] | None]:
     try:
         api = await connect_kr8s(args.kubeconfig, args.context)
     except KubeconfigError as exc:  # one line naming the file and the fix
-        return f"cannot connect to the cluster: {exc}", []
+        return f"cannot connect to the cluster: {exc}", [], None
     try:
         fetched = await _read_queues(api, args.namespace, policy)
         if isinstance(fetched, str) or not with_nodes:
-            return fetched, []
+            return fetched, [], None
         try:
             nodes = await list_objects(api, NODES)
         except Exception:  # kr8s's ServerError (a role without nodes), transport errors
             nodes = []
-        return fetched, nodes
+        try:
+            found = await list_objects(api, CONFIGMAPS, policy.system_namespace)
+        except Exception:  # a role without configmaps: the flags' timers stay
+            found = []
+        timers = next((c for c in found if name_of(c) == TIMERS_CONFIGMAP), None)
+        return fetched, nodes, timers
     finally:
         await close_kr8s(api)
+
+
+def timers_in_force(
+    policy: ChainPolicy, configmap: dict[str, Any] | None
+) -> tuple[ChainPolicy, str]:
+    """*policy* with the timers the worker published, and a note when they cannot be read
+    (docs/node-lifecycle.md, "Timers"); without the ConfigMap, the flags' timers."""
+    timers = timers_from_configmap(configmap)
+    if timers is None:
+        return policy, ""
+    if isinstance(timers, str):
+        return policy, f"{timers}: the nodes are judged with this command's timer flags"
+    return replace(policy, lifecycle=timers), ""
 
 
 async def _read_queues(api: Any, namespace: str, policy: ChainPolicy) -> Fetched | str:
@@ -335,10 +356,13 @@ def run_queues(args: argparse.Namespace) -> int:
     except ValueError as exc:
         sys.stderr.write(f"gpustack-operator queues: error: {exc}\n")
         return 2
-    fetched, nodes = asyncio.run(fetch_queues_and_nodes(args, policy))
+    fetched, nodes, timers = asyncio.run(fetch_queues_and_nodes(args, policy))
     if isinstance(fetched, str):
         sys.stderr.write(f"gpustack-operator queues: error: {fetched}\n")
         return 1
+    policy, note = timers_in_force(policy, timers)
+    if note:
+        sys.stderr.write(f"gpustack-operator queues: warning: {note}\n")
     cluster_queues, local_queues, levels = fetched
     now = time.time()
     withheld = withheld_by_queue(

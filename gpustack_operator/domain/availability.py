@@ -415,14 +415,25 @@ def _in_grace(
     # A node withheld at the last look gets no fresh grace from a new signal: one that
     # flaps back during its join window stays withheld (docs/node-lifecycle.md, "Flapping").
     rejoining = observed is not None and observed.withheld
+    # A cordon or NotReady left when planned maintenance ends label first is the end of
+    # that maintenance: the node stays withheld for it, so a whole pool stays held with
+    # its quota (docs/node-lifecycle.md, "Whole-pool Hold").
+    tail = (
+        rejoining
+        and observed is not None
+        and observed.withheld_for is Severity.PLANNED
+        and signal.severity is Severity.SOFT
+    )
+    severity = Severity.PLANNED if tail else signal.severity
     if started is None or now is None or now >= started + grace or rejoining:
         return NodeAvailability(
             name,
             False,
             signal.code,
-            signal.severity,
+            severity,
             f"{signal.detail} for longer than {grace:g} s: not counted"
-            + ("" if started is not None else " (start unknown: the grace is taken as run out)"),
+            + ("" if started is not None else " (start unknown: the grace is taken as run out)")
+            + (" (the end of planned maintenance)" if tail else ""),
             since=started,
             assumed=started is None,
             devices=basis,

@@ -199,6 +199,7 @@ def desired_state(
         cohort_uids=cohort_uids,
         version=kueue_version,
         quota_resources=policy.quota_resources,
+        host_counting=policy.host_counting,
         availability=availability,
     )
     if tenant.is_tenant:

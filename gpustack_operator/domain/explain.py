@@ -39,7 +39,7 @@ from gpustack_operator.domain.nodeview import (
     status_field,
 )
 from gpustack_operator.domain.quantities import parse_count, parse_quantity
-from gpustack_operator.domain.queues import pool_amount, pool_resource
+from gpustack_operator.domain.queues import advertises, pool_amount, pool_resource
 from gpustack_operator.domain.validation import LABEL_VALUE_MAX_LEN
 
 GI: Final = 2**30
@@ -203,7 +203,19 @@ def check_devices(
             )
             continue
         resource = pool_resource(node, akey, manufacturers[vendor])
-        if pool_amount(node, akey, resource) <= 0:
+        if pool_amount(node, akey, resource) > 0:
+            continue
+        if advertises(node, akey, resource):
+            reported = status_field(node, "allocatable").get(resource, "absent")
+            reasons.append(
+                Reason(
+                    "device-allocatable-zero",
+                    f"device {akey}: status.allocatable[{resource}] is {reported} (its device "
+                    "plugin is down or every card unhealthy): the flavor stays in its queue "
+                    "with no devices from this node; check the device plugin's pods on the node",
+                )
+            )
+        else:
             reasons.append(
                 Reason(
                     "device-without-allocatable",

@@ -19,6 +19,7 @@ from gpustack_operator.domain.desired import DesiredState, desired_state
 from gpustack_operator.domain.devices import device_labels
 from gpustack_operator.domain.devicesources.dra import node_slices
 from gpustack_operator.domain.explain import NodeExplanation, Reason, explain_nodes
+from gpustack_operator.domain.labels import note
 from gpustack_operator.domain.manufacturers import Manufacturer
 from gpustack_operator.domain.nodefeature import (
     DEFAULT_SYSTEM_NAMESPACE,
@@ -27,6 +28,8 @@ from gpustack_operator.domain.nodefeature import (
 )
 from gpustack_operator.domain.nodeview import annotations_of, name_of, uid_of
 from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.quantities import format_binary_quantity, parse_quantity
+from gpustack_operator.domain.queues import HostCounting, host_split
 from gpustack_operator.domain.simdevices import (
     SIM_DEVICES_ANNOTATION,
     parse_sim_devices,
@@ -128,7 +131,39 @@ def plan_state(
         ),
         state.availability,
     )
+    if policy.host_counting is HostCounting.ONCE:
+        state.explanations = with_host_split(state.explanations, state.resource_flavors)
     return state
+
+
+def with_host_split(
+    explanations: Sequence[NodeExplanation], flavors: Iterable[Mapping[str, Any]]
+) -> list[NodeExplanation]:
+    """*explanations* saying, for a node feeding several pools, how ``--host-counting once``
+    divides its CPU and memory among them (docs/worker.md, "CPU and memory: counted in every
+    pool, or once")."""
+    notes = {name_of(f): annotations_of(f) for f in flavors}
+    result = []
+    for explanation in explanations:
+        pools = len(explanation.flavors)
+        if pools > 1:
+            parts = []
+            for flavor in explanation.flavors:
+                said = notes.get(flavor, {})
+                cpu = parse_quantity(said.get(note("cpu"), ""))
+                memory = parse_quantity(said.get(note("ram"), ""))
+                if cpu is None or memory is None:
+                    continue
+                cores, size = host_split(cpu, memory, pools)
+                parts.append(f"{flavor}: cpu={cores} memory={format_binary_quantity(size)}")
+            reason = Reason(
+                "host-counted-once",
+                f"--host-counting once: its CPU and memory are divided evenly among its "
+                f"{pools} pools, rounded down to whole cores and MiB: " + "; ".join(parts),
+            )
+            explanation = replace(explanation, reasons=(*explanation.reasons, reason))
+        result.append(explanation)
+    return result
 
 
 def with_availability(

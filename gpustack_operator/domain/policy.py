@@ -20,7 +20,9 @@ from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
 from gpustack_operator.domain.poolchain import ProvisioningSettings
 from gpustack_operator.domain.queues import (
     DEFAULT_EXCLUDED_NAMESPACES,
+    DEFAULT_HOST_COUNTING,
     DEFAULT_QUOTA_RESOURCES,
+    HostCounting,
     QuotaResources,
 )
 from gpustack_operator.domain.teams import Teams
@@ -49,6 +51,10 @@ class ChainPolicy:
     """The Kueue API version to write; ``None``: the newest the cluster serves."""
     quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES
     """What device ClusterQueues are measured in (docs/devices.md, "Quota resources")."""
+    host_counting: HostCounting = DEFAULT_HOST_COUNTING
+    """Whether a node's CPU and memory count in every pool it feeds (the reference's
+    arithmetic) or once, divided among them (docs/worker.md, "CPU and memory: counted in
+    every pool, or once")."""
     flavor_tolerations: TolerationPolicy = None
     """Which dedication taints flavors tolerate: ``None`` every one common to the flavor's
     nodes, else only these keys (docs/worker.md, "Tolerations")."""

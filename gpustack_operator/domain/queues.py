@@ -92,6 +92,31 @@ class QuotaResources(StrEnum):
 
 
 DEFAULT_QUOTA_RESOURCES: Final = QuotaResources.DEVICE
+
+
+class HostCounting(StrEnum):
+    """How a node's CPU and memory count in the pools it feeds (docs/worker.md, "CPU and
+    memory: counted in every pool, or once")."""
+
+    EVERY_POOL = "every-pool"
+    """The reference's arithmetic: each pool a node feeds (its general pool, each device
+    pool) counts the CPU and memory of its view of the node."""
+    ONCE = "once"
+    """Each node's CPU and memory are divided evenly among the pools it feeds."""
+
+
+DEFAULT_HOST_COUNTING: Final = HostCounting.EVERY_POOL
+MIB: Final = 2**20
+
+
+def host_split(cpu: Fraction, memory: Fraction, pools: int) -> tuple[int, int]:
+    """One pool's part of a node's *cpu* (cores) and *memory* (bytes) under
+    :attr:`HostCounting.ONCE`: an even share among its *pools*, rounded down to whole cores
+    and whole MiB, so the parts never add up to more than the node."""
+    share = max(1, pools)
+    return int(cpu / share), int(memory / share) // MIB * MIB
+
+
 HOST_RESOURCES: Final = ("cpu", "memory", "ephemeral-storage")
 OMITTED_FLAVORS_NOTE: Final = note("omittedFlavors")
 HOLD_NOTE: Final = note("hold")
@@ -253,6 +278,16 @@ def device_amount(node: object, akey: str, resource: str, basis: DeviceBasis) ->
     return amount
 
 
+def advertises(node: object, akey: str, resource: str) -> bool:
+    """Whether *node* reports *resource* at all, even as 0 (``status.allocatable`` or
+    ``status.capacity``: kubelet keeps a device plugin's resource at 0 once it is gone), or
+    is a DRA pool of that resource."""
+    labels = labels_of(node)
+    if labels.get(accelerated_key(akey, SUFFIX_DRA)) == "true":
+        return pool_resource_label(labels, akey) == resource
+    return any(resource in status_field(node, s) for s in ("allocatable", "capacity"))
+
+
 def pool_resource_label(labels: Mapping[str, str], akey: str) -> str:
     return decode_resource(labels.get(accelerated_key(akey, SUFFIX_RESOURCE), ""))
 
@@ -289,9 +324,12 @@ def _flavor_quotas(
     borrowing_limit: str | None,
     akey: str = "",
     views: Mapping[str, NodeAvailability] | None = None,
+    pools_of: Callable[[object], int] | None = None,
 ) -> FlavorQuotas | None:
     """*views* (node name -> verdict; None: every node counts on allocatable) leave withheld
-    nodes out of the quota, but not the flavor out of the queue (docs/node-lifecycle.md)."""
+    nodes out of the quota, but not the flavor out of the queue (docs/node-lifecycle.md).
+    *pools_of* (a node's number of pools) counts each node's CPU and memory once across its
+    pools (:attr:`HostCounting.ONCE`); None: in every pool."""
     counted = nodes if views is None else [n for n in nodes if views[name_of(n)].counted]
 
     def basis(node: object) -> DeviceBasis:
@@ -305,6 +343,15 @@ def _flavor_quotas(
             if scaled is None:
                 return None
             amounts.append(int(scaled) if scaled.denominator == 1 else int(scaled) + 1)
+        if pools_of is not None:
+            cpu, memory = (
+                _scaled(_annotation(flavor, note("cpu")), 1),
+                _scaled(_annotation(flavor, note("ram")), 1),
+            )
+            assert cpu is not None and memory is not None  # checked just above
+            parts = [host_split(cpu, memory, pools_of(n)) for n in counted]
+            amounts[0] = sum(c for c, _ in parts)
+            amounts[1] = sum(m for _, m in parts)
         if credits_source is not None:
             amounts.append(sum(device_amount(n, akey, credits_source, basis(n)) for n in counted))
     else:
@@ -312,12 +359,19 @@ def _flavor_quotas(
     offered = amounts[-1] if credits_source is not None and amounts else 0
     if credits_source is not None and views is not None and count < len(nodes):
         offered = sum(device_amount(n, akey, credits_source, basis(n)) for n in nodes)
-    if credits_source is not None and nodes and offered == 0:
-        # docs/devices.md, "Quota resources": a device resource is never covered with a
-        # zero quota; a flavor whose nodes advertise none of it is left out of the queue.
-        # A flavor with no node left at all is one Kueue still reports usage on: it stays
-        # listed with no quota until that is zero (docs/topology.md, "Upgrading a chain
-        # built without TAS").
+    if (
+        credits_source is not None
+        and nodes
+        and offered == 0
+        and not any(advertises(n, akey, credits_source) for n in nodes)
+    ):
+        # docs/devices.md, "Quota resources": a flavor whose nodes never advertised the
+        # resource (no device plugin yet) is left out of the queue. One whose nodes report
+        # it as 0 (a device plugin down past --device-grace) stays at quota 0: a flavor
+        # never leaves its queue while its nodes exist (docs/node-lifecycle.md). A flavor
+        # with no node left at all is one Kueue still reports usage on: it stays listed
+        # with no quota until that is zero (docs/topology.md, "Upgrading a chain built
+        # without TAS").
         return None
     formats = (format_decimal_quantity, format_binary_quantity, format_binary_quantity)
     quotas = []
@@ -403,6 +457,7 @@ def desired_cluster_queue(
     flavor_index: Mapping[str, list[object]] | None = None,
     quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES,
     availability: AvailabilityOf | None = None,
+    host_counting: HostCounting = DEFAULT_HOST_COUNTING,
 ) -> dict[str, Any] | None:
     """The ClusterQueue *name* for the ResourceFlavors targeting it (docs/worker.md).
 
@@ -433,6 +488,12 @@ def desired_cluster_queue(
         resources = (*HOST_RESOURCES, quota_resource(credits_source, mfr, quota_resources))
     borrowing_limit = "0" if profile.sliced else None
     cohort = _annotation(matching[0], COHORT_ANNOTATION)
+    pools_of = None
+    if host_counting is HostCounting.ONCE:
+
+        def pools_of(node: object) -> int:
+            return len(node_profiles(node, manufacturers))
+
     views: dict[str, NodeAvailability] | None = None
     hold = ""
     if availability is not None:
@@ -453,6 +514,7 @@ def desired_cluster_queue(
                 borrowing_limit,
                 profile.akey,
                 views,
+                pools_of,
             )
         )
         is not None
@@ -526,6 +588,34 @@ def quota_below_usage(want: Mapping[str, Any], have: Mapping[str, Any] | None) -
     ]
 
 
+def _device_quotas(queue: Mapping[str, Any] | None) -> dict[str, Fraction]:
+    """Flavor -> nominal quota of the device resource (the covered one that is not a host
+    resource) of a ClusterQueue."""
+    found: dict[str, Fraction] = {}
+    spec = queue.get("spec") if isinstance(queue, Mapping) else None
+    for group in (spec.get("resourceGroups") if isinstance(spec, Mapping) else None) or ():
+        for flavor in group.get("flavors") or ():
+            for resource in flavor.get("resources") or ():
+                if resource.get("name") in HOST_RESOURCES:
+                    continue
+                amount = parse_quantity(resource.get("nominalQuota"))
+                if amount is not None:
+                    found[str(flavor.get("name"))] = amount
+    return found
+
+
+def devices_gone(want: Mapping[str, Any], have: Mapping[str, Any] | None) -> list[str]:
+    """The flavors *want* lists at device quota 0 that *have* did not (its nodes report
+    the resource as 0: docs/node-lifecycle.md, "Devices: identity from what is installed,
+    quota from what is healthy"), to be said once."""
+    before = _device_quotas(have)
+    return sorted(
+        flavor
+        for flavor, amount in _device_quotas(want).items()
+        if amount == 0 and before.get(flavor) != 0
+    )
+
+
 def withheld_by_queue(
     nodes: Iterable[object],
     manufacturers: Mapping[str, Manufacturer],
@@ -573,6 +663,7 @@ def desired_cluster_queues(
     version: KueueVersion = KueueVersion.V1BETA2,
     quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES,
     availability: AvailabilityOf | None = None,
+    host_counting: HostCounting = DEFAULT_HOST_COUNTING,
 ) -> dict[str, dict[str, Any]]:
     """Every ClusterQueue the *flavors* target, by name (sorted)."""
     node_list = list(nodes)
@@ -595,6 +686,7 @@ def desired_cluster_queues(
             flavor_index=index,
             quota_resources=quota_resources,
             availability=availability,
+            host_counting=host_counting,
         )
         if queue is not None:
             result[name] = queue

@@ -173,3 +173,27 @@ def test_the_documented_team_demo(capsys: pytest.CaptureFixture[str]) -> None:
     assert "in serving" in lines[3] and "nvidia.com/gpu=2" in lines[3]
     assert lines[4].startswith(f"admitted to ClusterQueue {H100_POOL}-serving, flavor ")
     assert lines[5].startswith("demo-borrow  then preempted (InCohortReclamation): Preempted to")
+
+
+async def test_teams_on_off_on_keeps_every_pool_queue() -> None:
+    """Teams declared, removed and declared again: the pools' team queues come back, as
+    ``plan`` shows them (once, the second declaration found the team queues' first creation
+    remembered, created none and deleted the pools' own queues for good)."""
+    plain = _policy(with_teams=False)
+    teams = _policy(with_teams=True)
+    config = fast_config(policy=plain)
+    async with SimCluster(example_nodes(), NAMESPACES, worker_config=config) as cluster:
+        await cluster.converge(TIMEOUT)
+        store = cluster.sim.store
+        for round_ in range(2):
+            store.create(_configmap(DECLARATION))
+            cluster.policy = teams
+            await cluster.converge(TIMEOUT)
+            assert set(_team_queues(cluster, H100_POOL)) == {
+                f"{H100_POOL}-research",
+                f"{H100_POOL}-serving",
+            }, round_
+            store.delete("v1", "ConfigMap", TEAMS_CONFIGMAP, SYSTEM)
+            cluster.policy = plain
+            await cluster.converge(TIMEOUT)
+            assert not _team_queues(cluster, H100_POOL)

@@ -257,3 +257,59 @@ async def test_a_mig_change_keeps_the_last_good_device_facts() -> None:
         assert kept is not None and kept["spec"] == feature["spec"]
         await life.advance(TIMERS.maintenance_grace + 1)
         assert life.flavors() == flavors and life.gpus() == 8
+
+
+def _events(life: Lifecycle, reason: str) -> list[dict[str, Any]]:
+    return [
+        e
+        for ns in ("default", "gpustack-system")
+        for e in life.cluster.sim.store.list("v1", "Event", ns)
+        if e.get("reason") == reason
+    ]
+
+
+async def test_a_device_plugin_down_past_its_grace_keeps_the_flavor_at_quota_0() -> None:
+    """docs/node-lifecycle.md: a flavor never leaves its queue while its nodes exist. Every
+    node's device plugin down past ``--device-grace`` (kubelet then reports the resource as
+    0 in capacity too) leaves the flavor listed with quota 0 and a Warning Event saying why;
+    once, the queue's resource groups became ``[]`` without a word."""
+    async with lifecycle_cluster(pool) as life:
+        flavors = life.flavors()
+        for name in ("gpu-a", "gpu-b"):
+            life.edit(name, lambda n: allocatable("0")(n, life.clock.now))
+
+        def both_short() -> bool:
+            verdicts = [life.tracker.verdict(n) for n in ("gpu-a", "gpu-b")]
+            return all(v is not None and v.reason == "devices-short" for v in verdicts)
+
+        await life.settled(both_short)
+        assert life.gpus() == 4, "within the grace: counted at capacity"
+        await life.advance(DEVICE + 1)
+        for name in ("gpu-a", "gpu-b"):
+            life.edit(name, lambda n: n["status"]["capacity"].update({GPU: "0"}))
+        await life.advance(1)
+        assert life.flavors() == flavors, "the flavor stays in its queue"
+        assert life.gpus() == 0
+        await life.settled(lambda: bool(_events(life, "NoDevicesAdvertised")))
+        message = _events(life, "NoDevicesAdvertised")[0]["message"]
+        assert flavors[0] in message and "device plugin" in message, message
+        for name in ("gpu-a", "gpu-b"):
+            life.edit(name, lambda n: allocatable("2")(n, life.clock.now))
+            life.edit(name, lambda n: n["status"]["capacity"].update({GPU: "2"}))
+        await life.settled(lambda: life.gpus() == 4)
+        assert life.flavors() == flavors
+
+
+async def test_the_worker_publishes_its_timers_for_queues() -> None:
+    """docs/node-lifecycle.md, "Timers": the ConfigMap ``queues`` reads them from."""
+    from gpustack_operator.domain.workertimers import TIMERS_CONFIGMAP, timers_from_configmap
+
+    async with lifecycle_cluster(pool) as life:
+
+        def published() -> bool:
+            found = life.cluster.sim.store.get(
+                "v1", "ConfigMap", TIMERS_CONFIGMAP, "gpustack-system"
+            )
+            return timers_from_configmap(found) == TIMERS
+
+        await life.settled(published)

@@ -185,3 +185,61 @@ async def test_a_shrink_below_usage_is_said_in_an_event_and_a_counter() -> None:
 
         await life.settled(said)
         assert admitted(life, "big") is True and evicted(life) == []
+
+
+def label_removed(n: dict[str, Any]) -> None:
+    """The upgrade's label goes first, the node still cordoned (its device plugin back)."""
+    n["metadata"]["labels"].pop(UPGRADE, None)
+    n["status"]["allocatable"][GPU] = "2"
+
+
+def uncordoned(n: dict[str, Any]) -> None:
+    n["spec"].pop("unschedulable", None)
+
+
+@pytest.mark.parametrize("label_first", [True, False], ids=["label-first", "uncordon-first"])
+async def test_maintenance_ended_in_either_order_keeps_the_hold_until_the_quota_is_back(
+    label_first: bool,
+) -> None:
+    """docs/node-lifecycle.md, "Whole-pool Hold": whichever goes first, the upgrade's label
+    or the cordon, the pool stays held with its quota until its nodes count again, so the
+    quota never drops below what is admitted (once, label-first lifted the Hold and left
+    the pool at quota 0 for the whole join window with work running above it)."""
+    async with lifecycle_cluster(pool) as life:
+        queue = local_queue(life)
+        life.cluster.sim.store.create(
+            {
+                **job("running", queue, 2),
+                "metadata": {
+                    "name": "running",
+                    "namespace": "default",
+                    "labels": {"kueue.x-k8s.io/queue-name": queue},
+                },
+            }
+        )
+        await life.settled(lambda: admitted(life, "running") is True)
+        for name in ("gpu-a", "gpu-b"):
+            life.edit(name, lambda n: upgrading(n))
+
+        def both_upgrading() -> bool:  # each node's signal seen at this very clock
+            verdicts = [life.tracker.verdict(n) for n in ("gpu-a", "gpu-b")]
+            return all(v is not None and v.reason == "driver-upgrade" for v in verdicts)
+
+        await life.settled(both_upgrading)
+        await life.advance(TIMERS.maintenance_grace + 1)
+        assert life.device_queue()["spec"]["stopPolicy"] == "Hold"
+
+        steps = (label_removed, uncordoned) if label_first else (uncordoned, label_removed)
+        for step in steps:
+            for name in ("gpu-a", "gpu-b"):
+                life.edit(name, step)
+            await life.settled()
+            assert life.device_queue()["spec"].get("stopPolicy") == "Hold", step.__name__
+            assert life.gpus() == 4, step.__name__
+            await life.advance(TIMERS.join_window / 2)
+            assert life.device_queue()["spec"].get("stopPolicy") == "Hold", step.__name__
+            assert life.gpus() == 4, step.__name__
+        await life.advance(TIMERS.join_window + 1)
+        assert life.device_queue()["spec"].get("stopPolicy") in (None, "None")
+        assert life.gpus() == 4
+        assert admitted(life, "running") is True and evicted(life) == []

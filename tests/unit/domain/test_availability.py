@@ -154,6 +154,23 @@ def test_planned_maintenance_counts_installed_devices_for_the_longer_grace() -> 
     assert back.reason == "joining" and back.severity is Severity.PLANNED
 
 
+def test_a_cordon_left_when_maintenance_ends_label_first_is_still_planned() -> None:
+    """The upgrade label removed before the uncordon: the node stays withheld for planned
+    maintenance, so a whole pool stays held with its quota (docs/node-lifecycle.md)."""
+    n = labelled("nvidia.com/gpu-driver-upgrade-state", "drain-required")
+    n["spec"]["unschedulable"] = True
+    clock = Clocked()
+    clock.look(node(), NOW)
+    clock.look(n, NOW + 1)
+    assert clock.look(n, NOW + 1002).severity is Severity.PLANNED
+    left = clock.look(cordoned(), NOW + 1003)
+    assert left.withheld and left.reason == "cordoned" and left.severity is Severity.PLANNED
+    assert "end of planned maintenance" in left.message
+    back = clock.look(node(), NOW + 1004)
+    assert back.reason == "joining" and back.severity is Severity.PLANNED
+    assert clock.look(node(), NOW + 1004 + 51).counted
+
+
 def test_upgrade_required_and_done_are_no_signal() -> None:
     for value in ("upgrade-required", "upgrade-done", ""):
         assert node_availability(

@@ -116,6 +116,17 @@ def test_device_without_allocatable() -> None:
     assert len(result.flavors) == 2
 
 
+def test_device_allocatable_present_as_zero_is_said_so() -> None:
+    """A device plugin gone past its grace leaves the resource at 0, not missing: the reason
+    says what the node reports (once it said the key was missing)."""
+    node = make_node(**HOST, labels=t4(2), allocatable={"nvidia.com/gpu": "0"})
+    result = explain(node)
+    assert [r.code for r in result.reasons] == ["device-allocatable-zero"]
+    message = result.reasons[0].message
+    assert "status.allocatable[nvidia.com/gpu] is 0" in message
+    assert "has no" not in message and "stays in its queue" in message
+
+
 @pytest.mark.parametrize(
     ("capacity", "words"),
     [
@@ -169,3 +180,20 @@ def test_pools_in_their_own_resource_hold_nothing_back(dump: str) -> None:
     state = plan_state(nodes, ["default"], ChainPolicy(manufacturers=MFRS), resource_slices=slices)
     assert state.explanations
     assert all(e.flavors and e.reasons == () for e in state.explanations)
+
+
+def test_host_counted_once_shows_the_split() -> None:
+    """docs/worker.md, "CPU and memory: counted in every pool, or once": plan --explain
+    says what each of a node's pools counts of its CPU and memory."""
+    from dataclasses import replace
+
+    from gpustack_operator.domain.queues import HostCounting
+
+    node = make_node(**HOST, labels=t4(2), allocatable={"nvidia.com/gpu": "2"})
+    policy = replace(ChainPolicy(manufacturers=MFRS), host_counting=HostCounting.ONCE)
+    (explanation,) = plan_state([node], ["default"], policy).explanations
+    (reason,) = explanation.reasons
+    assert reason.code == "host-counted-once"
+    assert "divided evenly among its 2 pools" in reason.message
+    assert reason.message.count("cpu=8 ") == 2, reason.message
+    assert codes(node) == [], "every-pool (the default) says nothing"
