@@ -37,6 +37,7 @@ from gpustack_operator.domain.declaredpools import (
     DECLARED_POOLS_CONFIGMAP,
     POOL_LABEL,
     DeclaredPool,
+    PoolRejection,
     PoolResult,
     declarations_in_configmap,
     pools_from_objects,
@@ -275,11 +276,11 @@ class DeclaredPoolReconciler:
             log.warning(PROVISIONING_NOT_SERVED)  # once per process
             self._said_provisioning = True
         self._take(results)
-        self._report(results)
         nodes = [
             n for p in self.registry.sound for n in caches.nodes.indexer.by_index(BY_POOL, p.key)
         ]
         chain = declared_pool_chain(results, nodes, caches.kueue.version, self.settings)
+        self._report(results, chain.warnings)
         recheck = self._leave_out_inactive_checks(chain.admission_checks, chain.cluster_queues)
         kueue = caches.kueue
         wanted: list[tuple[Resource, Informer | None, dict[str, dict[str, Any]]]] = [
@@ -367,16 +368,21 @@ class DeclaredPoolReconciler:
         facts = self.caches.facts
         return {name for n in nodes for name in facts.names(n, part)}
 
-    def _report(self, results: Sequence[PoolResult]) -> None:
-        """One warning per rejected pool, again only when the set of reasons changes."""
-        reasons = tuple(
-            sorted(f"{r.key}: {r.reason}" for r in results if not isinstance(r, DeclaredPool))
+    def _report(self, results: Sequence[PoolResult], warnings: Sequence[PoolRejection]) -> None:
+        """One warning per rejected pool and per pool that lacks something it asked for
+        (docs/autoscaling.md), again only when the set of reasons changes."""
+        rejected = sorted(
+            f"{r.key}: {r.reason}" for r in results if not isinstance(r, DeclaredPool)
         )
+        lacking = sorted(f"{r.key}: {r.reason}" for r in warnings)
+        reasons = (*rejected, *("+" + w for w in lacking))
         if reasons == self._reported:
             return
         self._reported = reasons
-        for reason in reasons:
+        for reason in rejected:
             log.warning("declared pool gets no queue", reason=reason)
+        for reason in lacking:
+            log.warning("declared pool gets no provisioning check", reason=reason)
 
 
 async def add_pool_controller(
