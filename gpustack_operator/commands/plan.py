@@ -28,13 +28,18 @@ from gpustack_operator.commands.policy_flags import (
     kueue_version,
     policy_from_args,
 )
-from gpustack_operator.domain.declaredpools import is_pool_object
+from gpustack_operator.domain.declaredpools import (
+    DECLARED_POOLS_CONFIGMAP,
+    declarations_in_configmap,
+    is_pool_object,
+)
 from gpustack_operator.domain.devicesources.dra import KIND as DRA_KIND
 from gpustack_operator.domain.nodeview import (
     has_status,
     name_of,
 )
 from gpustack_operator.domain.plan import plan_state
+from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.topology import explain_topology
 from gpustack_operator.domain.validation import is_valid_dns_subdomain
 from gpustack_operator.environment import load_group_id_with_memory
@@ -163,6 +168,25 @@ class ClusterInput:
     slices: list[Mapping[str, Any]] = field(default_factory=list)
     pools: list[Mapping[str, Any]] = field(default_factory=list)
     """Karpenter NodePools and Cluster API node groups (docs/autoscaling.md)."""
+    configmaps: list[Mapping[str, Any]] = field(default_factory=list)
+    """ConfigMaps: the pool declarations' (``gpustack-declared-pools``) is read."""
+
+    def with_declarations(self, policy: ChainPolicy) -> ChainPolicy:
+        """*policy* with the pools of the dump's declarations ConfigMap in its namespace
+        added, as the worker reads them (docs/autoscaling.md, "Pools declared by a
+        person"); a document that cannot be read is :class:`PlanInputError`."""
+        found = [
+            c
+            for c in self.configmaps
+            if name_of(c) == DECLARED_POOLS_CONFIGMAP
+            and (c.get("metadata") or {}).get("namespace") == policy.system_namespace
+        ]
+        if not found:
+            return policy
+        pools, problem = declarations_in_configmap(found[0], policy.manufacturers_by_resource)
+        if problem:
+            raise PlanInputError(problem)
+        return replace(policy, declared_pools=(*policy.declared_pools, *pools))
 
 
 def parse_cluster_input(text: str, source: str) -> ClusterInput:
@@ -179,6 +203,7 @@ def parse_cluster_input(text: str, source: str) -> ClusterInput:
     namespaces: list[Mapping[str, Any]] = []
     slices: list[Mapping[str, Any]] = []
     pools: list[Mapping[str, Any]] = []
+    configmaps: list[Mapping[str, Any]] = []
     for d, document in enumerate(documents):
         for obj in _objects_of(document, f"{source}: document {d + 1}"):
             kind = obj.get("kind")
@@ -190,6 +215,9 @@ def parse_cluster_input(text: str, source: str) -> ClusterInput:
                 continue
             if is_pool_object(obj):
                 pools.append(obj)
+                continue
+            if kind == "ConfigMap" and obj.get("apiVersion") == "v1":
+                configmaps.append(obj)
                 continue
             if kind != "Node":
                 label = f"kind {kind}" if isinstance(kind, str) else "an object without kind"
@@ -216,7 +244,7 @@ def parse_cluster_input(text: str, source: str) -> ClusterInput:
             raise PlanInputError(
                 f"{source}: Node {name} has no status (plan needs status.capacity)"
             )
-    return ClusterInput(nodes, namespaces, slices, pools)
+    return ClusterInput(nodes, namespaces, slices, pools, configmaps)
 
 
 def read_nodes_file(path: Path) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
@@ -285,6 +313,7 @@ def run(args: argparse.Namespace) -> int:
             if args.kubeconfig or args.context:
                 raise PlanInputError("give either --nodes or --kubeconfig/--context, not both")
             dump = read_cluster_input(args.nodes)
+            policy = dump.with_declarations(policy)
             nodes, found, slices, pool_objects = (
                 dump.nodes,
                 dump.namespaces,

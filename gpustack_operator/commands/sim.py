@@ -291,7 +291,7 @@ def build_cluster(args: argparse.Namespace, crds: list[dict[str, Any]]) -> SimCl
         namespaces: list[str | Mapping[str, Any]] = list(comma_list(args.namespaces))
     else:
         namespaces = list(found) or list(PLAN_DEFAULT_NAMESPACES)
-    policy = policy_from_args(args)
+    policy = dump.with_declarations(policy_from_args(args))
     with_memory = load_group_id_with_memory()
     # The same checks plan makes (invalid sim.gpustack.ai/devices annotations, names, ...).
     plan_state(
@@ -313,6 +313,7 @@ def build_cluster(args: argparse.Namespace, crds: list[dict[str, Any]]) -> SimCl
         with_memory=with_memory,
         resource_slices=slices,
         pool_objects=pools,
+        extra_objects=dump.configmaps,
         provision_delay=args.provision_delay,
         consolidation_delay=args.consolidation_delay,
         host=args.bind_address,
