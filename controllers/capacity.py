@@ -139,9 +139,13 @@ class CapacityReconciler:
             return
         if have is not None and in_planned_maintenance(node):
             # The device plugin is paused and device labels may be stale or gone: keep the
-            # labels published before it, so no flavor is renamed (docs/node-lifecycle.md,
-            # "Devices: identity from what is installed, quota from what is healthy").
-            return
+            # labels published before it, so no flavor is renamed, and add only those not
+            # published yet (a view whose device labels came after the node's first
+            # NodeFeature), as plan computes them (docs/node-lifecycle.md, "Devices:
+            # identity from what is installed, quota from what is healthy").
+            want = kept_during_maintenance(want, have)
+            if is_up_to_date(have, want):
+                return
         await self._apply(want, have)
 
     async def _apply(self, want: dict[str, Any], have: Mapping[str, Any] | None) -> None:
@@ -163,6 +167,14 @@ class CapacityReconciler:
             if self.taken is not None:
                 self.taken.mark(name_of(node))  # the retry compares again
             raise
+
+
+def kept_during_maintenance(want: dict[str, Any], have: Mapping[str, Any]) -> dict[str, Any]:
+    """*want* with every label *have* publishes kept as published; labels *have* lacks are
+    added."""
+    published = (have.get("spec") or {}).get("labels") or {}
+    labels = {**want["spec"].get("labels", {}), **published}
+    return {**want, "spec": {**want["spec"], "labels": labels}}
 
 
 def setup_capacity(
