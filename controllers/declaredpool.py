@@ -165,20 +165,30 @@ class PoolSources:
     """The ConfigMap a person declares pools in (``DECLARED_POOLS_CONFIGMAP``)."""
 
 
+async def served_pool_kinds(client: Client) -> list[Resource]:
+    """The pool kinds the cluster serves now: NodePools, and MachineDeployments and
+    MachinePools of the first Cluster API version served (v1beta2, else v1beta1)."""
+    kinds = [NODEPOOLS] if await _serves(client, NODEPOOLS) else []
+    served = await _served_versions(client, CAPI_GROUP)
+    version = next((v for v in CAPI_VERSIONS if v in served), None)
+    if version is not None:
+        kinds.extend([r for r in capi_resources(version) if await _serves(client, r)])
+    return kinds
+
+
+def all_pool_kinds() -> list[Resource]:
+    """Every pool kind the worker can read, at every version."""
+    return [NODEPOOLS, *(r for v in CAPI_VERSIONS for r in capi_resources(v))]
+
+
 async def discover_pool_sources(
     client: Client, informer_of: Callable[[Resource], Informer], policy: ChainPolicy, kueue: str
 ) -> PoolSources:
     """Which pool objects the cluster serves (informers for those), and whether
     ProvisioningRequests are available (the policy's ``on``/``off`` wins over ``auto``)."""
     sources = PoolSources()
-    if await _serves(client, NODEPOOLS):
-        sources.informers.append(informer_of(NODEPOOLS))
-    served = await _served_versions(client, CAPI_GROUP)
-    version = next((v for v in CAPI_VERSIONS if v in served), None)
-    if version is not None:
-        for resource in capi_resources(version):
-            if await _serves(client, resource):
-                sources.informers.append(informer_of(resource))
+    for resource in await served_pool_kinds(client):
+        sources.informers.append(informer_of(resource))
     wanted = policy.provisioning.served
     if wanted is None:
         _, config = provisioning_resources(kueue)
@@ -238,10 +248,33 @@ class DeclaredPoolReconciler:
         kueue = caches.kueue
         self.check, self.config = provisioning_resources(kueue.version.value)
         self.pool_informers: dict[str, Informer] = {}
+        self.controller: Controller | None = None
+        """Its own controller, once built (the deferred watches of later pool kinds)."""
         self._reported: tuple[str, ...] = ()
         self._said_provisioning = False
         self._configmap_problem = ""
         self._said_inactive: set[str] = set()
+
+    def missing_kinds(self) -> bool:
+        """Whether a pool kind may still be installed (no NodePools, or no Cluster API kind
+        watched yet)."""
+        kinds = {(i.resource.group, i.resource.kind) for i in self.sources.informers}
+        return not {(r.group, r.kind) for r in all_pool_kinds()} <= kinds
+
+    async def rediscover(self, client: Client) -> None:
+        """Watch the pool kinds the cluster serves now and did not before (a NodePool CRD
+        installed after the worker started), and look at the pools again
+        (docs/autoscaling.md, "In the worker")."""
+        watched = {(i.resource.group, i.resource.kind) for i in self.sources.informers}
+        for resource in await served_pool_kinds(client):
+            if (resource.group, resource.kind) in watched or self.controller is None:
+                continue
+            source = self.controller.start_deferred_watch(resource)
+            if isinstance(source, Informer):
+                self.sources.informers.append(source)
+            watched.add((resource.group, resource.kind))
+            log.info("a pool kind is served now; its pools are read", kind=resource.kind)
+            self.controller.queue.add(KEY)
 
     def _declared(self) -> list[PoolResult]:
         """The pools of the declarations ConfigMap; a document that cannot be read is
@@ -396,8 +429,8 @@ async def add_pool_controller(
 ) -> Controller:
     """Discover the pool sources and add the declared-pool controller to *manager*;
     *queue_controllers* are the flavor, cohort and ClusterQueue controllers it nudges.
-    The pool objects' kinds are discovered once: a NodePool CRD installed later needs a
-    restart of the worker."""
+    Kinds served later are watched once :meth:`DeclaredPoolReconciler.rediscover` finds
+    them."""
     sources = await discover_pool_sources(
         manager.client, manager.informer, policy, caches.kueue.version.value
     )
@@ -470,6 +503,10 @@ def build_declared_pool_controller(
         built = built.watches(reconciler.check, ours).watches(reconciler.config, ours)
     for informer in sources.informers:
         built = built.watches(informer.resource, always)
+    watched = {i.resource for i in sources.informers}
+    for resource in all_pool_kinds():  # served later: Worker.watch_pool_kinds
+        if resource not in watched:
+            built = built.watches(resource, always, deferred=True)
     if sources.declarations is not None:
         built = built.watches(
             CONFIGMAPS,
@@ -478,4 +515,6 @@ def build_declared_pool_controller(
             field_selector=sources.declarations.field_selector,
         )
     built = built.watches(NODES, pool_node, NodeChanged(caches.facts))
-    return built.with_options(max_concurrent_reconciles=1).complete(reconciler)
+    controller = built.with_options(max_concurrent_reconciles=1).complete(reconciler)
+    reconciler.controller = controller
+    return controller

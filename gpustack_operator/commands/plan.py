@@ -274,17 +274,32 @@ def read_cluster_input(path: Path) -> ClusterInput:
 
 
 async def read_cluster(
-    kubeconfig: str | None, context: str | None
-) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
-    """Nodes and Namespaces of a live cluster, with GET requests only (paged LISTs)."""
+    kubeconfig: str | None, context: str | None, system_namespace: str
+) -> ClusterInput:
+    """Nodes, Namespaces, the pool objects the cluster serves and the declarations
+    ConfigMap of a live cluster, as the worker reads them (docs/autoscaling.md, "In the
+    worker"), with GET requests only (paged LISTs)."""
     # Imported here: the runtime client pulls in kr8s, which --nodes FILE never needs.
+    from gpustack_operator.controllers.declaredpool import served_pool_kinds
     from gpustack_operator.kubeconfig import connect
-    from gpustack_operator.runtime.resources import NAMESPACES, NODES
+    from gpustack_operator.runtime.errors import NotFound
+    from gpustack_operator.runtime.resources import CONFIGMAPS, NAMESPACES, NODES
 
     async with await connect(kubeconfig, context) as client:
         nodes = (await client.list_all(NODES)).items
         namespaces = (await client.list_all(NAMESPACES)).items
-    return list(nodes), list(namespaces)
+        pools: list[Mapping[str, Any]] = []
+        for kind in await served_pool_kinds(client):
+            listed = (await client.list_all(kind)).items
+            pools.extend({**o, "apiVersion": kind.api_version, "kind": kind.kind} for o in listed)
+        configmaps: list[Mapping[str, Any]] = []
+        try:
+            found = await client.get(CONFIGMAPS, DECLARED_POOLS_CONFIGMAP, system_namespace)
+        except NotFound:
+            pass
+        else:
+            configmaps.append({**found, "apiVersion": "v1", "kind": "ConfigMap"})
+    return ClusterInput(list(nodes), list(namespaces), [], pools, configmaps)
 
 
 # --- Command ---------------------------------------------------------------------------------
@@ -323,7 +338,9 @@ def run(args: argparse.Namespace) -> int:
             live = False
         elif args.kubeconfig or args.context:
             try:
-                nodes, found = asyncio.run(read_cluster(args.kubeconfig, args.context))
+                live_dump = asyncio.run(
+                    read_cluster(args.kubeconfig, args.context, policy.system_namespace)
+                )
             except KubeconfigError as exc:  # one line naming the file and the fix
                 raise PlanInputError(str(exc)) from None
             except Exception as exc:
@@ -331,11 +348,13 @@ def run(args: argparse.Namespace) -> int:
                     f"cannot read the cluster ({args.kubeconfig or 'default kubeconfig'}): "
                     f"{type(exc).__name__}: {exc}".splitlines()[0]
                 ) from None
+            nodes, found = live_dump.nodes, live_dump.namespaces
             for node in nodes:
                 if not has_status(node):
                     raise PlanInputError(f"cluster: Node {name_of(node)} has no status")
+            policy = live_dump.with_declarations(policy)
             slices = []
-            pool_objects = []
+            pool_objects = live_dump.pools
             live = True
         else:
             raise PlanInputError("give --nodes FILE, or --kubeconfig FILE to read a cluster")
