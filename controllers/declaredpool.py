@@ -34,6 +34,7 @@ from gpustack_operator.controllers.flavor import NAME as FLAVOR
 from gpustack_operator.controllers.nodefacts import Part
 from gpustack_operator.domain.comparison import Compare, ObjectComparison
 from gpustack_operator.domain.declaredpools import (
+    CAPI_INFRASTRUCTURE_GROUP,
     DECLARED_POOLS_CONFIGMAP,
     POOL_LABEL,
     DeclaredPool,
@@ -52,7 +53,13 @@ from gpustack_operator.domain.poolchain import (
 )
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.clock import WALL_CLOCK, Clock
-from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request, Result
+from gpustack_operator.runtime.controller import (
+    Controller,
+    ControllerBuilder,
+    Request,
+    Result,
+    enqueue_mapped,
+)
 from gpustack_operator.runtime.errors import ApiError
 from gpustack_operator.runtime.informer import Informer
 from gpustack_operator.runtime.manager import Manager
@@ -72,6 +79,9 @@ RESERVED_REQUEUE: Final = 15.0
 NODEPOOLS: Final = Resource("karpenter.sh", "v1", "NodePool", "nodepools", namespaced=False)
 CAPI_GROUP: Final = "cluster.x-k8s.io"
 CAPI_VERSIONS: Final = ("v1beta2", "v1beta1")
+INFRASTRUCTURE_KIND_SUFFIXES: Final = ("MachineTemplate", "MachinePool")
+"""What a node group's ``infrastructureRef`` names (``DockerMachineTemplate``,
+``AWSMachinePool``)."""
 PROVISIONING_GROUP: Final = "autoscaling.x-k8s.io"
 
 PROVISIONING_NOT_SERVED: Final = (
@@ -166,13 +176,23 @@ class PoolSources:
 
 
 async def served_pool_kinds(client: Client) -> list[Resource]:
-    """The pool kinds the cluster serves now: NodePools, and MachineDeployments and
-    MachinePools of the first Cluster API version served (v1beta2, else v1beta1)."""
+    """The pool kinds the cluster serves now: NodePools; MachineDeployments and
+    MachinePools of the first Cluster API version served (v1beta2, else v1beta1); and the
+    infrastructure providers' machine templates and machine pools (their ``status.capacity``
+    sizes a node group, docs/autoscaling.md)."""
     kinds = [NODEPOOLS] if await _serves(client, NODEPOOLS) else []
     served = await _served_versions(client, CAPI_GROUP)
     version = next((v for v in CAPI_VERSIONS if v in served), None)
     if version is not None:
         kinds.extend([r for r in capi_resources(version) if await _serves(client, r)])
+        infra = await _served_versions(client, CAPI_INFRASTRUCTURE_GROUP)
+        if infra:
+            try:
+                found = await client.served_kinds(CAPI_INFRASTRUCTURE_GROUP, infra[0])
+            except ApiError as exc:
+                log.warning("cannot discover Cluster API's infrastructure kinds", error=str(exc))
+                found = []
+            kinds.extend(r for r in found if r.kind.endswith(INFRASTRUCTURE_KIND_SUFFIXES))
     return kinds
 
 
@@ -234,6 +254,7 @@ class DeclaredPoolReconciler:
         sources: PoolSources,
         enqueue: Callable[[str, Iterable[str]], None],
         clock: Clock = WALL_CLOCK,
+        informer_of: Callable[[Resource], Informer] | None = None,
     ) -> None:
         self.caches = caches
         self.clock = clock
@@ -249,7 +270,9 @@ class DeclaredPoolReconciler:
         self.check, self.config = provisioning_resources(kueue.version.value)
         self.pool_informers: dict[str, Informer] = {}
         self.controller: Controller | None = None
-        """Its own controller, once built (the deferred watches of later pool kinds)."""
+        """Its own controller, once built (it watches pool kinds served later)."""
+        self.informer_of = informer_of
+        """The manager's informers (for pool kinds served later)."""
         self._reported: tuple[str, ...] = ()
         self._said_provisioning = False
         self._configmap_problem = ""
@@ -267,11 +290,13 @@ class DeclaredPoolReconciler:
         (docs/autoscaling.md, "In the worker")."""
         watched = {(i.resource.group, i.resource.kind) for i in self.sources.informers}
         for resource in await served_pool_kinds(client):
-            if (resource.group, resource.kind) in watched or self.controller is None:
+            if (resource.group, resource.kind) in watched:
                 continue
-            source = self.controller.start_deferred_watch(resource)
-            if isinstance(source, Informer):
-                self.sources.informers.append(source)
+            if self.controller is None or self.informer_of is None:
+                return
+            source = self.informer_of(resource)
+            self.controller.watch(source, enqueue_mapped(lambda _: [KEY]))
+            self.sources.informers.append(source)
             watched.add((resource.group, resource.kind))
             log.info("a pool kind is served now; its pools are read", kind=resource.kind)
             self.controller.queue.add(KEY)
@@ -482,7 +507,7 @@ def build_declared_pool_controller(
     """The declared-pool controller: pool objects, the nodes pools select, and the pool's own
     Kueue objects all map to :data:`KEY`."""
     reconciler = DeclaredPoolReconciler(
-        caches, writer, policy, registry, sources, enqueue, clock=clock
+        caches, writer, policy, registry, sources, enqueue, clock=clock, informer_of=informer_of
     )
 
     def always(_: dict[str, Any]) -> list[str]:
@@ -503,10 +528,6 @@ def build_declared_pool_controller(
         built = built.watches(reconciler.check, ours).watches(reconciler.config, ours)
     for informer in sources.informers:
         built = built.watches(informer.resource, always)
-    watched = {i.resource for i in sources.informers}
-    for resource in all_pool_kinds():  # served later: Worker.watch_pool_kinds
-        if resource not in watched:
-            built = built.watches(resource, always, deferred=True)
     if sources.declarations is not None:
         built = built.watches(
             CONFIGMAPS,

@@ -20,7 +20,7 @@ import importlib.util
 import signal
 import sys
 import tempfile
-from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -267,13 +267,16 @@ def with_stand_ins(crds: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [*crds, *(c for c in stand_in_crds() if c["metadata"]["name"] not in given)]
 
 
-def with_pool_stand_ins(crds: list[dict[str, Any]], provisioning: bool) -> list[dict[str, Any]]:
-    """*crds* plus stand-ins of the pool kinds (and with *provisioning* of the
-    ProvisioningRequest kinds) they do not bring (docs/autoscaling.md)."""
-    from gpustack_sim.standins.crds import autoscaling_stand_in_crds
+def with_pool_stand_ins(
+    crds: list[dict[str, Any]], provisioning: bool, pools: Sequence[Mapping[str, Any]] = ()
+) -> list[dict[str, Any]]:
+    """*crds* plus stand-ins of the pool kinds, of the Cluster API infrastructure kinds among
+    *pools* (and with *provisioning* of the ProvisioningRequest kinds) they do not bring
+    (docs/autoscaling.md)."""
+    from gpustack_sim.standins.crds import autoscaling_stand_in_crds, infrastructure_stand_in_crds
 
     given = {crd["metadata"]["name"] for crd in crds if isinstance(crd.get("metadata"), dict)}
-    extra = autoscaling_stand_in_crds(provisioning)
+    extra = [*autoscaling_stand_in_crds(provisioning), *infrastructure_stand_in_crds(pools)]
     return [*crds, *(c for c in extra if c["metadata"]["name"] not in given)]
 
 
@@ -304,7 +307,7 @@ def build_cluster(args: argparse.Namespace, crds: list[dict[str, Any]]) -> SimCl
     )
     served = with_stand_ins(crds)
     if pools or policy.declared_pools:  # docs/autoscaling.md: pool kinds, and the checks' on `on`
-        served = with_pool_stand_ins(served, bool(policy.provisioning.served))
+        served = with_pool_stand_ins(served, bool(policy.provisioning.served), pools)
     return SimCluster(
         nodes,
         namespaces,

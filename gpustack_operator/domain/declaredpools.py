@@ -61,6 +61,9 @@ DECLARED_POOLS_KEY: Final = "pools.yaml"
 namespace, the same document ``--declared-pools FILE`` reads (docs/autoscaling.md)."""
 MAX_OBJECT_NAME: Final = 253
 CAPI_KINDS: Final = ("MachineDeployment", "MachinePool")
+CAPI_INFRASTRUCTURE_GROUP: Final = "infrastructure.cluster.x-k8s.io"
+"""The group of Cluster API's infrastructure objects (``<Provider>MachineTemplate``,
+``<Provider>MachinePool``), whose ``status.capacity`` may size a node group."""
 UNBOUNDED_CPU: Final = 10**9
 UNBOUNDED_MEMORY_GI: Final = 10**9
 """The number a ClusterQueue carries for a host resource the pool does not bound (no
@@ -414,16 +417,42 @@ def _is_propagated(key: str) -> bool:
     )
 
 
+def is_capi_infrastructure(obj: Mapping[str, Any]) -> bool:
+    """An object of Cluster API's infrastructure group (what a node group's
+    ``infrastructureRef`` names)."""
+    return str(obj.get("apiVersion") or "").startswith(CAPI_INFRASTRUCTURE_GROUP + "/")
+
+
+def capi_infrastructure_ref(node_group: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """(namespace, kind, name) of the infrastructure object a node group's machines are
+    made from (``spec.template.spec.infrastructureRef``, in the group's namespace)."""
+    machine = _mapping(_mapping(_mapping(node_group, "spec"), "template"), "spec")
+    ref = _mapping(machine, "infrastructureRef")
+    kind, name = ref.get("kind"), ref.get("name")
+    if not isinstance(kind, str) or not isinstance(name, str) or not kind or not name:
+        return None
+    return str(_mapping(node_group, "metadata").get("namespace") or ""), kind, name
+
+
 def capi_pool(
-    node_group: Mapping[str, Any], manufacturers_by_resource: Mapping[str, str]
+    node_group: Mapping[str, Any],
+    manufacturers_by_resource: Mapping[str, str],
+    infrastructure: Mapping[str, Any] | None = None,
 ) -> PoolResult | None:
     """The pool a Cluster API MachineDeployment or MachinePool declares through the cluster
-    autoscaler's scale-from-zero hints, read as the autoscaler reads them: the annotation's
-    labels over those the machine template propagates; ``None`` without a GPU hint
+    autoscaler's scale-from-zero hints, read as the autoscaler reads them: annotations over
+    the ``status.capacity`` of its *infrastructure* object (its machine template), the
+    annotation's labels over those the machine template propagates; ``None`` without a GPU
     (docs/autoscaling.md, "Where pools are declared")."""
     annotations = annotations_of(node_group)
+    status = _mapping(infrastructure or {}, "status")
+    capacity = {str(k): str(v) for k, v in _mapping(status, "capacity").items()}
     gpu_type = annotations.get(CAPACITY_PREFIX + "gpu-type", "")
     count_text = annotations.get(CAPACITY_PREFIX + "gpu-count")
+    if not gpu_type:
+        gpu_type = next((r for r in sorted(capacity) if r in manufacturers_by_resource), "")
+    if count_text is None:
+        count_text = capacity.get(gpu_type)
     if not gpu_type:
         return None
     name = name_of(node_group)
@@ -457,8 +486,8 @@ def capi_pool(
             "(e.g. node.cluster.x-k8s.io/pool=<name> in the machine template's labels, which "
             "Cluster API propagates to the Node)"
         )
-    cpu = annotations.get(CAPACITY_PREFIX + "cpu")
-    memory = annotations.get(CAPACITY_PREFIX + "memory")
+    cpu = annotations.get(CAPACITY_PREFIX + "cpu", capacity.get("cpu"))
+    memory = annotations.get(CAPACITY_PREFIX + "memory", capacity.get("memory"))
     return DeclaredPool(
         source=PoolSource.CLUSTER_API,
         name=name,
@@ -570,11 +599,14 @@ def is_pool_chain_object(obj: object) -> bool:
 
 
 def is_pool_object(obj: Mapping[str, Any]) -> bool:
-    """A NodePool, MachineDeployment or MachinePool (what :func:`pools_from_objects` reads)."""
+    """A NodePool, MachineDeployment or MachinePool, or a Cluster API infrastructure object
+    (what :func:`pools_from_objects` reads)."""
     api = str(obj.get("apiVersion") or "")
     kind = obj.get("kind")
-    return (kind == "NodePool" and api.startswith("karpenter.sh/")) or (
-        kind in CAPI_KINDS and api.startswith("cluster.x-k8s.io/")
+    return (
+        (kind == "NodePool" and api.startswith("karpenter.sh/"))
+        or (kind in CAPI_KINDS and api.startswith("cluster.x-k8s.io/"))
+        or is_capi_infrastructure(obj)
     )
 
 
@@ -593,6 +625,12 @@ def pools_from_objects(
     key; an object that asks for no accelerator is left out. Of two node groups with one
     name, the one in the later namespace gets a reason instead of a queue."""
     ordered = sorted(objects, key=_object_key)
+    infrastructure = {
+        (namespace, kind, name): o
+        for o in ordered
+        if is_capi_infrastructure(o)
+        for kind, namespace, name in [_object_key(o)]
+    }
     found: dict[str, PoolResult] = {}
     where: dict[str, str] = {}
     for obj in ordered:
@@ -601,7 +639,9 @@ def pools_from_objects(
         if kind == "NodePool":
             result = karpenter_pool(obj)
         elif kind in CAPI_KINDS:
-            result = capi_pool(obj, manufacturers_by_resource)
+            ref = capi_infrastructure_ref(obj)
+            infra = infrastructure.get(ref) if ref is not None else None
+            result = capi_pool(obj, manufacturers_by_resource, infra)
         if result is None:
             continue
         if isinstance(result, DeclaredPool) and len(result.object_name) > MAX_OBJECT_NAME:

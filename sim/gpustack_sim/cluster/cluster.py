@@ -40,6 +40,7 @@ from gpustack_operator.controllers.worker import (
 )
 from gpustack_operator.devicemanager.detection import DetectionConfig
 from gpustack_operator.domain.availability import node_availability
+from gpustack_operator.domain.declaredpools import is_capi_infrastructure
 from gpustack_operator.domain.desired import DesiredState
 from gpustack_operator.domain.explain import explain_nodes
 from gpustack_operator.domain.flavors import is_managed
@@ -339,7 +340,8 @@ class SimCluster:
                 self.sim.store.create(_seedable(obj))
         for obj in self.pool_objects:  # as a dump holds them: server-set metadata, status
             seeded = _seedable(obj)
-            seeded.pop("status", None)
+            if not is_capi_infrastructure(obj):  # an infrastructure object's status sizes it
+                seeded.pop("status", None)
             self.sim.store.create(seeded)
         await stack.enter_async_context(self.sim)
         if self._kubeconfig_path is None:

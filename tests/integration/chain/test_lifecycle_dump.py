@@ -48,6 +48,7 @@ def test_plan_sim_and_the_worker_agree_on_every_lifecycle_state_and_pool_kind() 
     queues = {i["metadata"]["name"]: i for i in planned["items"] if i["kind"] == "ClusterQueue"}
     assert {n for n in queues if n.startswith("pool-")} == {
         "pool-capi-md-a100",
+        "pool-capi-md-h200",
         "pool-capi-md-t4",
         "pool-capi-mp-l4",
         "pool-declared-l4-flex",
@@ -63,6 +64,7 @@ def test_plan_sim_and_the_worker_agree_on_every_lifecycle_state_and_pool_kind() 
 
     assert quota("pool-karpenter-h100", "nvidia.com/gpu") == "8"  # 12 GPUs of 8-GPU nodes
     assert quota("pool-karpenter-a10g-static", "nvidia.com/gpu") == "8"  # 2 replicas x 4
+    assert quota("pool-capi-md-h200", "nvidia.com/gpu") == "16"  # template's capacity: 4 x 4
     features = {i["metadata"]["name"] for i in planned["items"] if i["kind"] == "NodeFeature"}
     assert "deleting-gpustack-worker" not in features
     assert "karpenter-disrupted-gpustack-worker" in features

@@ -208,3 +208,38 @@ def test_a_name_that_loses_its_provisioning_check_says_so() -> None:
     assert "pool-capi-md.a100" in chain.cluster_queues and not chain.admission_checks
     (warning,) = chain.warnings
     assert "no provisioning check" in warning.reason
+
+
+def test_gpus_only_in_the_infrastructure_templates_capacity_are_seen() -> None:
+    """The autoscaler reads the template's status.capacity under the annotations."""
+    group = _machine_deployment(
+        "default",
+        "md-h200",
+        annotations={"capacity.cluster-autoscaler.kubernetes.io/labels": "pool=h200"},
+        spec={
+            "template": {
+                "spec": {
+                    "infrastructureRef": {
+                        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
+                        "kind": "DockerMachineTemplate",
+                        "name": "h200",
+                    }
+                }
+            }
+        },
+    )
+    for key in ("gpu-type", "gpu-count"):
+        del group["metadata"]["annotations"]["capacity.cluster-autoscaler.kubernetes.io/" + key]
+    template = {
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
+        "kind": "DockerMachineTemplate",
+        "metadata": {"name": "h200", "namespace": "default"},
+        "status": {"capacity": {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": "4"}},
+    }
+    assert pools_from_objects([group], [], BY_RESOURCE) == []
+    (pool,) = pools_from_objects([group, template], [], BY_RESOURCE)
+    assert isinstance(pool, DeclaredPool)
+    assert (pool.resource, pool.devices_per_node, pool.max_devices) == ("nvidia.com/gpu", 4, 8)
+    assert _quotas(pool)["cpu"] == "64"
+    elsewhere = {**template, "metadata": {"name": "h200", "namespace": "other"}}
+    assert pools_from_objects([group, elsewhere], [], BY_RESOURCE) == []
