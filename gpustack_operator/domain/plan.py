@@ -61,7 +61,8 @@ def apply_sim_devices(
         value = annotations_of(node).get(SIM_DEVICES_ANNOTATION)
         if value is None or (is_deleting(node) and MANAGED_LABEL not in labels_of(node)):
             # The agent publishes only for a node carrying gpustack.ai/managed, which the
-            # worker gives no node it first sees deleting (docs/node-lifecycle.md, "Deleting").
+            # worker gives no node it first sees deleting (docs/node-lifecycle.md, "Devices:
+            # identity from what is installed, quota from what is healthy").
             result.append(copy.deepcopy(dict(node)))
             continue
         try:
