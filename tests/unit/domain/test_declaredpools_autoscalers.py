@@ -243,3 +243,21 @@ def test_gpus_only_in_the_infrastructure_templates_capacity_are_seen() -> None:
     assert _quotas(pool)["cpu"] == "64"
     elsewhere = {**template, "metadata": {"name": "h200", "namespace": "other"}}
     assert pools_from_objects([group, elsewhere], [], BY_RESOURCE) == []
+
+
+def test_queues_reports_unbounded_not_the_placeholder() -> None:
+    from gpustack_operator.commands.queues import pool_rows
+
+    state = plan_state(
+        [],
+        ["default"],
+        ChainPolicy(manufacturers=default_manufacturers()),
+        pool_objects=[_nodepool(AWS_H100, {"nvidia.com/gpu": "16"})],
+    )
+    (row,) = pool_rows(state.cluster_queues, state.local_queues)
+    assert row["nominalQuota"] == {
+        "cpu": "unbounded",
+        "memory": "unbounded",
+        "nvidia.com/gpu": "16",
+    }
+    assert row["quota"] == "16"
