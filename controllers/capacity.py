@@ -24,7 +24,7 @@ from gpustack_operator.controllers.common import NodeChanged, Writer, is_up_to_d
 from gpustack_operator.controllers.labelrepair import LabelsTaken, repair_request
 from gpustack_operator.controllers.nodefacts import NodeFacts
 from gpustack_operator.domain.availability import in_planned_maintenance
-from gpustack_operator.domain.labels import PART_OF_LABEL, PART_OF_WORKER
+from gpustack_operator.domain.labels import ACCELERATABLE_PREFIX, PART_OF_LABEL, PART_OF_WORKER
 from gpustack_operator.domain.nodefeature import (
     is_worker_label,
     worker_node_feature,
@@ -139,9 +139,13 @@ class CapacityReconciler:
             return
         if have is not None and in_planned_maintenance(node):
             # The device plugin is paused and device labels may be stale or gone: keep the
-            # labels published before it, so no flavor is renamed (docs/node-lifecycle.md,
-            # "Devices: identity from what is installed, quota from what is healthy").
-            return
+            # labels published before it, so no flavor is renamed; a NodeFeature published
+            # before the node had any device view (a node first seen mid-change) gets the
+            # views, as plan computes them (docs/node-lifecycle.md, "Devices: identity from
+            # what is installed, quota from what is healthy").
+            want = kept_during_maintenance(want, have)
+            if is_up_to_date(have, want):
+                return
         await self._apply(want, have)
 
     async def _apply(self, want: dict[str, Any], have: Mapping[str, Any] | None) -> None:
@@ -163,6 +167,15 @@ class CapacityReconciler:
             if self.taken is not None:
                 self.taken.mark(name_of(node))  # the retry compares again
             raise
+
+
+def kept_during_maintenance(want: dict[str, Any], have: Mapping[str, Any]) -> dict[str, Any]:
+    """*have*'s labels while a node is in planned maintenance; only when *have* holds no
+    device view yet, *want*'s views are added to them."""
+    published = dict((have.get("spec") or {}).get("labels") or {})
+    if not any(k.startswith(ACCELERATABLE_PREFIX) for k in published):
+        published = {**want["spec"].get("labels", {}), **published}
+    return {**want, "spec": {**want["spec"], "labels": published}}
 
 
 def setup_capacity(

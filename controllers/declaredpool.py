@@ -34,9 +34,11 @@ from gpustack_operator.controllers.flavor import NAME as FLAVOR
 from gpustack_operator.controllers.nodefacts import Part
 from gpustack_operator.domain.comparison import Compare, ObjectComparison
 from gpustack_operator.domain.declaredpools import (
+    CAPI_INFRASTRUCTURE_GROUP,
     DECLARED_POOLS_CONFIGMAP,
     POOL_LABEL,
     DeclaredPool,
+    PoolRejection,
     PoolResult,
     declarations_in_configmap,
     pools_from_objects,
@@ -51,7 +53,13 @@ from gpustack_operator.domain.poolchain import (
 )
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.clock import WALL_CLOCK, Clock
-from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request, Result
+from gpustack_operator.runtime.controller import (
+    Controller,
+    ControllerBuilder,
+    Request,
+    Result,
+    enqueue_mapped,
+)
 from gpustack_operator.runtime.errors import ApiError
 from gpustack_operator.runtime.informer import Informer
 from gpustack_operator.runtime.manager import Manager
@@ -71,6 +79,9 @@ RESERVED_REQUEUE: Final = 15.0
 NODEPOOLS: Final = Resource("karpenter.sh", "v1", "NodePool", "nodepools", namespaced=False)
 CAPI_GROUP: Final = "cluster.x-k8s.io"
 CAPI_VERSIONS: Final = ("v1beta2", "v1beta1")
+INFRASTRUCTURE_KIND_SUFFIXES: Final = ("MachineTemplate", "MachinePool")
+"""What a node group's ``infrastructureRef`` names (``DockerMachineTemplate``,
+``AWSMachinePool``)."""
 PROVISIONING_GROUP: Final = "autoscaling.x-k8s.io"
 
 PROVISIONING_NOT_SERVED: Final = (
@@ -164,20 +175,40 @@ class PoolSources:
     """The ConfigMap a person declares pools in (``DECLARED_POOLS_CONFIGMAP``)."""
 
 
+async def served_pool_kinds(client: Client) -> list[Resource]:
+    """The pool kinds the cluster serves now: NodePools; MachineDeployments and
+    MachinePools of the first Cluster API version served (v1beta2, else v1beta1); and the
+    infrastructure providers' machine templates and machine pools (their ``status.capacity``
+    sizes a node group, docs/autoscaling.md)."""
+    kinds = [NODEPOOLS] if await _serves(client, NODEPOOLS) else []
+    served = await _served_versions(client, CAPI_GROUP)
+    version = next((v for v in CAPI_VERSIONS if v in served), None)
+    if version is not None:
+        kinds.extend([r for r in capi_resources(version) if await _serves(client, r)])
+        infra = await _served_versions(client, CAPI_INFRASTRUCTURE_GROUP)
+        if infra:
+            try:
+                found = await client.served_kinds(CAPI_INFRASTRUCTURE_GROUP, infra[0])
+            except ApiError as exc:
+                log.warning("cannot discover Cluster API's infrastructure kinds", error=str(exc))
+                found = []
+            kinds.extend(r for r in found if r.kind.endswith(INFRASTRUCTURE_KIND_SUFFIXES))
+    return kinds
+
+
+def all_pool_kinds() -> list[Resource]:
+    """Every pool kind the worker can read, at every version."""
+    return [NODEPOOLS, *(r for v in CAPI_VERSIONS for r in capi_resources(v))]
+
+
 async def discover_pool_sources(
     client: Client, informer_of: Callable[[Resource], Informer], policy: ChainPolicy, kueue: str
 ) -> PoolSources:
     """Which pool objects the cluster serves (informers for those), and whether
     ProvisioningRequests are available (the policy's ``on``/``off`` wins over ``auto``)."""
     sources = PoolSources()
-    if await _serves(client, NODEPOOLS):
-        sources.informers.append(informer_of(NODEPOOLS))
-    served = await _served_versions(client, CAPI_GROUP)
-    version = next((v for v in CAPI_VERSIONS if v in served), None)
-    if version is not None:
-        for resource in capi_resources(version):
-            if await _serves(client, resource):
-                sources.informers.append(informer_of(resource))
+    for resource in await served_pool_kinds(client):
+        sources.informers.append(informer_of(resource))
     wanted = policy.provisioning.served
     if wanted is None:
         _, config = provisioning_resources(kueue)
@@ -223,6 +254,7 @@ class DeclaredPoolReconciler:
         sources: PoolSources,
         enqueue: Callable[[str, Iterable[str]], None],
         clock: Clock = WALL_CLOCK,
+        informer_of: Callable[[Resource], Informer] | None = None,
     ) -> None:
         self.caches = caches
         self.clock = clock
@@ -237,10 +269,37 @@ class DeclaredPoolReconciler:
         kueue = caches.kueue
         self.check, self.config = provisioning_resources(kueue.version.value)
         self.pool_informers: dict[str, Informer] = {}
+        self.controller: Controller | None = None
+        """Its own controller, once built (it watches pool kinds served later)."""
+        self.informer_of = informer_of
+        """The manager's informers (for pool kinds served later)."""
         self._reported: tuple[str, ...] = ()
         self._said_provisioning = False
         self._configmap_problem = ""
         self._said_inactive: set[str] = set()
+
+    def missing_kinds(self) -> bool:
+        """Whether a pool kind may still be installed (no NodePools, or no Cluster API kind
+        watched yet)."""
+        kinds = {(i.resource.group, i.resource.kind) for i in self.sources.informers}
+        return not {(r.group, r.kind) for r in all_pool_kinds()} <= kinds
+
+    async def rediscover(self, client: Client) -> None:
+        """Watch the pool kinds the cluster serves now and did not before (a NodePool CRD
+        installed after the worker started), and look at the pools again
+        (docs/autoscaling.md, "In the worker")."""
+        watched = {(i.resource.group, i.resource.kind) for i in self.sources.informers}
+        for resource in await served_pool_kinds(client):
+            if (resource.group, resource.kind) in watched:
+                continue
+            if self.controller is None or self.informer_of is None:
+                return
+            source = self.informer_of(resource)
+            self.controller.watch(source, enqueue_mapped(lambda _: [KEY]))
+            self.sources.informers.append(source)
+            watched.add((resource.group, resource.kind))
+            log.info("a pool kind is served now; its pools are read", kind=resource.kind)
+            self.controller.queue.add(KEY)
 
     def _declared(self) -> list[PoolResult]:
         """The pools of the declarations ConfigMap; a document that cannot be read is
@@ -275,11 +334,11 @@ class DeclaredPoolReconciler:
             log.warning(PROVISIONING_NOT_SERVED)  # once per process
             self._said_provisioning = True
         self._take(results)
-        self._report(results)
         nodes = [
             n for p in self.registry.sound for n in caches.nodes.indexer.by_index(BY_POOL, p.key)
         ]
         chain = declared_pool_chain(results, nodes, caches.kueue.version, self.settings)
+        self._report(results, chain.warnings)
         recheck = self._leave_out_inactive_checks(chain.admission_checks, chain.cluster_queues)
         kueue = caches.kueue
         wanted: list[tuple[Resource, Informer | None, dict[str, dict[str, Any]]]] = [
@@ -367,16 +426,21 @@ class DeclaredPoolReconciler:
         facts = self.caches.facts
         return {name for n in nodes for name in facts.names(n, part)}
 
-    def _report(self, results: Sequence[PoolResult]) -> None:
-        """One warning per rejected pool, again only when the set of reasons changes."""
-        reasons = tuple(
-            sorted(f"{r.key}: {r.reason}" for r in results if not isinstance(r, DeclaredPool))
+    def _report(self, results: Sequence[PoolResult], warnings: Sequence[PoolRejection]) -> None:
+        """One warning per rejected pool and per pool that lacks something it asked for
+        (docs/autoscaling.md), again only when the set of reasons changes."""
+        rejected = sorted(
+            f"{r.key}: {r.reason}" for r in results if not isinstance(r, DeclaredPool)
         )
+        lacking = sorted(f"{r.key}: {r.reason}" for r in warnings)
+        reasons = (*rejected, *("+" + w for w in lacking))
         if reasons == self._reported:
             return
         self._reported = reasons
-        for reason in reasons:
+        for reason in rejected:
             log.warning("declared pool gets no queue", reason=reason)
+        for reason in lacking:
+            log.warning("declared pool gets no provisioning check", reason=reason)
 
 
 async def add_pool_controller(
@@ -390,8 +454,8 @@ async def add_pool_controller(
 ) -> Controller:
     """Discover the pool sources and add the declared-pool controller to *manager*;
     *queue_controllers* are the flavor, cohort and ClusterQueue controllers it nudges.
-    The pool objects' kinds are discovered once: a NodePool CRD installed later needs a
-    restart of the worker."""
+    Kinds served later are watched once :meth:`DeclaredPoolReconciler.rediscover` finds
+    them."""
     sources = await discover_pool_sources(
         manager.client, manager.informer, policy, caches.kueue.version.value
     )
@@ -443,7 +507,7 @@ def build_declared_pool_controller(
     """The declared-pool controller: pool objects, the nodes pools select, and the pool's own
     Kueue objects all map to :data:`KEY`."""
     reconciler = DeclaredPoolReconciler(
-        caches, writer, policy, registry, sources, enqueue, clock=clock
+        caches, writer, policy, registry, sources, enqueue, clock=clock, informer_of=informer_of
     )
 
     def always(_: dict[str, Any]) -> list[str]:
@@ -472,4 +536,6 @@ def build_declared_pool_controller(
             field_selector=sources.declarations.field_selector,
         )
     built = built.watches(NODES, pool_node, NodeChanged(caches.facts))
-    return built.with_options(max_concurrent_reconciles=1).complete(reconciler)
+    controller = built.with_options(max_concurrent_reconciles=1).complete(reconciler)
+    reconciler.controller = controller
+    return controller

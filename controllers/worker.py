@@ -43,7 +43,12 @@ from gpustack_operator.controllers.clusterqueue import build_cluster_queue_contr
 from gpustack_operator.controllers.cohort import NAME as COHORT
 from gpustack_operator.controllers.cohort import build_cohort_controller
 from gpustack_operator.controllers.common import Writer, trim_for_worker
-from gpustack_operator.controllers.declaredpool import BY_POOL, PoolRegistry, add_pool_controller
+from gpustack_operator.controllers.declaredpool import (
+    BY_POOL,
+    DeclaredPoolReconciler,
+    PoolRegistry,
+    add_pool_controller,
+)
 from gpustack_operator.controllers.flavor import NAME as FLAVOR
 from gpustack_operator.controllers.flavor import build_flavor_controller
 from gpustack_operator.controllers.kueueconfig import NAME as KUEUE_CONFIG
@@ -110,6 +115,9 @@ class WorkerTiming:
 
     kueue_discovery_interval: float = 10.0
     """Seconds between Kueue discovery attempts while Kueue is missing."""
+    pool_discovery_interval: float = 30.0
+    """Seconds between looks for pool kinds not served yet (a NodePool CRD installed
+    later, docs/autoscaling.md "In the worker")."""
     reserved_requeue: float = 15.0
     """Seconds before re-checking a flavorless ClusterQueue that still has reservations."""
     waiting_requeue: float = 1.0
@@ -240,8 +248,25 @@ class Worker:
         return self.kueue is not None
 
     async def discover_kueue(self) -> None:
-        """Find the Kueue version to write; log one clear line while it is missing."""
+        """Find the Kueue version to write; log one clear line while it is missing; then
+        look for pool kinds installed later (:meth:`watch_pool_kinds`)."""
         await poll_until(self._found_kueue, self.config.timing.kueue_discovery_interval)
+        await self.watch_pool_kinds()
+
+    async def watch_pool_kinds(self) -> None:
+        """While a pool kind is not served, ask API discovery again every
+        ``pool_discovery_interval`` and watch it once it is (docs/autoscaling.md, "In the
+        worker"); a failed discovery is tried again."""
+        controller = self.pool_controller
+        reconciler = getattr(controller, "reconciler", None) if controller else None
+        if not isinstance(reconciler, DeclaredPoolReconciler):
+            return
+        while reconciler.missing_kinds():
+            await anyio.sleep(self.config.timing.pool_discovery_interval)
+            try:
+                await reconciler.rediscover(self.manager.client)
+            except ApiError as err:
+                log.warning("pool kind discovery failed; retrying", error=str(err))
 
     async def _found_kueue(self) -> bool:
         """One discovery attempt: True once a Kueue version is chosen and its controllers added."""

@@ -8,7 +8,7 @@ print the same thing for the same chain.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import yaml
@@ -20,6 +20,7 @@ from gpustack_operator.domain.flavors import flavor_nodes, is_managed
 from gpustack_operator.domain.keys import cpu_node_key
 from gpustack_operator.domain.labels import note
 from gpustack_operator.domain.nodeview import annotations_of, labels_of, name_of
+from gpustack_operator.domain.poolchain import unbounded_resources
 from gpustack_operator.domain.queues import pool_resource_label
 from gpustack_operator.domain.teams import SHARE_ANNOTATION, TEAM_LABEL, pool_of
 from gpustack_operator.domain.tenancy import Tenancy
@@ -29,6 +30,7 @@ FORMATS = ("table", "yaml", "json")
 EXPLANATIONS_FIELD = "explanations"
 TENANCY_FIELD = "tenancy"
 POOL_REJECTIONS_FIELD = "poolRejections"
+POOL_WARNINGS_FIELD = "poolWarnings"
 
 
 def render(state: DesiredState, output: str, manufacturers: Mapping[str, Any]) -> str:
@@ -53,6 +55,10 @@ def _document(state: DesiredState) -> dict[str, Any]:
     if state.pool_rejections:  # docs/autoscaling.md, "Pools that get no queue"
         doc[POOL_REJECTIONS_FIELD] = [
             {"pool": r.key, "reason": r.reason} for r in state.pool_rejections
+        ]
+    if state.pool_warnings:  # docs/autoscaling.md, "Provisioning requests"
+        doc[POOL_WARNINGS_FIELD] = [
+            {"pool": r.key, "reason": r.reason} for r in state.pool_warnings
         ]
     return doc
 
@@ -89,15 +95,19 @@ def render_explanation(explanation: NodeExplanation, output: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _quota_text(resources: list[Mapping[str, Any]], why: str = "sliced") -> str:
+def _quota_text(
+    resources: list[Mapping[str, Any]], why: str = "sliced", unbounded: Iterable[str] = ()
+) -> str:
     """``cpu=16 memory=32Gi ... nvidia.com/gpu=4`` (``credits=4`` in credits mode), flagging
     a zero borrowing limit (sliced queues; teams that do not borrow) and a zero lending
-    limit (teams that do not lend; docs/teams.md)."""
+    limit (teams that do not lend; docs/teams.md); a resource in *unbounded* (a pool that
+    does not bound it, docs/autoscaling.md "Quota") reads ``unbounded``."""
     parts = []
+    loose = set(unbounded)
     for res in resources:
         name = str(res.get("name", ""))
         short = "credits" if name.startswith("credits.gpustack.ai/") else name
-        parts.append(f"{short}={res.get('nominalQuota')}")
+        parts.append(f"{short}={'unbounded' if name in loose else res.get('nominalQuota')}")
     sliced = bool(resources) and all(r.get("borrowingLimit") == "0" for r in resources)
     keeps = bool(resources) and all(r.get("lendingLimit") == "0" for r in resources)
     return (
@@ -144,6 +154,16 @@ def _columns(rows: list[list[str]], indent: str = "  ") -> list[str]:
     ]
 
 
+def unit_of(notes: Mapping[str, str], accelerated: bool) -> str:
+    """``4 CPU + 16Gi + 1 device``; what a pool does not say is said in words (a pool at
+    zero whose node size is not declared, docs/autoscaling.md "Quota")."""
+    cpu, ram = notes.get(note("unitCPU")), notes.get(note("unitRAM"))
+    if cpu is None and ram is None:
+        return "1 device (CPU and memory per device not known)" if accelerated else "not known"
+    unit = f"{cpu or 'unknown'} CPU + {ram or 'unknown memory'}"
+    return unit + (" + 1 device" if accelerated else "")
+
+
 def _queue_lines(
     queue: Mapping[str, Any],
     counts: Mapping[str, int],
@@ -152,8 +172,7 @@ def _queue_lines(
 ) -> list[str]:
     notes = queue["metadata"].get("annotations", {})
     accelerated = notes.get(note("acceleratable")) == "true"
-    unit = f"{notes.get(note('unitCPU'), '?')} CPU + {notes.get(note('unitRAM'), '?')}"
-    unit += " + 1 device" if accelerated else ""
+    unit = unit_of(notes, accelerated)
     what = notes.get(note("manufacturer"), "?")
     if notes.get(note("product")):
         what += f" {notes[note('product')]}"
@@ -171,7 +190,7 @@ def _queue_lines(
     why = "sliced" if notes.get(note("slicedAccelerator")) else "team"
     children = [
         f"Flavor {f['name']}\n      nodes={counts.get(f['name'], 0)}  "
-        f"{_quota_text(f['resources'], why)}"
+        f"{_quota_text(f['resources'], why, unbounded_resources(queue))}"
         for group in queue["spec"].get("resourceGroups", [])
         for f in group["flavors"]
     ]
@@ -201,6 +220,9 @@ def render_table(state: DesiredState, manufacturers: Mapping[str, Any]) -> str:
     if state.pool_rejections:  # docs/autoscaling.md, "Pools that get no queue"
         lines.extend(["", "Declared pools without a queue:"])
         lines.extend(f"  {r.key}: {r.reason}" for r in state.pool_rejections)
+    if state.pool_warnings:  # docs/autoscaling.md, "Provisioning requests"
+        lines.extend(["", "Declared pools with a queue but less than they ask for:"])
+        lines.extend(f"  {r.key}: {r.reason}" for r in state.pool_warnings)
     lines.append("")
     by_cohort: dict[str, list[Mapping[str, Any]]] = {}
     for queue in state.cluster_queues:

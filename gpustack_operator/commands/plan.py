@@ -28,13 +28,18 @@ from gpustack_operator.commands.policy_flags import (
     kueue_version,
     policy_from_args,
 )
-from gpustack_operator.domain.declaredpools import is_pool_object
+from gpustack_operator.domain.declaredpools import (
+    DECLARED_POOLS_CONFIGMAP,
+    declarations_in_configmap,
+    is_pool_object,
+)
 from gpustack_operator.domain.devicesources.dra import KIND as DRA_KIND
 from gpustack_operator.domain.nodeview import (
     has_status,
     name_of,
 )
 from gpustack_operator.domain.plan import plan_state
+from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.topology import explain_topology
 from gpustack_operator.domain.validation import is_valid_dns_subdomain
 from gpustack_operator.environment import load_group_id_with_memory
@@ -163,6 +168,25 @@ class ClusterInput:
     slices: list[Mapping[str, Any]] = field(default_factory=list)
     pools: list[Mapping[str, Any]] = field(default_factory=list)
     """Karpenter NodePools and Cluster API node groups (docs/autoscaling.md)."""
+    configmaps: list[Mapping[str, Any]] = field(default_factory=list)
+    """ConfigMaps: the pool declarations' (``gpustack-declared-pools``) is read."""
+
+    def with_declarations(self, policy: ChainPolicy) -> ChainPolicy:
+        """*policy* with the pools of the dump's declarations ConfigMap in its namespace
+        added, as the worker reads them (docs/autoscaling.md, "Pools declared by a
+        person"); a document that cannot be read is :class:`PlanInputError`."""
+        found = [
+            c
+            for c in self.configmaps
+            if name_of(c) == DECLARED_POOLS_CONFIGMAP
+            and (c.get("metadata") or {}).get("namespace") == policy.system_namespace
+        ]
+        if not found:
+            return policy
+        pools, problem = declarations_in_configmap(found[0], policy.manufacturers_by_resource)
+        if problem:
+            raise PlanInputError(problem)
+        return replace(policy, declared_pools=(*policy.declared_pools, *pools))
 
 
 def parse_cluster_input(text: str, source: str) -> ClusterInput:
@@ -179,6 +203,7 @@ def parse_cluster_input(text: str, source: str) -> ClusterInput:
     namespaces: list[Mapping[str, Any]] = []
     slices: list[Mapping[str, Any]] = []
     pools: list[Mapping[str, Any]] = []
+    configmaps: list[Mapping[str, Any]] = []
     for d, document in enumerate(documents):
         for obj in _objects_of(document, f"{source}: document {d + 1}"):
             kind = obj.get("kind")
@@ -190,6 +215,9 @@ def parse_cluster_input(text: str, source: str) -> ClusterInput:
                 continue
             if is_pool_object(obj):
                 pools.append(obj)
+                continue
+            if kind == "ConfigMap" and obj.get("apiVersion") == "v1":
+                configmaps.append(obj)
                 continue
             if kind != "Node":
                 label = f"kind {kind}" if isinstance(kind, str) else "an object without kind"
@@ -216,7 +244,7 @@ def parse_cluster_input(text: str, source: str) -> ClusterInput:
             raise PlanInputError(
                 f"{source}: Node {name} has no status (plan needs status.capacity)"
             )
-    return ClusterInput(nodes, namespaces, slices, pools)
+    return ClusterInput(nodes, namespaces, slices, pools, configmaps)
 
 
 def read_nodes_file(path: Path) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
@@ -246,17 +274,32 @@ def read_cluster_input(path: Path) -> ClusterInput:
 
 
 async def read_cluster(
-    kubeconfig: str | None, context: str | None
-) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
-    """Nodes and Namespaces of a live cluster, with GET requests only (paged LISTs)."""
+    kubeconfig: str | None, context: str | None, system_namespace: str
+) -> ClusterInput:
+    """Nodes, Namespaces, the pool objects the cluster serves and the declarations
+    ConfigMap of a live cluster, as the worker reads them (docs/autoscaling.md, "In the
+    worker"), with GET requests only (paged LISTs)."""
     # Imported here: the runtime client pulls in kr8s, which --nodes FILE never needs.
+    from gpustack_operator.controllers.declaredpool import served_pool_kinds
     from gpustack_operator.kubeconfig import connect
-    from gpustack_operator.runtime.resources import NAMESPACES, NODES
+    from gpustack_operator.runtime.errors import NotFound
+    from gpustack_operator.runtime.resources import CONFIGMAPS, NAMESPACES, NODES
 
     async with await connect(kubeconfig, context) as client:
         nodes = (await client.list_all(NODES)).items
         namespaces = (await client.list_all(NAMESPACES)).items
-    return list(nodes), list(namespaces)
+        pools: list[Mapping[str, Any]] = []
+        for kind in await served_pool_kinds(client):
+            listed = (await client.list_all(kind)).items
+            pools.extend({**o, "apiVersion": kind.api_version, "kind": kind.kind} for o in listed)
+        configmaps: list[Mapping[str, Any]] = []
+        try:
+            found = await client.get(CONFIGMAPS, DECLARED_POOLS_CONFIGMAP, system_namespace)
+        except NotFound:
+            pass
+        else:
+            configmaps.append({**found, "apiVersion": "v1", "kind": "ConfigMap"})
+    return ClusterInput(list(nodes), list(namespaces), [], pools, configmaps)
 
 
 # --- Command ---------------------------------------------------------------------------------
@@ -285,6 +328,7 @@ def run(args: argparse.Namespace) -> int:
             if args.kubeconfig or args.context:
                 raise PlanInputError("give either --nodes or --kubeconfig/--context, not both")
             dump = read_cluster_input(args.nodes)
+            policy = dump.with_declarations(policy)
             nodes, found, slices, pool_objects = (
                 dump.nodes,
                 dump.namespaces,
@@ -294,7 +338,9 @@ def run(args: argparse.Namespace) -> int:
             live = False
         elif args.kubeconfig or args.context:
             try:
-                nodes, found = asyncio.run(read_cluster(args.kubeconfig, args.context))
+                live_dump = asyncio.run(
+                    read_cluster(args.kubeconfig, args.context, policy.system_namespace)
+                )
             except KubeconfigError as exc:  # one line naming the file and the fix
                 raise PlanInputError(str(exc)) from None
             except Exception as exc:
@@ -302,11 +348,13 @@ def run(args: argparse.Namespace) -> int:
                     f"cannot read the cluster ({args.kubeconfig or 'default kubeconfig'}): "
                     f"{type(exc).__name__}: {exc}".splitlines()[0]
                 ) from None
+            nodes, found = live_dump.nodes, live_dump.namespaces
             for node in nodes:
                 if not has_status(node):
                     raise PlanInputError(f"cluster: Node {name_of(node)} has no status")
+            policy = live_dump.with_declarations(policy)
             slices = []
-            pool_objects = []
+            pool_objects = live_dump.pools
             live = True
         else:
             raise PlanInputError("give --nodes FILE, or --kubeconfig FILE to read a cluster")

@@ -39,6 +39,7 @@ from gpustack_operator.domain.availability import (
 )
 from gpustack_operator.domain.nodeview import annotations_of, labels_of, name_of
 from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.poolchain import unbounded_resources
 from gpustack_operator.domain.poolinfo import unit_text
 from gpustack_operator.domain.quantities import parse_quantity
 from gpustack_operator.domain.queues import is_owned, withheld_by_queue
@@ -134,6 +135,8 @@ def pool_rows(
             continue
         unit = entry["unit"]
         resource = _counted_resource(entry)
+        loose = unbounded_resources(queues[target])  # docs/autoscaling.md, "Quota"
+        nominal = {r: "unbounded" if r in loose else q for r, q in entry["nominalQuota"].items()}
         usage, reservation = entry["usage"] or {}, entry["reservation"] or {}
         rows.append(
             {
@@ -152,10 +155,10 @@ def pool_rows(
                     slices=unit.get("slices"),
                 ),
                 "resource": resource,
-                "quota": entry["nominalQuota"].get(resource, "0"),
+                "quota": nominal.get(resource, "0"),
                 "reserved": reservation.get(resource, "0"),
                 "used": usage.get(resource, "0"),
-                "nominalQuota": entry["nominalQuota"],
+                "nominalQuota": nominal,
                 "reservation": entry["reservation"],
                 "usage": entry["usage"],
                 **team_columns(queues[target], resource),

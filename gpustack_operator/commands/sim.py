@@ -20,7 +20,7 @@ import importlib.util
 import signal
 import sys
 import tempfile
-from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -267,13 +267,16 @@ def with_stand_ins(crds: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [*crds, *(c for c in stand_in_crds() if c["metadata"]["name"] not in given)]
 
 
-def with_pool_stand_ins(crds: list[dict[str, Any]], provisioning: bool) -> list[dict[str, Any]]:
-    """*crds* plus stand-ins of the pool kinds (and with *provisioning* of the
-    ProvisioningRequest kinds) they do not bring (docs/autoscaling.md)."""
-    from gpustack_sim.standins.crds import autoscaling_stand_in_crds
+def with_pool_stand_ins(
+    crds: list[dict[str, Any]], provisioning: bool, pools: Sequence[Mapping[str, Any]] = ()
+) -> list[dict[str, Any]]:
+    """*crds* plus stand-ins of the pool kinds, of the Cluster API infrastructure kinds among
+    *pools* (and with *provisioning* of the ProvisioningRequest kinds) they do not bring
+    (docs/autoscaling.md)."""
+    from gpustack_sim.standins.crds import autoscaling_stand_in_crds, infrastructure_stand_in_crds
 
     given = {crd["metadata"]["name"] for crd in crds if isinstance(crd.get("metadata"), dict)}
-    extra = autoscaling_stand_in_crds(provisioning)
+    extra = [*autoscaling_stand_in_crds(provisioning), *infrastructure_stand_in_crds(pools)]
     return [*crds, *(c for c in extra if c["metadata"]["name"] not in given)]
 
 
@@ -291,7 +294,7 @@ def build_cluster(args: argparse.Namespace, crds: list[dict[str, Any]]) -> SimCl
         namespaces: list[str | Mapping[str, Any]] = list(comma_list(args.namespaces))
     else:
         namespaces = list(found) or list(PLAN_DEFAULT_NAMESPACES)
-    policy = policy_from_args(args)
+    policy = dump.with_declarations(policy_from_args(args))
     with_memory = load_group_id_with_memory()
     # The same checks plan makes (invalid sim.gpustack.ai/devices annotations, names, ...).
     plan_state(
@@ -304,7 +307,7 @@ def build_cluster(args: argparse.Namespace, crds: list[dict[str, Any]]) -> SimCl
     )
     served = with_stand_ins(crds)
     if pools or policy.declared_pools:  # docs/autoscaling.md: pool kinds, and the checks' on `on`
-        served = with_pool_stand_ins(served, bool(policy.provisioning.served))
+        served = with_pool_stand_ins(served, bool(policy.provisioning.served), pools)
     return SimCluster(
         nodes,
         namespaces,
@@ -313,6 +316,7 @@ def build_cluster(args: argparse.Namespace, crds: list[dict[str, Any]]) -> SimCl
         with_memory=with_memory,
         resource_slices=slices,
         pool_objects=pools,
+        extra_objects=dump.configmaps,
         provision_delay=args.provision_delay,
         consolidation_delay=args.consolidation_delay,
         host=args.bind_address,

@@ -32,6 +32,8 @@ from gpustack_operator.domain.devicesources.karpenter import (
 from gpustack_operator.domain.devicesources.karpenter import (
     NAME_LABEL as KARPENTER_GPU_NAME,
 )
+from gpustack_operator.domain.ec2gpus import GPU_MANUFACTURERS as EC2_GPU_MANUFACTURERS
+from gpustack_operator.domain.ec2gpus import INSTANCE_TYPES as EC2_INSTANCE_TYPES
 from gpustack_operator.domain.flavors import DEDICATION_EFFECTS
 from gpustack_operator.domain.labels import (
     SYSTEM_PREFIX,
@@ -59,10 +61,15 @@ DECLARED_POOLS_KEY: Final = "pools.yaml"
 namespace, the same document ``--declared-pools FILE`` reads (docs/autoscaling.md)."""
 MAX_OBJECT_NAME: Final = 253
 CAPI_KINDS: Final = ("MachineDeployment", "MachinePool")
+CAPI_INFRASTRUCTURE_GROUP: Final = "infrastructure.cluster.x-k8s.io"
+"""The group of Cluster API's infrastructure objects (``<Provider>MachineTemplate``,
+``<Provider>MachinePool``), whose ``status.capacity`` may size a node group."""
 UNBOUNDED_CPU: Final = 10**9
 UNBOUNDED_MEMORY_GI: Final = 10**9
-"""Quota for a host resource the pool does not bound (no per-node size, no limit): the
-device quota is what bounds the pool (docs/autoscaling.md, "Quota")."""
+"""The number a ClusterQueue carries for a host resource the pool does not bound (no
+per-node size, no limit): Kueue needs a quantity, and one far above any cluster leaves the
+device quota to bound the pool. The queue's ``unbounded`` note names such resources, and
+``plan`` and ``queues`` print "unbounded" instead (docs/autoscaling.md, "Quota")."""
 
 CLASS_CHECK_CAPACITY: Final = "check-capacity.autoscaling.x-k8s.io"
 CLASS_ATOMIC_SCALE_UP: Final = "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
@@ -117,9 +124,10 @@ class DeclaredPool:
         labels = labels_of(node)
         return all(labels.get(k) == v for k, v in self.node_selector.items())
 
-    def host_quota(self, resource: str, nodes: int) -> int:
+    def host_quota(self, resource: str, nodes: int) -> int | None:
         """cpu (cores, rounded up) or memory (bytes) for the pool at its maximum, or *nodes*
-        when more are live."""
+        when more are live; ``None`` when nothing the pool says bounds it (docs/autoscaling.md,
+        "Quota")."""
         per_node = self.cpu_per_node if resource == "cpu" else self.memory_per_node
         limit = self.cpu_limit if resource == "cpu" else self.memory_limit
         count = max(self.max_nodes or 0, nodes)
@@ -130,7 +138,7 @@ class DeclaredPool:
         elif limit is not None:
             total = limit
         else:
-            total = Fraction(UNBOUNDED_CPU if resource == "cpu" else UNBOUNDED_MEMORY_GI * 2**30)
+            return None
         return -(-total.numerator // total.denominator)
 
 
@@ -180,6 +188,92 @@ def _taints(items: object) -> tuple[tuple[str, str, str], ...]:
     return tuple(sorted(out))
 
 
+@dataclass(frozen=True)
+class KarpenterLabels:
+    """The requirement keys one Karpenter provider gives its GPU instance facts under."""
+
+    gpu_name: str
+    gpu_count: str
+    gpu_manufacturer: str
+    cpu: str
+    """vCPUs of the instance."""
+    memory_mib: str
+    """Memory of the instance, in MiB."""
+
+
+KARPENTER_AWS: Final = KarpenterLabels(
+    KARPENTER_GPU_NAME,
+    KARPENTER_GPU_COUNT,
+    KARPENTER_GPU_MANUFACTURER,
+    "karpenter.k8s.aws/instance-cpu",
+    "karpenter.k8s.aws/instance-memory",
+)
+"""aws/karpenter-provider-aws ``pkg/apis/v1/labels.go``."""
+KARPENTER_AZURE: Final = KarpenterLabels(
+    "karpenter.azure.com/sku-gpu-name",
+    "karpenter.azure.com/sku-gpu-count",
+    "karpenter.azure.com/sku-gpu-manufacturer",
+    "karpenter.azure.com/sku-cpu",
+    "karpenter.azure.com/sku-memory",
+)
+"""Azure/karpenter-provider-azure ``pkg/apis/v1beta1/labels.go``."""
+INSTANCE_TYPE_LABEL: Final = "node.kubernetes.io/instance-type"
+
+
+def _provider(tspec: Mapping[str, Any]) -> KarpenterLabels:
+    """The provider whose GPU keys the requirements use (AWS when none)."""
+    keys = {str(r.get("key")) for r in tspec.get("requirements") or () if isinstance(r, Mapping)}
+    azure = {KARPENTER_AZURE.gpu_name, KARPENTER_AZURE.gpu_count, KARPENTER_AZURE.gpu_manufacturer}
+    return KARPENTER_AZURE if keys & azure else KARPENTER_AWS
+
+
+def _one(values: list[str] | None) -> str | None:
+    return values[0] if values is not None and len(values) == 1 else None
+
+
+@dataclass(frozen=True)
+class _NodeShape:
+    """What a NodePool says about one of its nodes (``None``: it does not say)."""
+
+    devices: int | None
+    cpu: Fraction | None
+    """vCPUs of the instance: what Karpenter weighs against ``limits.cpu``."""
+    memory: Fraction | None
+    """Bytes of the instance: what Karpenter weighs against ``limits.memory``."""
+    cpu_allocatable: Fraction | None
+    memory_allocatable: Fraction | None
+    """What the node offers to pods (the instance type's, else the instance's own)."""
+
+
+def _node_shape(tspec: Mapping[str, Any], labels: KarpenterLabels) -> _NodeShape:
+    """docs/autoscaling.md, "What one node brings": the count, cpu and memory requirements
+    with one value, else those of the one EC2 instance type the NodePool allows."""
+    count = _one(_requirement_values(tspec, labels.gpu_count))
+    cpu = _one(_requirement_values(tspec, labels.cpu))
+    memory = _one(_requirement_values(tspec, labels.memory_mib))
+    instance_type = _one(_requirement_values(tspec, INSTANCE_TYPE_LABEL))
+    known = EC2_INSTANCE_TYPES.get(instance_type or "") if labels is KARPENTER_AWS else None
+    devices = parse_count(count) if count is not None else (known[2] if known else None)
+    vcpus = parse_quantity(cpu) if cpu is not None else (Fraction(known[3]) if known else None)
+    mib = parse_quantity(memory) if memory is not None else (Fraction(known[4]) if known else None)
+    size = mib * 2**20 if mib is not None else None
+    return _NodeShape(
+        devices=devices or None,
+        cpu=vcpus,
+        memory=size,
+        cpu_allocatable=Fraction(known[5], 1000) if known else vcpus,
+        memory_allocatable=Fraction(known[6] * 2**20) if known else size,
+    )
+
+
+def _whole_nodes(limit: Fraction | None, per_node: Fraction | None) -> int | None:
+    """How many nodes Karpenter launches under *limit*: it never launches one that would
+    pass the limit's remainder (karpenter ``filterByRemainingResources``)."""
+    if limit is None or not per_node:
+        return None
+    return int(limit // per_node)
+
+
 def karpenter_pool(nodepool: Mapping[str, Any]) -> PoolResult | None:
     """The pool a Karpenter NodePool declares; ``None`` when it asks for no accelerator
     (docs/autoscaling.md, "Where pools are declared")."""
@@ -187,53 +281,85 @@ def karpenter_pool(nodepool: Mapping[str, Any]) -> PoolResult | None:
     spec = _mapping(nodepool, "spec")
     tspec = _mapping(_mapping(spec, "template"), "spec")
     limits = _mapping(spec, "limits")
-    gpu_names = _requirement_values(tspec, KARPENTER_GPU_NAME)
-    vendors = _requirement_values(tspec, KARPENTER_GPU_MANUFACTURER)
-    counts = _requirement_values(tspec, KARPENTER_GPU_COUNT)
+    labels = _provider(tspec)
+    gpu_names = _requirement_values(tspec, labels.gpu_name)
+    vendors = _requirement_values(tspec, labels.gpu_manufacturer)
+    counts = _requirement_values(tspec, labels.gpu_count)
+    instance_type = _one(_requirement_values(tspec, INSTANCE_TYPE_LABEL))
+    known_type = EC2_INSTANCE_TYPES.get(instance_type or "") if labels is KARPENTER_AWS else None
     device_limits = {r: limits[r] for _, r, _ in KARPENTER_MANUFACTURERS.values() if r in limits}
-    if gpu_names is None and vendors is None and counts is None and not device_limits:
+    if (
+        gpu_names is None
+        and vendors is None
+        and counts is None
+        and not device_limits
+        and known_type is None
+    ):
         return None  # a CPU pool: not ours to queue for
 
     def reject(reason: str) -> PoolRejection:
         return PoolRejection(PoolSource.KARPENTER, name, reason)
 
+    if gpu_names is None and known_type is not None:
+        gpu_names = [known_type[0]]
     if gpu_names is None or len(gpu_names) != 1:
         allowed = f" ({', '.join(gpu_names)})" if gpu_names else ""
         return reject(
             f"NodePool {name} allows several GPU models{allowed}: a queue needs one; give it "
-            f"the requirement {KARPENTER_GPU_NAME} In [<one model>], one NodePool per model"
+            f"the requirement {labels.gpu_name} In [<one model>], one NodePool per model"
         )
-    vendor = (vendors[0] if vendors and len(vendors) == 1 else "").lower()
+    vendor = (_one(vendors) or "").lower()
     if not vendor and len(device_limits) == 1:
         resource_only = next(iter(device_limits))
         vendor = next(v for v, (_, r, _) in KARPENTER_MANUFACTURERS.items() if r == resource_only)
+    if not vendor and labels is KARPENTER_AWS:
+        vendor = EC2_GPU_MANUFACTURERS.get(gpu_names[0].lower(), "")
     known = KARPENTER_MANUFACTURERS.get(vendor)
     if known is None:
         return reject(
             f"NodePool {name}: the GPU manufacturer is not known: add the requirement "
-            f"{KARPENTER_GPU_MANUFACTURER} In [nvidia] (or amd), or a limit on its device "
+            f"{labels.gpu_manufacturer} In [nvidia] (or amd), or a limit on its device "
             "resource (nvidia.com/gpu)"
         )
     manufacturer, resource, brand = known
-    per_node = parse_count(counts[0]) if counts and len(counts) == 1 else None
+    shape = _node_shape(tspec, labels)
+    per_node = shape.devices if counts is None or len(counts) == 1 else None
     device_limit = _limit(limits.get(resource)) if resource in limits else None
     node_limit = _limit(limits.get("nodes")) if "nodes" in limits else None
-    bounds = []
-    if device_limit is not None:
-        bounds.append(device_limit)
-    if node_limit is not None:
-        if not per_node:
-            return reject(
-                f"NodePool {name} is limited by nodes only and does not say how many GPUs a "
-                f"node has: add the requirement {KARPENTER_GPU_COUNT} In [<count>] or the "
-                f"limit {resource}"
-            )
-        bounds.append(node_limit * per_node)
-    if not bounds:
+    replicas = _limit(spec.get("replicas")) if spec.get("replicas") is not None else None
+    cpu_limit = parse_quantity(limits.get("cpu")) if "cpu" in limits else None
+    memory_limit = parse_quantity(limits.get("memory")) if "memory" in limits else None
+    if (node_limit is not None or replicas is not None) and not per_node:
+        what = "a fixed number of nodes (spec.replicas)" if replicas is not None else "nodes"
+        return reject(
+            f"NodePool {name} is limited by {what} only and does not say how many GPUs a "
+            f"node has: add the requirement {labels.gpu_count} In [<count>] or the "
+            f"limit {resource}"
+        )
+    node_bounds = [
+        n
+        for n in (
+            node_limit,
+            replicas,
+            _whole_nodes(
+                Fraction(device_limit) if device_limit is not None else None,
+                Fraction(per_node) if per_node else None,
+            ),
+            _whole_nodes(cpu_limit, shape.cpu),
+            _whole_nodes(memory_limit, shape.memory),
+        )
+        if n is not None
+    ]
+    if per_node and node_bounds:
+        max_nodes: int | None = min(node_bounds)
+        max_devices = (max_nodes or 0) * per_node
+    elif device_limit is not None:
+        max_nodes, max_devices = None, device_limit
+    else:
         return reject(
             f"NodePool {name} has no limit on {resource} and no node limit, so its maximum "
             f"is unbounded: set spec.limits.{resource} (or spec.limits.nodes with "
-            f"{KARPENTER_GPU_COUNT} In [<count>])"
+            f"{labels.gpu_count} In [<count>])"
         )
     return DeclaredPool(
         source=PoolSource.KARPENTER,
@@ -243,12 +369,12 @@ def karpenter_pool(nodepool: Mapping[str, Any]) -> PoolResult | None:
         resource=resource,
         product=f"{brand} {gpu_names[0].upper()}",
         devices_per_node=per_node or 0,
-        max_devices=min(bounds),
-        max_nodes=node_limit
-        if node_limit is not None
-        else (min(bounds) // per_node if per_node else None),
-        cpu_limit=parse_quantity(limits.get("cpu")) if "cpu" in limits else None,
-        memory_limit=parse_quantity(limits.get("memory")) if "memory" in limits else None,
+        max_devices=max_devices,
+        cpu_per_node=shape.cpu_allocatable,
+        memory_per_node=shape.memory_allocatable,
+        max_nodes=max_nodes,
+        cpu_limit=cpu_limit,
+        memory_limit=memory_limit,
         taints=_taints(tspec.get("taints")),
     )
 
@@ -275,14 +401,58 @@ def _capi_taints(text: str) -> tuple[tuple[str, str, str], ...]:
     return tuple(sorted(set(out)))
 
 
+CAPI_MANAGED_LABEL_DOMAINS: Final = (
+    "node-role.kubernetes.io",
+    "node-restriction.kubernetes.io",
+    "node.cluster.x-k8s.io",
+)
+"""Label domains Cluster API propagates from a machine template to its Nodes, which the
+autoscaler reads as the group's labels (its ``getManagedNodeLabelsFromLabels``)."""
+
+
+def _is_propagated(key: str) -> bool:
+    domain = key.split("/", 1)[0] if "/" in key else ""
+    return domain == CAPI_MANAGED_LABEL_DOMAINS[0] or any(
+        domain == d or domain.endswith("." + d) for d in CAPI_MANAGED_LABEL_DOMAINS[1:]
+    )
+
+
+def is_capi_infrastructure(obj: Mapping[str, Any]) -> bool:
+    """An object of Cluster API's infrastructure group (what a node group's
+    ``infrastructureRef`` names)."""
+    return str(obj.get("apiVersion") or "").startswith(CAPI_INFRASTRUCTURE_GROUP + "/")
+
+
+def capi_infrastructure_ref(node_group: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """(namespace, kind, name) of the infrastructure object a node group's machines are
+    made from (``spec.template.spec.infrastructureRef``, in the group's namespace)."""
+    machine = _mapping(_mapping(_mapping(node_group, "spec"), "template"), "spec")
+    ref = _mapping(machine, "infrastructureRef")
+    kind, name = ref.get("kind"), ref.get("name")
+    if not isinstance(kind, str) or not isinstance(name, str) or not kind or not name:
+        return None
+    return str(_mapping(node_group, "metadata").get("namespace") or ""), kind, name
+
+
 def capi_pool(
-    node_group: Mapping[str, Any], manufacturers_by_resource: Mapping[str, str]
+    node_group: Mapping[str, Any],
+    manufacturers_by_resource: Mapping[str, str],
+    infrastructure: Mapping[str, Any] | None = None,
 ) -> PoolResult | None:
     """The pool a Cluster API MachineDeployment or MachinePool declares through the cluster
-    autoscaler's scale-from-zero hints; ``None`` without a GPU hint (docs/autoscaling.md,
-    "Where pools are declared")."""
+    autoscaler's scale-from-zero hints, read as the autoscaler reads them: annotations over
+    the ``status.capacity`` of its *infrastructure* object (its machine template), the
+    annotation's labels over those the machine template propagates; ``None`` without a GPU
+    (docs/autoscaling.md, "Where pools are declared")."""
     annotations = annotations_of(node_group)
+    status = _mapping(infrastructure or {}, "status")
+    capacity = {str(k): str(v) for k, v in _mapping(status, "capacity").items()}
     gpu_type = annotations.get(CAPACITY_PREFIX + "gpu-type", "")
+    count_text = annotations.get(CAPACITY_PREFIX + "gpu-count")
+    if not gpu_type:
+        gpu_type = next((r for r in sorted(capacity) if r in manufacturers_by_resource), "")
+    if count_text is None:
+        count_text = capacity.get(gpu_type)
     if not gpu_type:
         return None
     name = name_of(node_group)
@@ -297,19 +467,27 @@ def capi_pool(
             f"{CAPACITY_PREFIX}gpu-type {gpu_type} is no device resource of a known "
             "manufacturer: give the resource its nodes advertise (nvidia.com/gpu)"
         )
-    per_node = parse_count(annotations.get(CAPACITY_PREFIX + "gpu-count"))
+    per_node = parse_count(count_text)
     max_nodes = parse_count(annotations.get(CAPI_MAX_SIZE))
     if not per_node:
         return reject(f"add {CAPACITY_PREFIX}gpu-count (the devices of one node)")
     if max_nodes is None:
         return reject(f"add {CAPI_MAX_SIZE} (the autoscaler needs it too)")
-    selector = _pairs(annotations.get(CAPACITY_PREFIX + "labels", ""))
+    machine = _mapping(_mapping(_mapping(node_group, "spec"), "template"), "spec")
+    propagated = {
+        str(k): str(v)
+        for k, v in _mapping(_mapping(machine, "metadata"), "labels").items()
+        if _is_propagated(str(k))
+    }
+    selector = {**propagated, **_pairs(annotations.get(CAPACITY_PREFIX + "labels", ""))}
     if not selector:
         return reject(
             f"no label marks its nodes: add {CAPACITY_PREFIX}labels with one the nodes carry "
             "(e.g. node.cluster.x-k8s.io/pool=<name> in the machine template's labels, which "
             "Cluster API propagates to the Node)"
         )
+    cpu = annotations.get(CAPACITY_PREFIX + "cpu", capacity.get("cpu"))
+    memory = annotations.get(CAPACITY_PREFIX + "memory", capacity.get("memory"))
     return DeclaredPool(
         source=PoolSource.CLUSTER_API,
         name=name,
@@ -319,8 +497,8 @@ def capi_pool(
         product=selector.get("nvidia.com/gpu.product", "").replace("-", " "),
         devices_per_node=per_node,
         max_devices=per_node * max_nodes,
-        cpu_per_node=parse_quantity(annotations.get(CAPACITY_PREFIX + "cpu")),
-        memory_per_node=parse_quantity(annotations.get(CAPACITY_PREFIX + "memory")),
+        cpu_per_node=parse_quantity(cpu),
+        memory_per_node=parse_quantity(memory),
         max_nodes=max_nodes,
         taints=_capi_taints(annotations.get(CAPACITY_PREFIX + "taints", "")),
         provisioning_class=CLASS_ATOMIC_SCALE_UP,
@@ -421,12 +599,20 @@ def is_pool_chain_object(obj: object) -> bool:
 
 
 def is_pool_object(obj: Mapping[str, Any]) -> bool:
-    """A NodePool, MachineDeployment or MachinePool (what :func:`pools_from_objects` reads)."""
+    """A NodePool, MachineDeployment or MachinePool, or a Cluster API infrastructure object
+    (what :func:`pools_from_objects` reads)."""
     api = str(obj.get("apiVersion") or "")
     kind = obj.get("kind")
-    return (kind == "NodePool" and api.startswith("karpenter.sh/")) or (
-        kind in CAPI_KINDS and api.startswith("cluster.x-k8s.io/")
+    return (
+        (kind == "NodePool" and api.startswith("karpenter.sh/"))
+        or (kind in CAPI_KINDS and api.startswith("cluster.x-k8s.io/"))
+        or is_capi_infrastructure(obj)
     )
+
+
+def _object_key(obj: Mapping[str, Any]) -> tuple[str, str, str]:
+    meta = _mapping(obj, "metadata")
+    return str(obj.get("kind") or ""), str(meta.get("namespace") or ""), name_of(obj)
 
 
 def pools_from_objects(
@@ -434,24 +620,47 @@ def pools_from_objects(
     declared: Iterable[PoolResult],
     manufacturers_by_resource: Mapping[str, str],
 ) -> list[PoolResult]:
-    """Every pool: from NodePools and Cluster API node groups, then those a person declared,
-    sorted by key; an object that asks for no accelerator is left out."""
+    """Every pool: from NodePools and Cluster API node groups (in the order of kind,
+    namespace and name, whatever order they come in), then those a person declared, sorted by
+    key; an object that asks for no accelerator is left out. Of two node groups with one
+    name, the one in the later namespace gets a reason instead of a queue."""
+    ordered = sorted(objects, key=_object_key)
+    infrastructure = {
+        (namespace, kind, name): o
+        for o in ordered
+        if is_capi_infrastructure(o)
+        for kind, namespace, name in [_object_key(o)]
+    }
     found: dict[str, PoolResult] = {}
-    for obj in objects:
+    where: dict[str, str] = {}
+    for obj in ordered:
         result: PoolResult | None = None
-        if obj.get("kind") == "NodePool":
+        kind, namespace, _ = _object_key(obj)
+        if kind == "NodePool":
             result = karpenter_pool(obj)
-        elif obj.get("kind") in CAPI_KINDS:
-            result = capi_pool(obj, manufacturers_by_resource)
+        elif kind in CAPI_KINDS:
+            ref = capi_infrastructure_ref(obj)
+            infra = infrastructure.get(ref) if ref is not None else None
+            result = capi_pool(obj, manufacturers_by_resource, infra)
+        if result is None:
+            continue
         if isinstance(result, DeclaredPool) and len(result.object_name) > MAX_OBJECT_NAME:
             result = PoolRejection(
                 result.source,
                 result.name,
-                f"{obj.get('kind')} {result.name}: the name is too long for its queue's name "
+                f"{kind} {result.name}: the name is too long for its queue's name "
                 f"({result.object_name}, at most {MAX_OBJECT_NAME} characters): shorten it",
             )
-        if result is not None:
-            found.setdefault(result.key, result)
+        here = f"{kind} {namespace}/{result.name}" if namespace else f"{kind} {result.name}"
+        if result.key in found:
+            result = PoolRejection(
+                result.source,
+                f"{namespace}/{result.name}",
+                f"{here}: {where[result.key]} has the same name, and a pool's queue is "
+                f"named after it alone ({result.source.value}.{result.name}): rename one",
+            )
+        found.setdefault(result.key, result)
+        where.setdefault(result.key, here)
     for result in declared:
         found.setdefault(result.key, result)
     return [found[k] for k in sorted(found)]

@@ -75,6 +75,8 @@ class DesiredState:
     """ProvisioningRequest checks of autoscaled pools (docs/autoscaling.md)."""
     provisioning_configs: list[dict[str, Any]] = field(default_factory=list)
     pool_rejections: list[PoolRejection] = field(default_factory=list)
+    pool_warnings: list[PoolRejection] = field(default_factory=list)
+    """Pools with a queue that lack something they asked for (docs/autoscaling.md)."""
     """Declared pools that get no queue, each with the fix (not part of :meth:`objects`)."""
     team_splits: dict[str, list[PoolSplit]] = field(default_factory=dict)
     """Per Cohort, its pools divided among teams (docs/teams.md; not part of :meth:`objects`)."""
@@ -255,5 +257,6 @@ def desired_state(
             chain.provisioning_configs[n] for n in sorted(chain.provisioning_configs)
         ],
         pool_rejections=chain.rejections,
+        pool_warnings=chain.warnings,
         team_splits=splits,
     )

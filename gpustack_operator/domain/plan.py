@@ -19,14 +19,20 @@ from gpustack_operator.domain.desired import DesiredState, desired_state
 from gpustack_operator.domain.devices import device_labels
 from gpustack_operator.domain.devicesources.dra import node_slices
 from gpustack_operator.domain.explain import NodeExplanation, Reason, explain_nodes
-from gpustack_operator.domain.labels import note
+from gpustack_operator.domain.labels import MANAGED_LABEL, note
 from gpustack_operator.domain.manufacturers import Manufacturer
 from gpustack_operator.domain.nodefeature import (
     DEFAULT_SYSTEM_NAMESPACE,
     device_manager_node_feature,
     merge_node_features,
 )
-from gpustack_operator.domain.nodeview import annotations_of, name_of, uid_of
+from gpustack_operator.domain.nodeview import (
+    annotations_of,
+    is_deleting,
+    labels_of,
+    name_of,
+    uid_of,
+)
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.quantities import format_binary_quantity, parse_quantity
 from gpustack_operator.domain.queues import HostCounting, host_split
@@ -55,7 +61,10 @@ def apply_sim_devices(
     features: list[dict[str, Any]] = []
     for node in nodes:
         value = annotations_of(node).get(SIM_DEVICES_ANNOTATION)
-        if value is None:
+        if value is None or (is_deleting(node) and MANAGED_LABEL not in labels_of(node)):
+            # The agent publishes only for a node carrying gpustack.ai/managed, which the
+            # worker gives no node it first sees deleting (docs/node-lifecycle.md, "Devices:
+            # identity from what is installed, quota from what is healthy").
             result.append(copy.deepcopy(dict(node)))
             continue
         try:

@@ -16,6 +16,8 @@ from typing import Any, Final
 
 from gpustack_operator.domain.declaredpools import (
     POOL_LABEL,
+    UNBOUNDED_CPU,
+    UNBOUNDED_MEMORY_GI,
     DeclaredPool,
     PoolRejection,
     PoolResult,
@@ -51,6 +53,9 @@ from gpustack_operator.domain.validation import is_valid_dns_label
 POOL_COVERED: Final = ("cpu", "memory")
 """Host resources a pool's queue covers beside its device resource."""
 PROVISIONING_CONTROLLER: Final = "kueue.x-k8s.io/provisioning-request"
+UNBOUNDED_NOTE: Final = note("unbounded")
+"""On a pool's ClusterQueue: the host resources (``cpu,memory``) nothing the pool says
+bounds; their quota is a placeholder (``UNBOUNDED_CPU``), shown as "unbounded"."""
 """Kueue's controller name of ProvisioningRequest admission checks."""
 
 
@@ -76,6 +81,8 @@ class PoolChain:
     admission_checks: dict[str, dict[str, Any]] = field(default_factory=dict)
     provisioning_configs: dict[str, dict[str, Any]] = field(default_factory=dict)
     rejections: list[PoolRejection] = field(default_factory=list)
+    warnings: list[PoolRejection] = field(default_factory=list)
+    """Sound pools that get less than they ask for (a queue, but no provisioning check)."""
 
 
 def _meta(pool: DeclaredPool, **extra: Any) -> Meta:
@@ -111,13 +118,18 @@ def pool_cluster_queue(
     hold when that is more (docs/autoscaling.md, "Quota")."""
     live_nodes, live_devices = _live_devices(pool, nodes)
     devices = max(pool.max_devices, live_devices)
+    cpu = pool.host_quota("cpu", live_nodes)
+    memory = pool.host_quota("memory", live_nodes)
+    unbounded = [r for r, q in (("cpu", cpu), ("memory", memory)) if q is None]
     quotas = (
         ResourceQuota(
-            name="cpu", nominal_quota=format_decimal_quantity(pool.host_quota("cpu", live_nodes))
+            name="cpu", nominal_quota=format_decimal_quantity(UNBOUNDED_CPU if cpu is None else cpu)
         ),
         ResourceQuota(
             name="memory",
-            nominal_quota=format_binary_quantity(pool.host_quota("memory", live_nodes)),
+            nominal_quota=format_binary_quantity(
+                UNBOUNDED_MEMORY_GI * 2**30 if memory is None else memory
+            ),
         ),
         ResourceQuota(name=pool.resource, nominal_quota=format_decimal_quantity(devices)),
     )
@@ -132,6 +144,8 @@ def pool_cluster_queue(
     }
     if pool.product:
         annotations[note("product")] = pool.product
+    if unbounded:
+        annotations[UNBOUNDED_NOTE] = ",".join(unbounded)
     annotations.update(_unit_notes(pool))
     manifest = ClusterQueue(
         metadata=_meta(
@@ -147,6 +161,13 @@ def pool_cluster_queue(
             "admissionChecks": [{"name": admission_check, "onFlavors": [pool.object_name]}]
         }
     return manifest
+
+
+def unbounded_resources(queue: Mapping[str, Any]) -> tuple[str, ...]:
+    """The host resources a pool's ClusterQueue holds only a placeholder for
+    (:data:`UNBOUNDED_NOTE`)."""
+    notes = (queue.get("metadata") or {}).get("annotations") or {}
+    return tuple(r for r in str(notes.get(UNBOUNDED_NOTE) or "").split(",") if r)
 
 
 def _unit_notes(pool: DeclaredPool) -> dict[str, str]:
@@ -246,7 +267,18 @@ def declared_pool_chain(
         members = [n for n in node_list if pool.matches(n)]
         name = pool.object_name
         check = ""
-        if provisioning.served and pool.provisioning_class and is_valid_dns_label(name):
+        if provisioning.served and pool.provisioning_class and not is_valid_dns_label(name):
+            chain.warnings.append(
+                PoolRejection(
+                    pool.source,
+                    pool.name,
+                    f"{name} is no DNS label (a dot, or over 63 characters), which Kueue's "
+                    "ProvisioningRequests need: the pool gets its queue but no provisioning "
+                    "check, so Kueue admits its workloads before nodes exist; rename it "
+                    "(at most 53 characters, no dot) or turn on waitForPodsReady",
+                )
+            )
+        elif provisioning.served and pool.provisioning_class:
             ac, prc = provisioning_objects(pool, version, provisioning)
             chain.admission_checks[name] = ac
             chain.provisioning_configs[name] = prc

@@ -788,6 +788,22 @@ class Client:
             if isinstance(r, dict) and r.get("name") and "/" not in str(r["name"])
         ]
 
+    async def served_kinds(self, group: str, version: str) -> builtins.list[Resource]:
+        """The resources (plural, kind, scope; no subresources) the server serves in *group*
+        *version*; [] if it serves no such group version. For groups whose kinds are not
+        known in advance (Cluster API's infrastructure providers)."""
+        path = f"/apis/{_segment(group)}/{_segment(version)}" if group else f"/api/{version}"
+        try:
+            async with self._call("GET", path) as answer:
+                data = _decode_object(answer)
+        except NotFound:
+            return []
+        return [
+            Resource(group, version, str(r["kind"]), str(r["name"]), bool(r.get("namespaced")))
+            for r in data.get("resources") or []
+            if isinstance(r, dict) and r.get("name") and r.get("kind") and "/" not in str(r["name"])
+        ]
+
 
 # --- helpers --------------------------------------------------------------------------------
 

@@ -40,6 +40,7 @@ from gpustack_operator.controllers.worker import (
 )
 from gpustack_operator.devicemanager.detection import DetectionConfig
 from gpustack_operator.domain.availability import node_availability
+from gpustack_operator.domain.declaredpools import is_capi_infrastructure
 from gpustack_operator.domain.desired import DesiredState
 from gpustack_operator.domain.explain import explain_nodes
 from gpustack_operator.domain.flavors import is_managed
@@ -65,6 +66,9 @@ from gpustack_sim.standins.scheduler import SchedulerStandIn
 
 log = structlog.get_logger(__name__)
 
+DUMPED_DELETING_FINALIZER = "sim.gpustack.ai/dumped-deleting"
+"""Holds a Node the dump shows being deleted but without a finalizer (which a real server
+never shows) in its deleting state."""
 SERVER_SET_METADATA = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields")
 Namespace = str | Mapping[str, Any]
 
@@ -135,6 +139,7 @@ class SimCluster:
         with_memory: bool = False,
         resource_slices: Sequence[Mapping[str, Any]] = (),
         pool_objects: Sequence[Mapping[str, Any]] = (),
+        extra_objects: Sequence[Mapping[str, Any]] = (),
         provision_delay: float = 2.0,
         consolidation_delay: float = 30.0,
         run_worker: bool = True,
@@ -183,6 +188,9 @@ class SimCluster:
         """Karpenter NodePools and Cluster API node groups (docs/autoscaling.md); their
         CRDs must be among *crds* (``sim.crds.autoscaling_stand_in_crds``). The namespace
         of a namespaced one (a MachineDeployment's) joins the input's namespaces."""
+        self.extra_objects = [copy.deepcopy(dict(o)) for o in extra_objects]
+        """Other objects of the dump, created as they are (ConfigMaps: the pool
+        declarations')."""
         known = {name_of(_namespace_object(ns)) for ns in self.namespaces}
         for obj in self.pool_objects:
             namespace = (obj.get("metadata") or {}).get("namespace")
@@ -305,6 +313,18 @@ class SimCluster:
                     ref["uid"] = node["metadata"]["uid"]
         return obj
 
+    def _seed_node(self, node: Mapping[str, Any]) -> None:
+        """Create *node*; one the dump shows being deleted (``deletionTimestamp``: Karpenter's
+        disruption, a drain before removal) is deleted again behind its finalizers, so the
+        server holds it deleting as the dumped cluster did (docs/simulator.md)."""
+        seeded = _seedable(node)
+        deleting = bool((node.get("metadata") or {}).get("deletionTimestamp"))
+        if deleting and not seeded["metadata"].get("finalizers"):
+            seeded["metadata"]["finalizers"] = [DUMPED_DELETING_FINALIZER]
+        self.sim.store.create(seeded)
+        if deleting:
+            self.sim.store.delete("v1", "Node", name_of(seeded))
+
     async def _start(self, stack: AsyncExitStack) -> None:
         self.sim.load_crds(self.crds)
         for ns in self.namespaces:
@@ -312,11 +332,17 @@ class SimCluster:
             if self.sim.store.get("v1", "Namespace", name_of(obj)) is None:
                 self.sim.store.create(obj)
         for node in self.nodes.values():
-            self.sim.store.create(_seedable(node))
+            self._seed_node(node)
         for obj in self.resource_slices:
             self.sim.store.create(self._owned_by_simulated_nodes(_seedable(obj)))
-        for obj in self.pool_objects:
-            self.sim.store.create(copy.deepcopy(obj))
+        for obj in self.extra_objects:
+            if self.sim.store.get("v1", "Namespace", str(obj["metadata"].get("namespace"))):
+                self.sim.store.create(_seedable(obj))
+        for obj in self.pool_objects:  # as a dump holds them: server-set metadata, status
+            seeded = _seedable(obj)
+            if not is_capi_infrastructure(obj):  # an infrastructure object's status sizes it
+                seeded.pop("status", None)
+            self.sim.store.create(seeded)
         await stack.enter_async_context(self.sim)
         if self._kubeconfig_path is None:
             tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="gpustack-sim-"))

@@ -12,7 +12,7 @@ wrote. Load the real CRDs (``sim --crds DIR``) for schema validation (docs/simul
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 STAND_IN_LABEL: Final = "sim.gpustack.ai/stand-in"
@@ -230,6 +230,30 @@ def is_stand_in(crd: Mapping[str, Any]) -> bool:
     """Whether *crd* is one of :func:`stand_in_crds` (not a real, schema-carrying CRD)."""
     labels = (crd.get("metadata") or {}).get("labels") or {}
     return labels.get(STAND_IN_LABEL) == "true"
+
+
+def infrastructure_stand_in_crds(objects: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One schema-less CRD (no status subresource: a seeded object keeps its
+    ``status.capacity``) per Cluster API infrastructure kind among *objects*
+    (``infrastructure.cluster.x-k8s.io``; docs/autoscaling.md), at the versions they use."""
+    versions: dict[str, set[str]] = {}
+    for obj in objects:
+        group, _, version = str(obj.get("apiVersion") or "").partition("/")
+        kind = str(obj.get("kind") or "")
+        if group == "infrastructure.cluster.x-k8s.io" and version and kind:
+            versions.setdefault(kind, set()).add(version)
+    return [
+        _crd(
+            "infrastructure.cluster.x-k8s.io",
+            kind,
+            kind.lower() + "s",
+            namespaced=True,
+            status=False,
+            versions=tuple(sorted(found)),
+            storage=sorted(found)[-1],
+        )
+        for kind, found in sorted(versions.items())
+    ]
 
 
 def autoscaling_stand_in_crds(provisioning: bool = True) -> list[dict[str, Any]]:

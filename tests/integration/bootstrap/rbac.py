@@ -25,11 +25,9 @@ class Grant:
     namespace: str | None  # None: granted by a ClusterRole through a ClusterRoleBinding
 
     def allows(self, request: Request) -> bool:
-        if (request.verb, request.group, request.resource) != (
-            self.verb,
-            self.group,
-            self.resource,
-        ):
+        if (request.verb, request.group) != (self.verb, self.group):
+            return False
+        if self.resource not in ("*", request.resource):  # "*": every resource of the group
             return False
         return self.namespace is None or request.namespace == self.namespace
 
@@ -98,8 +96,13 @@ def unused(
     out = []
     for grant in grants:
         used = [r for r in requests if grant.allows(r)]
-        if grant.namespace is None and namespaced(grant.group, grant.resource.split("/")[0]):
-            used = [r for r in used if r.namespace != system_namespace]
+        if grant.namespace is None:
+            used = [
+                r
+                for r in used
+                if r.namespace != system_namespace
+                or not namespaced(r.group, r.resource.split("/")[0])
+            ]
         if not used:
             out.append(grant)
     return sorted(out, key=lambda g: (g.group, g.resource, g.verb, g.namespace or ""))

@@ -38,7 +38,11 @@ from gpustack_operator.runtime.resources import (
 )
 from gpustack_sim.apiserver.authn import TokenAuthenticator
 from gpustack_sim.cluster.cluster import SimCluster
-from gpustack_sim.standins.crds import autoscaling_stand_in_crds, stand_in_crds
+from gpustack_sim.standins.crds import (
+    autoscaling_stand_in_crds,
+    infrastructure_stand_in_crds,
+    stand_in_crds,
+)
 from tests.integration.bootstrap.rbac import (
     REPO,
     Grant,
@@ -101,7 +105,42 @@ def pool_objects() -> list[dict[str, Any]]:
     document = yaml.safe_load(
         (REPO / "examples" / "autoscaling" / "pools-at-zero.yaml").read_text()
     )
-    return [o for o in document["items"] if o["kind"] != "Namespace"]
+    objects = [o for o in document["items"] if o["kind"] != "Namespace"]
+    # A node group whose GPUs only its infrastructure template's status.capacity gives: the
+    # worker reads the infrastructure group (its one wildcard grant).
+    template = {
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
+        "kind": "DockerMachineTemplate",
+        "metadata": {"name": "md-h200", "namespace": "default"},
+        "spec": {"template": {"spec": {}}},
+        "status": {"capacity": {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": "4"}},
+    }
+    group = {
+        "apiVersion": "cluster.x-k8s.io/v1beta1",
+        "kind": "MachineDeployment",
+        "metadata": {
+            "name": "md-h200",
+            "namespace": "default",
+            "annotations": {
+                "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size": "2",
+                "capacity.cluster-autoscaler.kubernetes.io/labels": (
+                    "node.cluster.x-k8s.io/pool=h200"
+                ),
+            },
+        },
+        "spec": {
+            "template": {
+                "spec": {
+                    "infrastructureRef": {
+                        "apiVersion": template["apiVersion"],
+                        "kind": template["kind"],
+                        "name": "md-h200",
+                    }
+                }
+            }
+        },
+    }
+    return [*objects, template, group]
 
 
 RBAC_KINDS = ("ServiceAccount", "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
@@ -124,7 +163,10 @@ async def recorded_run(tmp_path: Path) -> tuple[RequestLog, SimCluster]:
     cluster = SimCluster(
         example_nodes(),
         namespaces=["default", "team-a"],
-        crds=kueue_stand_ins() + render_nfd_crds() + autoscaling_stand_in_crds(),
+        crds=kueue_stand_ins()
+        + render_nfd_crds()
+        + autoscaling_stand_in_crds()
+        + infrastructure_stand_in_crds(pool_objects()),
         pool_objects=pool_objects(),
         run_worker=False,
         kubeconfig=tmp_path / "agents.kubeconfig",

@@ -405,3 +405,41 @@ async def test_a_check_that_never_becomes_active_is_left_out_until_it_does(
     said = [e for e in logs if e.get("event") == INACTIVE_CHECK and e.get("check") == name]
     assert len(said) == 1
     assert not [e for e in logs if e.get("event") == "reconcile failed; retrying with backoff"]
+
+
+async def test_a_nodepool_crd_installed_later_is_watched_without_a_restart(
+    tmp_path: Path,
+) -> None:
+    """docs/autoscaling.md, "In the worker": the worker starts on a cluster that serves no
+    NodePool; once the CRD is installed and a NodePool created, the pool gets its queue."""
+    auth = TokenAuthenticator()
+    auth.add(WORKER_TOKEN, f"system:serviceaccount:{NS}:gpustack-operator-worker")
+    sim = SimServer(authenticator=auth, tls=True)
+    later = [c for c in _crds(False) if c["metadata"]["name"] == "nodepools.karpenter.sh"]
+    sim.load_crds(c for c in _crds(False) if c["metadata"]["name"] != "nodepools.karpenter.sh")
+    for obj in worker_rbac():
+        sim.store.create(obj)
+    await sim.start()
+    try:
+        config = fast_config(pool_discovery_interval=0.1)
+        async with (
+            nfd_master(sim),
+            worker_running(
+                sim.write_kubeconfig(tmp_path / "kc", token=WORKER_TOKEN), config
+            ) as running,
+        ):
+            await eventually(
+                lambda: running.worker.pool_controller is not None and idle(running.manager),
+                "the worker to find its pool kinds (none) and settle",
+            )
+            dump = read_cluster_input(EXAMPLES / "pools-at-zero.yaml")
+            h100 = next(p for p in dump.pools if p["metadata"]["name"] == "h100")
+            sim.load_crds(later)
+            sim.store.create(copy.deepcopy(dict(h100)))
+            await eventually(
+                lambda: _quota(sim, "pool-karpenter-h100") == "16",
+                "the queue of a NodePool whose CRD came after the worker",
+            )
+        assert not list(sim.authorizer.denials), list(sim.authorizer.denials)
+    finally:
+        await sim.stop()

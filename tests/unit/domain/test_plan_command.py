@@ -258,3 +258,55 @@ def test_bad_stdin_names_stdin(
     code, _, err = run_plan(capsys, "--nodes", "-")
     assert code == 2
     assert err.startswith("gpustack-operator plan: error: <stdin>: not valid YAML at line")
+
+
+AUTOSCALING = Path(__file__).resolve().parents[3] / "examples" / "autoscaling"
+
+
+@pytest.mark.anyio
+async def test_live_cluster_pools_and_declarations_are_read_as_the_worker_reads_them(
+    sim: Any, sim_kubeconfig: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/autoscaling.md, "In the worker": ``plan --kubeconfig`` reads the NodePools and
+    Cluster API node groups the cluster serves and the ConfigMap gpustack-declared-pools."""
+    from gpustack_sim.standins.crds import autoscaling_stand_in_crds
+
+    served = {
+        c["metadata"]["name"]
+        for c in sim.store.list("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+    }
+    sim.load_crds(
+        c for c in autoscaling_stand_in_crds(False) if c["metadata"]["name"] not in served
+    )
+    for obj in yaml.safe_load((AUTOSCALING / "pools-at-zero.yaml").read_text())["items"]:
+        if (
+            obj["kind"] != "Namespace"
+            or sim.store.get("v1", "Namespace", obj["metadata"]["name"]) is None
+        ):
+            sim.store.create(obj)
+    if sim.store.get("v1", "Namespace", "gpustack-system") is None:
+        sim.store.create(
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpustack-system"}}
+        )
+    sim.store.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "gpustack-declared-pools", "namespace": "gpustack-system"},
+            "data": {"pools.yaml": (AUTOSCALING / "declared-pools.yaml").read_text()},
+        }
+    )
+    code = await anyio.to_thread.run_sync(
+        main, ["plan", "--kubeconfig", str(sim_kubeconfig), "-o", "json"]
+    )
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    doc = json.loads(out)
+    queues = {i["metadata"]["name"] for i in doc["items"] if i["kind"] == "ClusterQueue"}
+    assert queues == {
+        "pool-capi-md-a100",
+        "pool-declared-l4-flex",
+        "pool-karpenter-h100",
+        "pool-karpenter-l40s",
+    }
+    assert [r["pool"] for r in doc["poolRejections"]] == ["karpenter.inference-mixed"]
