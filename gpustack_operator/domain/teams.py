@@ -526,7 +526,6 @@ def split_pool(
                 str(r["name"]): parse_quantity(r.get("nominalQuota")) or Fraction(0)
                 for r in flavor.get("resources") or []
             }
-            limits = {str(r["name"]): r.get("borrowingLimit") for r in flavor.get("resources")}
             units = int(quotas.get(measure, Fraction(0)))
             given = dict.fromkeys(quotas, Fraction(0))
             for team, fraction in shares:
@@ -539,9 +538,10 @@ def split_pool(
                         "name": resource,
                         "nominalQuota": _render(resource, amount),
                     }
-                    if limits.get(resource) is not None:
-                        entry["borrowingLimit"] = limits[resource]
-                    elif not team.borrow:
+                    # Only the team's own ``borrow`` limits borrowing: the pool's
+                    # ``borrowingLimit: 0`` (sliced pools) would leave the Cohort's remainder
+                    # of the pool to no one (docs/teams.md, "What the operator builds").
+                    if not team.borrow:
                         entry["borrowingLimit"] = "0"
                     if not team.lend:
                         entry["lendingLimit"] = "0"

@@ -312,3 +312,25 @@ def test_plan_takes_teams_from_a_file(capsys: pytest.CaptureFixture[str], tmp_pa
     out, err = capsys.readouterr()
     assert code == 2 and out == ""
     assert f"--teams {bad}: not UTF-8 text" in err
+
+
+SLICED_POOL = "gpustack--amd-25-1-ln-x64-12c-47g--nvidia-a10g-1d-8s"
+SLICED_FLAVOR = "gpustack--amd-25-1-ln-x64-48c-188g-196g--nvidia-a10g-4d-8s"
+
+
+def test_the_cohorts_remainder_of_a_sliced_pool_is_borrowable() -> None:
+    """A sliced pool's own queue has ``borrowingLimit: 0``; its team queues must not inherit
+    it, or the slices no team was given (7 of 32 here) could never be used by anyone."""
+    state = _state()
+    queues = _by_name(state.cluster_queues)
+    cohort = _by_name(state.cohorts)[
+        queues[team_queue_name(SLICED_POOL, "research")]["spec"]["cohortName"]
+    ]
+    remainder = _quotas(cohort["spec"]["resourceGroups"])
+    assert remainder[(SLICED_FLAVOR, "nvidia.com/gpu")] == 7  # 32 - 16 - 9
+    research = queues[team_queue_name(SLICED_POOL, "research")]
+    resources = research["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
+    assert [r for r in resources if "borrowingLimit" in r] == [], "research borrows"
+    serving = queues[team_queue_name(SLICED_POOL, "serving")]
+    resources = serving["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
+    assert all(r["borrowingLimit"] == "0" for r in resources), "serving says borrow: false"
