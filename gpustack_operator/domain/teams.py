@@ -586,9 +586,19 @@ def _team_queue(
     spec = queue["spec"]
     spec["resourceGroups"] = groups
     spec["preemption"] = {**(spec.get("preemption") or {}), "reclaimWithinCohort": "Any"}
+    spec["fairSharing"] = {"weight": fair_sharing_weight(fraction)}
     selector = (namespaces_of or {}).get(team.name) or team_namespace_selector(team)
     spec["namespaceSelector"] = dict(selector)
     return queue
+
+
+def fair_sharing_weight(fraction: Fraction) -> str:
+    """A team queue's ``fairSharing.weight``: its share of the pool as a quantity in
+    thousandths (``500m`` for 50%, ``1`` for 100%; at least ``1m``), so that where Kueue's
+    fair sharing is on, what a team borrows counts against it in proportion to its share
+    (docs/teams.md, "Fair sharing"). Kueue reads it only when fair sharing is on."""
+    milli = max(1, int(fraction * 1000))
+    return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
 
 
 def team_namespace_selector(team: Team) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from gpustack_operator.domain.teams import (
     Teams,
     TeamsError,
     TeamsState,
+    fair_sharing_weight,
     parse_teams,
     team_queue_name,
 )
@@ -334,3 +335,20 @@ def test_the_cohorts_remainder_of_a_sliced_pool_is_borrowable() -> None:
     serving = queues[team_queue_name(SLICED_POOL, "serving")]
     resources = serving["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
     assert all(r["borrowingLimit"] == "0" for r in resources), "serving says borrow: false"
+
+
+def test_team_queues_carry_their_share_as_fair_sharing_weight() -> None:
+    """With Kueue's fair sharing on, preemption and borrowing follow each queue's
+    ``fairSharing.weight`` (default 1): the team's share is written there."""
+    queues = _by_name(_state().cluster_queues)
+    weights = {
+        team: queues[team_queue_name(H100_POOL, team)]["spec"]["fairSharing"]["weight"]
+        for team in ("research", "serving")
+    }
+    assert weights == {"research": "500m", "serving": "300m"}
+    ascend = "gpustack--generic-kunpeng-920-ln-a64-24c-192g--ascend-910b-1d"
+    interns = queues[team_queue_name(ascend, "interns")]["spec"]["fairSharing"]
+    assert interns == {"weight": "250m"}  # weight 1 of 4
+    assert fair_sharing_weight(Fraction(1)) == "1"
+    assert fair_sharing_weight(Fraction(1, 3)) == "333m"
+    assert fair_sharing_weight(Fraction(1, 10_000)) == "1m"
