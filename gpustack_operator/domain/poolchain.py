@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from gpustack_operator.domain.declaredpools import (
+    CLASS_GKE_QUEUED,
     POOL_LABEL,
     DeclaredPool,
     PoolRejection,
@@ -163,6 +164,16 @@ def _unit_notes(pool: DeclaredPool) -> dict[str, str]:
     return out
 
 
+GKE_QUEUED_POD_SET_UPDATE: Final = {
+    "key": "autoscaling.gke.io/provisioning-request",
+    "valueFromProvisioningClassDetail": "ResizeRequestName",
+}
+"""GKE queued provisioning labels the nodes it adds for a ProvisioningRequest with the
+request's resize request name, which it reports in the request's ``provisioningClassDetails``;
+this ``podSetUpdates.nodeSelector`` entry makes Kueue pin a Job's Pods to the nodes made for
+its own request (docs/autoscaling.md, "Provisioning requests")."""
+
+
 @dataclass(frozen=True)
 class ProvisioningSettings:
     """Whether and how autoscaled flavors get a ProvisioningRequest admission check."""
@@ -211,6 +222,8 @@ def provisioning_objects(
             },
         },
     }
+    if pool.provisioning_class == CLASS_GKE_QUEUED:
+        config["spec"]["podSetUpdates"] = {"nodeSelector": [dict(GKE_QUEUED_POD_SET_UPDATE)]}
     return check, config
 
 

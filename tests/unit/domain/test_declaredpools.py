@@ -218,6 +218,23 @@ def test_provisioning_checks_scoped_to_their_flavors_where_served() -> None:
     assert "admissionChecksStrategy" not in _queues(state)["pool-karpenter-h100"]["spec"]
 
 
+def test_gke_queued_provisioning_pins_pods_to_their_requests_nodes() -> None:
+    """Kueue's provisioning docs, "PodSet updates": GKE labels the nodes it adds for a
+    ProvisioningRequest with its ResizeRequestName; without podSetUpdates a Job's Pods could
+    land on nodes provisioned for another Job's request."""
+    configs = {c["metadata"]["name"]: c for c in _state(provisioning=True).provisioning_configs}
+    assert configs["pool-declared-l4-flex"]["spec"]["podSetUpdates"] == {
+        "nodeSelector": [
+            {
+                "key": "autoscaling.gke.io/provisioning-request",
+                "valueFromProvisioningClassDetail": "ResizeRequestName",
+            }
+        ]
+    }
+    # best-effort-atomic-scale-up publishes no such detail: nothing to select on.
+    assert "podSetUpdates" not in configs["pool-capi-md-a100"]["spec"]
+
+
 @pytest.mark.parametrize("served", [None, False])
 def test_no_check_where_provisioning_requests_are_not_served(served: bool | None) -> None:
     state = _state(provisioning=served)
