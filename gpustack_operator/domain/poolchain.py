@@ -195,19 +195,22 @@ def provisioning_objects(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The AdmissionCheck and ProvisioningRequestConfig of a pool with a class."""
     name = pool.object_name
+    spec: dict[str, Any] = {
+        "provisioningClassName": pool.provisioning_class,
+        "managedResources": [pool.resource],
+        "retryStrategy": {
+            "backoffLimitCount": settings.backoff_limit,
+            "backoffBaseSeconds": settings.backoff_base_seconds,
+            "backoffMaxSeconds": settings.backoff_max_seconds,
+        },
+    }
+    if pool.provisioning_class == CLASS_GKE_QUEUED:
+        spec["podSetUpdates"] = {"nodeSelector": [dict(GKE_QUEUED_POD_SET_UPDATE)]}
     config = {
         "apiVersion": version.api_version,
         "kind": "ProvisioningRequestConfig",
         "metadata": _meta(pool).manifest(),
-        "spec": {
-            "provisioningClassName": pool.provisioning_class,
-            "managedResources": [pool.resource],
-            "retryStrategy": {
-                "backoffLimitCount": settings.backoff_limit,
-                "backoffBaseSeconds": settings.backoff_base_seconds,
-                "backoffMaxSeconds": settings.backoff_max_seconds,
-            },
-        },
+        "spec": spec,
     }
     check = {
         "apiVersion": version.api_version,
@@ -222,8 +225,6 @@ def provisioning_objects(
             },
         },
     }
-    if pool.provisioning_class == CLASS_GKE_QUEUED:
-        config["spec"]["podSetUpdates"] = {"nodeSelector": [dict(GKE_QUEUED_POD_SET_UPDATE)]}
     return check, config
 
 
