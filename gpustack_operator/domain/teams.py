@@ -14,7 +14,6 @@ ones, so they cannot disagree.
 from __future__ import annotations
 
 import copy
-import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -33,7 +32,7 @@ from gpustack_operator.domain.labels import (
 )
 from gpustack_operator.domain.nodeview import annotations_of, labels_of, name_of, uid_of
 from gpustack_operator.domain.poolinfo import local_queue_metadata
-from gpustack_operator.domain.profiles import local_queue_name
+from gpustack_operator.domain.profiles import TAS_QUEUE_SUFFIX, derived_name, local_queue_name
 from gpustack_operator.domain.quantities import (
     format_binary_quantity,
     format_decimal_quantity,
@@ -59,7 +58,6 @@ RECLAIM_WITHIN_COHORT: Final = "Any"
 _NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"
 _BINARY: Final = frozenset({"memory", "ephemeral-storage"})
 _MI: Final = 2**20
-_MAX_NAME: Final = 253
 
 
 class TeamsError(ValueError):
@@ -278,6 +276,11 @@ def _team(raw: object, index: int, manufacturers: Iterable[str]) -> Team:
         raise TeamsError(f"{where}: a team is a map with name, namespaces and shares")
     name = str(raw.get("name") or "")
     where = f"team {name}" if name else where
+    if name == TAS_QUEUE_SUFFIX:
+        raise TeamsError(
+            f"{where}: the name {TAS_QUEUE_SUFFIX!r} is taken by the queues of topology-aware "
+            "pools (<pool>-tas, docs/topology.md): choose another"
+        )
     if not is_valid_dns_label(name):
         raise TeamsError(
             f"{where}: name {name!r} must be a DNS label (lower case, digits, '-'), e.g. team-a"
@@ -442,13 +445,9 @@ class PoolFacts:
 
 
 def team_queue_name(pool: str, team: str) -> str:
-    """``<pool>-<team>``, shortened with a hash when it would pass 253 characters."""
-    name = f"{pool}-{team}"
-    if len(name) <= _MAX_NAME:
-        return name
-    digest = hashlib.sha256(name.encode()).hexdigest()[:10]
-    keep = _MAX_NAME - len(team) - len(digest) - 2
-    return f"{pool[:keep].rstrip('-.')}-{digest}-{team}"
+    """``<pool>-<team>``, shortened with a hash past 63 characters where the pool's name is
+    a DNS label (past 253 otherwise): docs/naming.md, "Derived names"."""
+    return derived_name(pool, team)
 
 
 def is_team_queue(cluster_queue: object) -> bool:

@@ -241,6 +241,11 @@ BAD = [
         id="share-above-whole",
     ),
     pytest.param("teams: [", "not valid YAML", id="not-yaml"),
+    pytest.param(
+        "teams:\n- {name: tas, namespaces: [a], shares: [{pools: {model: t4}, share: 10%}]}\n",
+        "the name 'tas' is taken by the queues of topology-aware pools",
+        id="team-named-tas",
+    ),
 ]
 
 
