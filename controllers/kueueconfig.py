@@ -5,7 +5,9 @@ ClusterQueue changes map to the same key, since what the chain needs follows the
 the queues cover. The reconciler reads both caches, asks ``missing_pieces`` what Kueue's
 configuration lacks, and reports each change of that answer once: a Warning Event on the
 ConfigMap, one log line per missing piece, and the gauge
-``gpustack_kueue_configuration_missing{piece}``. It never writes Kueue's configuration.
+``gpustack_kueue_configuration_missing{piece}``. It also reports, either way, whether Kueue's
+fair sharing is on (a log line on each change and the gauge ``gpustack_kueue_fair_sharing``;
+docs/teams.md, "Fair sharing"). It never writes Kueue's configuration.
 """
 
 from __future__ import annotations
@@ -16,7 +18,13 @@ import structlog
 from prometheus_client import Gauge
 
 from gpustack_operator.controllers.caches import KueueCaches
-from gpustack_operator.domain.kueueconfig import Finding, missing_pieces, parse_configuration
+from gpustack_operator.domain.kueueconfig import (
+    FairSharing,
+    Finding,
+    fair_sharing,
+    missing_pieces,
+    parse_configuration,
+)
 from gpustack_operator.domain.queues import is_owned
 from gpustack_operator.runtime.controller import (
     Controller,
@@ -39,6 +47,13 @@ CONFIGURATION_MISSING = Gauge(
     "1 for each piece of Kueue's configuration the queues need and do not get "
     "(docs/workloads.md); 0 once it is there.",
     ["piece"],
+    registry=REGISTRY,
+)
+
+FAIR_SHARING = Gauge(
+    "gpustack_kueue_fair_sharing",
+    "1 when Kueue's configuration turns fair sharing on (preemption between team queues "
+    "follows their fairSharing.weight; docs/teams.md), else 0.",
     registry=REGISTRY,
 )
 
@@ -71,6 +86,8 @@ class KueueConfigReconciler:
         self.name = name
         self.reported: tuple[Finding, ...] | None = None
         """The findings last reported (None: nothing reported yet)."""
+        self.fair_sharing: FairSharing | None = None
+        """Kueue's fair sharing setting last reported (None: not yet)."""
 
     @property
     def key(self) -> str:
@@ -81,6 +98,16 @@ class KueueConfigReconciler:
         config = parse_configuration(configmap)
         covered = covered_resources(self.caches.cluster_queues.indexer.list())
         findings = tuple(missing_pieces(config, covered, self.caches.manufacturers))
+        sharing = fair_sharing(config)
+        if sharing != self.fair_sharing:
+            self.fair_sharing = sharing
+            FAIR_SHARING.set(1 if sharing.enabled else 0)
+            log.info(
+                sharing.describe(),
+                configmap=self.key,
+                fair_sharing=sharing.enabled,
+                preemption_strategies=list(sharing.preemption_strategies),
+            )
         if findings == self.reported:
             return
         previous = {f.piece for f in self.reported or ()}

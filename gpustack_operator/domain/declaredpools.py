@@ -12,8 +12,8 @@ The Kueue objects of the pools are ``domain/poolchain.py``'s. Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from fractions import Fraction
 from typing import Any, Final
@@ -149,13 +149,53 @@ class PoolRejection:
     source: PoolSource
     name: str
     reason: str
+    node_selector: tuple[tuple[str, str], ...] = ()
+    """The labels of the nodes it would have selected, where the declaration said them
+    (``plan --explain`` tells those nodes why their pool has no queue)."""
 
     @property
     def key(self) -> str:
         return f"{self.source.value}.{self.name}"
 
+    def matches(self, node: object) -> bool:
+        labels = labels_of(node)
+        return bool(self.node_selector) and all(labels.get(k) == v for k, v in self.node_selector)
+
 
 PoolResult = DeclaredPool | PoolRejection
+
+MAX_FLAVOR_NODE_LABELS: Final = 8
+MAX_FLAVOR_TOLERATIONS: Final = 8
+"""Kueue's ResourceFlavor holds at most 8 ``nodeLabels`` and 8 ``tolerations``
+(kubernetes-sigs/kueue v0.19.2 ``apis/kueue/v1beta2/resourceflavor_types.go``,
+``MaxProperties=8`` and ``MaxItems=8``): a pool past either gets no flavor."""
+
+
+def _within_flavor_limits(pool: DeclaredPool, reject: Callable[[str], PoolRejection]) -> PoolResult:
+    """*pool*, or its rejection when its flavor would pass Kueue's limits (docs/autoscaling.md,
+    "Pools that get no queue"): the API server would refuse the flavor, and only this pool
+    may go without a queue for it."""
+    labels, taints = len(pool.node_selector), len(pool.taints)
+    selector = tuple(sorted(pool.node_selector.items()))
+    if labels > MAX_FLAVOR_NODE_LABELS:
+        return replace(
+            reject(
+                f"its nodes are selected by {labels} labels, and a Kueue ResourceFlavor holds at "
+                f"most {MAX_FLAVOR_NODE_LABELS} nodeLabels: select them by at most "
+                f"{MAX_FLAVOR_NODE_LABELS} (one label only the pool's nodes carry is enough)"
+            ),
+            node_selector=selector,
+        )
+    if taints > MAX_FLAVOR_TOLERATIONS:
+        return replace(
+            reject(
+                f"its nodes carry {taints} taints, and a Kueue ResourceFlavor holds at most "
+                f"{MAX_FLAVOR_TOLERATIONS} tolerations: give the pool's nodes at most "
+                f"{MAX_FLAVOR_TOLERATIONS} taints"
+            ),
+            node_selector=selector,
+        )
+    return pool
 
 
 # --- Karpenter --------------------------------------------------------------------------------
@@ -361,7 +401,7 @@ def karpenter_pool(nodepool: Mapping[str, Any]) -> PoolResult | None:
             f"is unbounded: set spec.limits.{resource} (or spec.limits.nodes with "
             f"{labels.gpu_count} In [<count>])"
         )
-    return DeclaredPool(
+    pool = DeclaredPool(
         source=PoolSource.KARPENTER,
         name=name,
         node_selector={KARPENTER_NODEPOOL_LABEL: name},
@@ -377,6 +417,7 @@ def karpenter_pool(nodepool: Mapping[str, Any]) -> PoolResult | None:
         memory_limit=memory_limit,
         taints=_taints(tspec.get("taints")),
     )
+    return _within_flavor_limits(pool, lambda reason: reject(f"NodePool {name}: {reason}"))
 
 
 # --- Cluster API ------------------------------------------------------------------------------
@@ -488,7 +529,7 @@ def capi_pool(
         )
     cpu = annotations.get(CAPACITY_PREFIX + "cpu", capacity.get("cpu"))
     memory = annotations.get(CAPACITY_PREFIX + "memory", capacity.get("memory"))
-    return DeclaredPool(
+    pool = DeclaredPool(
         source=PoolSource.CLUSTER_API,
         name=name,
         node_selector=selector,
@@ -503,6 +544,7 @@ def capi_pool(
         taints=_capi_taints(annotations.get(CAPACITY_PREFIX + "taints", "")),
         provisioning_class=CLASS_ATOMIC_SCALE_UP,
     )
+    return _within_flavor_limits(pool, reject)
 
 
 # --- Declared by a person ---------------------------------------------------------------------
@@ -555,7 +597,7 @@ def _declared(
         return reject("give cpu and memory above 0: what one node offers to pods (its allocatable)")
     if not all(isinstance(v, str) for v in selector.values()):
         return reject("give nodeSelector values as strings (quote numbers and booleans)")
-    return DeclaredPool(
+    pool = DeclaredPool(
         source=PoolSource.DECLARED,
         name=name,
         node_selector={str(k): str(v) for k, v in selector.items()},
@@ -570,6 +612,7 @@ def _declared(
         taints=_taints(item.get("taints")),
         provisioning_class=str(item.get("provisioningClass") or ""),
     )
+    return _within_flavor_limits(pool, reject)
 
 
 def declarations_in_configmap(

@@ -96,6 +96,47 @@ def parse_configuration(configmap: Mapping[str, Any] | None) -> KueueConfigurati
     return KueueConfiguration(found=True, data=data)
 
 
+@dataclass(frozen=True)
+class FairSharing:
+    """Whether Kueue's fair sharing is on, as its Configuration says (docs/teams.md, "Fair
+    sharing"): preemption and borrowing between the queues of a Cohort then follow the
+    queues' weighted shares, not ``reclaimWithinCohort`` alone."""
+
+    enabled: bool
+    preemption_strategies: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        if not self.enabled:
+            return (
+                "Kueue's fair sharing is off: team queues reclaim their quota by classic "
+                "preemption (reclaimWithinCohort)"
+            )
+        strategies = ", ".join(self.preemption_strategies) or (
+            "no preemptionStrategies, which Kueue's v1beta2 validation requires"
+        )
+        return (
+            f"Kueue's fair sharing is on ({strategies}): preemption between the queues of a "
+            f"Cohort follows their shares; team queues carry their share as fairSharing.weight"
+        )
+
+
+def fair_sharing(config: KueueConfiguration) -> FairSharing:
+    """Kueue's fair sharing setting in *config*. ``config.kueue.x-k8s.io/v1beta2`` turns it on
+    by the ``fairSharing`` section's presence (kubernetes-sigs/kueue v0.19.2
+    ``pkg/scheduler/preemption/fairsharing/strategy.go`` ``Enabled``); v1beta1 by
+    ``fairSharing.enable: true`` (``apis/config/v1beta1/configuration_conversion.go``)."""
+    section = config.data.get("fairSharing")
+    if not isinstance(section, Mapping):
+        return FairSharing(enabled=False)
+    if str(config.data.get("apiVersion", "")).endswith("/v1beta1") and not section.get("enable"):
+        return FairSharing(enabled=False)
+    strategies = section.get("preemptionStrategies") or []
+    return FairSharing(
+        enabled=True,
+        preemption_strategies=tuple(str(s) for s in strategies if isinstance(s, str)),
+    )
+
+
 def vendor_resource_names(manufacturer: Manufacturer) -> tuple[str, ...]:
     """Every resource name a device plugin of *manufacturer* may advertise."""
     extra = EXTRA_RESOURCE_NAMES.get(manufacturer.name, ())

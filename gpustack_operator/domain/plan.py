@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from gpustack_operator.domain.availability import NodeAvailability, explain_availability
+from gpustack_operator.domain.declaredpools import PoolRejection
 from gpustack_operator.domain.desired import DesiredState, desired_state
 from gpustack_operator.domain.devices import device_labels
 from gpustack_operator.domain.devicesources.dra import node_slices
@@ -134,11 +135,18 @@ def plan_state(
             state.nodes, state.fleet, with_devices, policy.manufacturers, resource_slices
         )
         return state
-    state.explanations = with_availability(
-        explain_nodes(
-            state.nodes, policy.manufacturers, inputs=with_devices, resource_slices=resource_slices
+    state.explanations = with_pool_rejections(
+        with_availability(
+            explain_nodes(
+                state.nodes,
+                policy.manufacturers,
+                inputs=with_devices,
+                resource_slices=resource_slices,
+            ),
+            state.availability,
         ),
-        state.availability,
+        state.nodes,
+        state.pool_rejections,
     )
     if policy.host_counting is HostCounting.ONCE:
         state.explanations = with_host_split(state.explanations, state.resource_flavors)
@@ -171,6 +179,34 @@ def with_host_split(
                 f"{pools} pools, rounded down to whole cores and MiB: " + "; ".join(parts),
             )
             explanation = replace(explanation, reasons=(*explanation.reasons, reason))
+        result.append(explanation)
+    return result
+
+
+def with_pool_rejections(
+    explanations: Sequence[NodeExplanation],
+    nodes: Sequence[Mapping[str, Any]],
+    rejections: Sequence[PoolRejection],
+) -> list[NodeExplanation]:
+    """*explanations* with, for each node a rejected pool would have selected, why that pool
+    has no queue (docs/autoscaling.md, "Pools that get no queue")."""
+    if not rejections:
+        return list(explanations)
+    by_name = {name_of(n): n for n in nodes}
+    result = []
+    for explanation in explanations:
+        node = by_name.get(explanation.node)
+        said = [
+            Reason(
+                "declared-pool-rejected",
+                f"its declared pool {r.key} gets no queue ({r.reason}); the node feeds pools "
+                "of its own meanwhile",
+            )
+            for r in rejections
+            if node is not None and r.matches(node)
+        ]
+        if said:
+            explanation = replace(explanation, reasons=(*explanation.reasons, *said))
         result.append(explanation)
     return result
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from gpustack_operator.domain.declaredpools import (
+    CLASS_GKE_QUEUED,
     POOL_LABEL,
     UNBOUNDED_CPU,
     UNBOUNDED_MEMORY_GI,
@@ -184,6 +185,16 @@ def _unit_notes(pool: DeclaredPool) -> dict[str, str]:
     return out
 
 
+GKE_QUEUED_POD_SET_UPDATE: Final = {
+    "key": "autoscaling.gke.io/provisioning-request",
+    "valueFromProvisioningClassDetail": "ResizeRequestName",
+}
+"""GKE queued provisioning labels the nodes it adds for a ProvisioningRequest with the
+request's resize request name, which it reports in the request's ``provisioningClassDetails``;
+this ``podSetUpdates.nodeSelector`` entry makes Kueue pin a Job's Pods to the nodes made for
+its own request (docs/autoscaling.md, "Provisioning requests")."""
+
+
 @dataclass(frozen=True)
 class ProvisioningSettings:
     """Whether and how autoscaled flavors get a ProvisioningRequest admission check."""
@@ -205,19 +216,22 @@ def provisioning_objects(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The AdmissionCheck and ProvisioningRequestConfig of a pool with a class."""
     name = pool.object_name
+    spec: dict[str, Any] = {
+        "provisioningClassName": pool.provisioning_class,
+        "managedResources": [pool.resource],
+        "retryStrategy": {
+            "backoffLimitCount": settings.backoff_limit,
+            "backoffBaseSeconds": settings.backoff_base_seconds,
+            "backoffMaxSeconds": settings.backoff_max_seconds,
+        },
+    }
+    if pool.provisioning_class == CLASS_GKE_QUEUED:
+        spec["podSetUpdates"] = {"nodeSelector": [dict(GKE_QUEUED_POD_SET_UPDATE)]}
     config = {
         "apiVersion": version.api_version,
         "kind": "ProvisioningRequestConfig",
         "metadata": _meta(pool).manifest(),
-        "spec": {
-            "provisioningClassName": pool.provisioning_class,
-            "managedResources": [pool.resource],
-            "retryStrategy": {
-                "backoffLimitCount": settings.backoff_limit,
-                "backoffBaseSeconds": settings.backoff_base_seconds,
-                "backoffMaxSeconds": settings.backoff_max_seconds,
-            },
-        },
+        "spec": spec,
     }
     check = {
         "apiVersion": version.api_version,

@@ -7,6 +7,7 @@ ClusterQueue name into the fixed-length LocalQueue name workloads refer to.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Final
 
@@ -102,11 +103,19 @@ def _parse_device(segment: str) -> tuple[str, int, int | None] | None:
     return akey, acc, sliced
 
 
+TAS_QUEUE_SUFFIX: Final = "tas"
+"""A ClusterQueue fed by TAS flavors is ``<queue>-tas`` (:func:`derived_name`)."""
+
+
 def strip_tas_suffix(name: str) -> str:
-    """A TAS flavor or queue name (``<profile>.tas``, ``<profile>.tas-<group>``) without its
-    TAS part (docs/topology.md, "Names"); any other name as it is."""
+    """A TAS flavor or queue name (``<profile>.tas-<group>``, ``<profile>-tas``, and a queue's
+    older ``<profile>.tas``) without its TAS part (docs/topology.md, "Names"); any other
+    name as it is. A profile name never ends in ``-tas``: its last part is a spec."""
     head, dot, tail = name.partition(".")
-    return head if dot and (tail == "tas" or tail.startswith("tas-")) else name
+    if dot and (tail == TAS_QUEUE_SUFFIX or tail.startswith(f"{TAS_QUEUE_SUFFIX}-")):
+        return head
+    suffix = f"-{TAS_QUEUE_SUFFIX}"
+    return name[: -len(suffix)] if name.endswith(suffix) and not dot else name
 
 
 def parse_node_profile(name: str) -> NodeProfile | None:
@@ -139,6 +148,32 @@ def fnv1a_64(data: bytes) -> int:
     for byte in data:
         value = ((value ^ byte) * _FNV64_PRIME) & _MASK64
     return value
+
+
+MAX_DNS_LABEL: Final = 63
+MAX_OBJECT_NAME: Final = 253
+_DNS_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+def derived_name(base: str, suffix: str) -> str:
+    """``<base>-<suffix>``, a name derived from a pool's (a TAS queue, a team's queue;
+    docs/naming.md, "Derived names"). Where *base* is a DNS label the result is one too, so
+    that Kueue labels the Pods of its queue with ``kueue.x-k8s.io/cluster-queue-name``;
+    otherwise it stays within 253 characters. Too long, *base* is cut and a hash of the whole
+    name keeps it unique: ``<base cut>-<10 hex>-<suffix>``."""
+    name = f"{base}-{suffix}"
+    limit = (
+        MAX_DNS_LABEL
+        if _DNS_LABEL.fullmatch(base) and len(base) <= MAX_DNS_LABEL
+        else (MAX_OBJECT_NAME)
+    )
+    if len(name) <= limit:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:10]
+    budget = limit - len(digest) - 1
+    tail = suffix if len(suffix) <= budget - 8 else suffix[: budget - 8].rstrip("-")
+    keep = budget - len(tail) - 1
+    return f"{base[:keep].rstrip('-.')}-{digest}-{tail}"
 
 
 def local_queue_name(cluster_queue: str) -> str:

@@ -473,7 +473,11 @@ def desired_cluster_queue(
     node.
     """
     matching = queue_flavors(name, flavors)
-    profile = parse_node_profile(name)
+    # A TAS queue's name may be shortened with a hash (docs/naming.md, "Derived names"):
+    # its flavors' names still parse, and they share its device, manufacturer and slicing.
+    profile = parse_node_profile(name) or (
+        parse_node_profile(name_of(matching[0])) if matching else None
+    )
     if not matching or profile is None:
         return None
     credits_source: str | None = None

@@ -14,7 +14,6 @@ ones, so they cannot disagree.
 from __future__ import annotations
 
 import copy
-import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -33,7 +32,7 @@ from gpustack_operator.domain.labels import (
 )
 from gpustack_operator.domain.nodeview import annotations_of, labels_of, name_of, uid_of
 from gpustack_operator.domain.poolinfo import local_queue_metadata
-from gpustack_operator.domain.profiles import local_queue_name
+from gpustack_operator.domain.profiles import TAS_QUEUE_SUFFIX, derived_name, local_queue_name
 from gpustack_operator.domain.quantities import (
     format_binary_quantity,
     format_decimal_quantity,
@@ -59,7 +58,6 @@ RECLAIM_WITHIN_COHORT: Final = "Any"
 _NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"
 _BINARY: Final = frozenset({"memory", "ephemeral-storage"})
 _MI: Final = 2**20
-_MAX_NAME: Final = 253
 
 
 class TeamsError(ValueError):
@@ -278,6 +276,11 @@ def _team(raw: object, index: int, manufacturers: Iterable[str]) -> Team:
         raise TeamsError(f"{where}: a team is a map with name, namespaces and shares")
     name = str(raw.get("name") or "")
     where = f"team {name}" if name else where
+    if name == TAS_QUEUE_SUFFIX:
+        raise TeamsError(
+            f"{where}: the name {TAS_QUEUE_SUFFIX!r} is taken by the queues of topology-aware "
+            "pools (<pool>-tas, docs/topology.md): choose another"
+        )
     if not is_valid_dns_label(name):
         raise TeamsError(
             f"{where}: name {name!r} must be a DNS label (lower case, digits, '-'), e.g. team-a"
@@ -442,13 +445,9 @@ class PoolFacts:
 
 
 def team_queue_name(pool: str, team: str) -> str:
-    """``<pool>-<team>``, shortened with a hash when it would pass 253 characters."""
-    name = f"{pool}-{team}"
-    if len(name) <= _MAX_NAME:
-        return name
-    digest = hashlib.sha256(name.encode()).hexdigest()[:10]
-    keep = _MAX_NAME - len(team) - len(digest) - 2
-    return f"{pool[:keep].rstrip('-.')}-{digest}-{team}"
+    """``<pool>-<team>``, shortened with a hash past 63 characters where the pool's name is
+    a DNS label (past 253 otherwise): docs/naming.md, "Derived names"."""
+    return derived_name(pool, team)
 
 
 def is_team_queue(cluster_queue: object) -> bool:
@@ -526,7 +525,6 @@ def split_pool(
                 str(r["name"]): parse_quantity(r.get("nominalQuota")) or Fraction(0)
                 for r in flavor.get("resources") or []
             }
-            limits = {str(r["name"]): r.get("borrowingLimit") for r in flavor.get("resources")}
             units = int(quotas.get(measure, Fraction(0)))
             given = dict.fromkeys(quotas, Fraction(0))
             for team, fraction in shares:
@@ -539,9 +537,10 @@ def split_pool(
                         "name": resource,
                         "nominalQuota": _render(resource, amount),
                     }
-                    if limits.get(resource) is not None:
-                        entry["borrowingLimit"] = limits[resource]
-                    elif not team.borrow:
+                    # Only the team's own ``borrow`` limits borrowing: the pool's
+                    # ``borrowingLimit: 0`` (sliced pools) would leave the Cohort's remainder
+                    # of the pool to no one (docs/teams.md, "What the operator builds").
+                    if not team.borrow:
                         entry["borrowingLimit"] = "0"
                     if not team.lend:
                         entry["lendingLimit"] = "0"
@@ -586,9 +585,19 @@ def _team_queue(
     spec = queue["spec"]
     spec["resourceGroups"] = groups
     spec["preemption"] = {**(spec.get("preemption") or {}), "reclaimWithinCohort": "Any"}
+    spec["fairSharing"] = {"weight": fair_sharing_weight(fraction)}
     selector = (namespaces_of or {}).get(team.name) or team_namespace_selector(team)
     spec["namespaceSelector"] = dict(selector)
     return queue
+
+
+def fair_sharing_weight(fraction: Fraction) -> str:
+    """A team queue's ``fairSharing.weight``: its share of the pool as a quantity in
+    thousandths (``500m`` for 50%, ``1`` for 100%; at least ``1m``), so that where Kueue's
+    fair sharing is on, what a team borrows counts against it in proportion to its share
+    (docs/teams.md, "Fair sharing"). Kueue reads it only when fair sharing is on."""
+    milli = max(1, int(fraction * 1000))
+    return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
 
 
 def team_namespace_selector(team: Team) -> dict[str, Any]:

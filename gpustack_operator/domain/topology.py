@@ -23,7 +23,12 @@ from typing import Any, Final
 from gpustack_operator.domain.kueue import KueueVersion, Toleration
 from gpustack_operator.domain.labels import MANAGED_BY_LABEL, MANAGED_BY_VALUE, TOPOLOGY_LABEL
 from gpustack_operator.domain.nodeview import labels_of, name_of
-from gpustack_operator.domain.profiles import fnv1a_64, strip_tas_suffix
+from gpustack_operator.domain.profiles import (
+    TAS_QUEUE_SUFFIX,
+    derived_name,
+    fnv1a_64,
+    strip_tas_suffix,
+)
 from gpustack_operator.domain.validation import is_valid_label_key
 
 HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
@@ -33,9 +38,6 @@ CLIQUE_LABEL: Final = "nvidia.com/gpu.clique"
 MAX_LEVELS: Final = 16
 """Kueue's ``Topology.spec.levels`` limit (apis/kueue/v1beta2/topology_types.go)."""
 TOPOLOGY_NAME_PREFIX: Final = "gpustack-topology-"
-TAS_QUEUE_SUFFIX: Final = ".tas"
-"""Appended to a ClusterQueue (and so a pool) fed by TAS flavors: a queue never mixes TAS
-and non-TAS flavors."""
 TAS_FLAVOR_SUFFIX: Final = ".tas-"
 """Joins a flavor's name and its topology group (``<flavor>.tas-<levels>-<tolerations>``)."""
 
@@ -245,7 +247,10 @@ def tas_flavor_name(flavor: str, group: str) -> str:
 
 
 def tas_queue_name(queue: str) -> str:
-    return f"{queue}{TAS_QUEUE_SUFFIX}"
+    """``<queue>-tas``: a ClusterQueue (and so a pool) fed by TAS flavors, a DNS label
+    wherever *queue* is one (docs/topology.md, "Names"); a queue never mixes TAS and
+    non-TAS flavors."""
+    return derived_name(queue, TAS_QUEUE_SUFFIX)
 
 
 def is_tas_name(name: str) -> bool:

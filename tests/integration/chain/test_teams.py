@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parents[3]
 DECLARATION = (REPO / "examples" / "teams" / "teams.yaml").read_text()
 TIMEOUT = 30.0
 H100_POOL = "gpustack--generic-16c-256g--nvidia-h100-80gb-hbm3-1d"
+SLICED_POOL = "gpustack--amd-25-1-ln-x64-12c-47g--nvidia-a10g-1d-8s"
 SYSTEM = "gpustack-system"
 NAMESPACES: list[Any] = [
     "default",
@@ -164,14 +165,16 @@ def test_the_documented_team_demo(capsys: pytest.CaptureFixture[str]) -> None:
     )
     out, err = capsys.readouterr()
     assert code == 0, err
-    demo = out.split(f"Teams (--demo-jobs; docs/teams.md): pool {H100_POOL}\n", 1)[1]
+    # The sliced A10G pool: research reaches 32 slices, its own 16, the 9 serving lends and
+    # the Cohort's remainder of 7 (its team queues do not take the pool's borrowingLimit 0).
+    demo = out.split(f"Teams (--demo-jobs; docs/teams.md): pool {SLICED_POOL}\n", 1)[1]
     lines = [line.strip() for line in demo.splitlines()]
     assert lines[0].startswith("demo-borrow  queue ") and "in research" in lines[0]
-    assert "nvidia.com/gpu=8" in lines[0]
-    assert lines[1].startswith(f"admitted to ClusterQueue {H100_POOL}-research, flavor ")
-    assert lines[2] == "borrowing 4 nvidia.com/gpu its team does not own"
-    assert "in serving" in lines[3] and "nvidia.com/gpu=2" in lines[3]
-    assert lines[4].startswith(f"admitted to ClusterQueue {H100_POOL}-serving, flavor ")
+    assert "nvidia.com/gpu=32" in lines[0]
+    assert lines[1].startswith(f"admitted to ClusterQueue {SLICED_POOL}-research, flavor ")
+    assert lines[2] == "borrowing 16 nvidia.com/gpu its team does not own"
+    assert "in serving" in lines[3] and "nvidia.com/gpu=9" in lines[3]
+    assert lines[4].startswith(f"admitted to ClusterQueue {SLICED_POOL}-serving, flavor ")
     assert lines[5].startswith("demo-borrow  then preempted (InCohortReclamation): Preempted to")
 
 

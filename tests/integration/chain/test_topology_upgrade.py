@@ -40,7 +40,7 @@ def _device_queue(cluster: SimCluster, tas: bool) -> dict[str, Any]:
     return next(
         q
         for q in cluster.sim.store.list(KUEUE, "ClusterQueue")
-        if "nvidia" in q["metadata"]["name"] and q["metadata"]["name"].endswith(".tas") == tas
+        if "nvidia" in q["metadata"]["name"] and q["metadata"]["name"].endswith("-tas") == tas
     )
 
 
@@ -90,7 +90,7 @@ async def test_an_admitted_workload_survives_the_move_to_tas() -> None:
         async with worker_running(cluster.kubeconfig, config) as running:
             await eventually(
                 lambda: any(
-                    "nvidia" in q["metadata"]["name"] and q["metadata"]["name"].endswith(".tas")
+                    "nvidia" in q["metadata"]["name"] and q["metadata"]["name"].endswith("-tas")
                     for q in cluster.sim.store.list(KUEUE, "ClusterQueue")
                 ),
                 "the TAS device pool",
@@ -129,3 +129,57 @@ async def test_an_admitted_workload_survives_the_move_to_tas() -> None:
         assert cluster.sim.store.get(KUEUE, "ResourceFlavor", old_flavor) is None
         assert cluster.sim.store.get(KUEUE, "ClusterQueue", old_queue) is None
         assert ".tas-" in _admitted_to(cluster, "after")
+
+
+async def test_queues_of_the_older_tas_name_go_once_idle() -> None:
+    """docs/topology.md, "Names": TAS queues were ``<queue>.tas`` (no DNS label, so Kueue
+    left their Pods without kueue.x-k8s.io/cluster-queue-name) and are now ``<queue>-tas``.
+    A chain written under the older name is not orphaned: the worker deletes the older
+    ClusterQueue (Kueue reports nothing reserved in it) and its LocalQueues, and the chain
+    equals ``plan``'s."""
+    nodes = [dict(n) for n in read_cluster_file(DUMP)[0]]
+    policy = ChainPolicy(manufacturers=MANUFACTURERS)
+    async with SimCluster(nodes, ["default"], run_worker=False, policy=policy) as cluster:
+        assert cluster.kubeconfig is not None
+        config = fast_config(system_namespace=cluster.system_namespace)
+        async with worker_running(cluster.kubeconfig, config) as running:
+            await cluster.converge(60, idle=lambda: cluster.idle() and idle(running.manager))
+            tas = _device_queue(cluster, tas=True)
+            name = tas["metadata"]["name"]
+            older = name.removesuffix("-tas") + ".tas"
+            legacy = {
+                "apiVersion": KUEUE,
+                "kind": "ClusterQueue",
+                "metadata": {"name": older, "labels": dict(tas["metadata"]["labels"])},
+                "spec": dict(tas["spec"]),
+            }
+            created = cluster.sim.store.create(legacy)
+            cluster.sim.store.create(
+                {
+                    "apiVersion": KUEUE,
+                    "kind": "LocalQueue",
+                    "metadata": {
+                        "name": local_queue_name(older),
+                        "namespace": "default",
+                        "labels": dict(tas["metadata"]["labels"]),
+                        "ownerReferences": [
+                            {
+                                "apiVersion": KUEUE,
+                                "kind": "ClusterQueue",
+                                "name": older,
+                                "uid": created["metadata"]["uid"],
+                            }
+                        ],
+                    },
+                    "spec": {"clusterQueue": older},
+                }
+            )
+            await eventually(
+                lambda: cluster.sim.store.get(KUEUE, "ClusterQueue", older) is None,
+                "the older TAS queue deleted",
+            )
+            await cluster.converge(60, idle=lambda: cluster.idle() and idle(running.manager))
+        assert (
+            cluster.sim.store.get(KUEUE, "LocalQueue", local_queue_name(older), "default") is None
+        )
+        assert cluster.sim.store.get(KUEUE, "ClusterQueue", name) is not None

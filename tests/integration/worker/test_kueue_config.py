@@ -127,3 +127,37 @@ async def test_device_queues_need_nothing_from_kueues_defaults(
             await eventually(lambda: idle(running.manager), "the controllers to go idle")
     assert warnings_on_configmap(sim) == []
     assert any(e["event"] == "Kueue's configuration has what the queues need" for e in logs)
+
+
+def fair_sharing_gauge() -> float | None:
+    return REGISTRY.get_sample_value("gpustack_kueue_fair_sharing")
+
+
+async def test_fair_sharing_is_reported_either_way(sim: SimServer, sim_kubeconfig: Path) -> None:
+    """docs/teams.md, "Fair sharing": the check says whether Kueue's fair sharing is on (v1beta2:
+    the section is there) and follows a change of the ConfigMap."""
+    sim.store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NS}})
+    sim.store.create(
+        kueue_configmap({"apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration"})
+    )
+    put_node(sim, node("gpu-a", cards=("Tesla T4", 1)))
+    with capture_logs() as logs:
+        async with nfd_master(sim), worker_running(sim_kubeconfig, fast_config()):
+            await eventually(
+                lambda: any(e.get("fair_sharing") is False for e in logs), "reported off"
+            )
+            assert fair_sharing_gauge() == 0
+            configmap = sim.store.get("v1", "ConfigMap", "kueue-manager-config", KUEUE_NS)
+            assert configmap is not None
+            configmap["data"] = kueue_configmap(
+                {
+                    "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+                    "kind": "Configuration",
+                    "fairSharing": {"preemptionStrategies": ["LessThanOrEqualToFinalShare"]},
+                }
+            )["data"]
+            sim.store.update(configmap)
+            await eventually(lambda: fair_sharing_gauge() == 1, "fair sharing reported on")
+    said = [e["event"] for e in logs if "fair_sharing" in e]
+    assert said[0].startswith("Kueue's fair sharing is off"), said
+    assert said[-1].startswith("Kueue's fair sharing is on (LessThanOrEqualToFinalShare)"), said

@@ -23,6 +23,7 @@ from gpustack_operator.domain.declaredpools import (
     CLASS_GKE_QUEUED,
     PoolRejection,
     karpenter_pool,
+    parse_declarations,
 )
 from gpustack_operator.domain.desired import DesiredState
 from gpustack_operator.domain.manufacturers import default_manufacturers
@@ -218,6 +219,23 @@ def test_provisioning_checks_scoped_to_their_flavors_where_served() -> None:
     assert "admissionChecksStrategy" not in _queues(state)["pool-karpenter-h100"]["spec"]
 
 
+def test_gke_queued_provisioning_pins_pods_to_their_requests_nodes() -> None:
+    """Kueue's provisioning docs, "PodSet updates": GKE labels the nodes it adds for a
+    ProvisioningRequest with its ResizeRequestName; without podSetUpdates a Job's Pods could
+    land on nodes provisioned for another Job's request."""
+    configs = {c["metadata"]["name"]: c for c in _state(provisioning=True).provisioning_configs}
+    assert configs["pool-declared-l4-flex"]["spec"]["podSetUpdates"] == {
+        "nodeSelector": [
+            {
+                "key": "autoscaling.gke.io/provisioning-request",
+                "valueFromProvisioningClassDetail": "ResizeRequestName",
+            }
+        ]
+    }
+    # best-effort-atomic-scale-up publishes no such detail: nothing to select on.
+    assert "podSetUpdates" not in configs["pool-capi-md-a100"]["spec"]
+
+
 @pytest.mark.parametrize("served", [None, False])
 def test_no_check_where_provisioning_requests_are_not_served(served: bool | None) -> None:
     state = _state(provisioning=served)
@@ -271,3 +289,47 @@ def test_a_malformed_declaration_names_the_fix(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump({"pools": [{"name": "p", "nodeSelector": {"a": "b"}}]}))
     (result,) = read_declared_pools(path, ChainPolicy(manufacturers=MFRS).manufacturers_by_resource)
     assert isinstance(result, PoolRejection) and "perNode" in result.reason
+
+
+def test_a_pool_past_kueues_flavor_limits_is_rejected_alone() -> None:
+    """A ResourceFlavor holds at most 8 nodeLabels and 8 tolerations: a pool past either is
+    rejected with the reason, and every other pool keeps its queue (it used to stop the
+    whole chain: plan exited 2, the worker's pool reconcile failed for every pool)."""
+    dump = read_cluster_input(EXAMPLES / "pools-at-zero.yaml")
+    tainted = copy.deepcopy(next(p for p in dump.pools if p["metadata"]["name"] == "h100"))
+    tainted["metadata"]["name"] = "h100-tainted"
+    tainted["spec"]["template"]["spec"]["taints"] = [
+        {"key": f"example.com/t{i}", "value": "x", "effect": "NoSchedule"} for i in range(9)
+    ]
+    base = _policy()
+    wide = {
+        "pools": [
+            {
+                "name": "wide",
+                "nodeSelector": {f"example.com/l{i}": "x" for i in range(9)},
+                "accelerator": {"product": "NVIDIA L4", "resource": "nvidia.com/gpu", "perNode": 2},
+                "cpu": "23",
+                "memory": "86Gi",
+                "maxNodes": 4,
+            }
+        ]
+    }
+    declared = [*base.declared_pools, *parse_declarations(wide, base.manufacturers_by_resource)]
+    node = _h100_node("ip-10-0-7-7", pool="none")
+    node["metadata"]["labels"].update({f"example.com/l{i}": "x" for i in range(9)})
+    state = plan_state(
+        [*dump.nodes, node],
+        dump.namespaces,
+        replace(base, declared_pools=declared),
+        pool_objects=[*dump.pools, tainted],
+    )
+    reasons = {r.key: r.reason for r in state.pool_rejections}
+    assert "at most 8 tolerations" in reasons["karpenter.h100-tainted"]
+    assert reasons["karpenter.h100-tainted"].startswith("NodePool h100-tainted: its nodes carry 9")
+    assert "at most 8 nodeLabels" in reasons["declared.wide"]
+    queues = _queues(state)
+    assert {"pool-karpenter-h100", "pool-declared-l4-flex"} <= set(queues)
+    assert not {"pool-karpenter-h100-tainted", "pool-declared-wide"} & set(queues)
+    (explanation,) = [e for e in state.explanations if e.node == "ip-10-0-7-7"]
+    said = [r for r in explanation.reasons if r.code == "declared-pool-rejected"]
+    assert len(said) == 1 and "declared.wide gets no queue" in said[0].message

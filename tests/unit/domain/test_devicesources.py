@@ -5,7 +5,6 @@ same code ``plan`` runs."""
 from __future__ import annotations
 
 import copy
-import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -35,7 +34,7 @@ from gpustack_operator.domain.nodefeature import merge_node_features, worker_nod
 from gpustack_operator.domain.nodeview import labels_of, name_of, status_field
 from gpustack_operator.domain.plan import plan_state
 from gpustack_operator.domain.policy import ChainPolicy
-from gpustack_operator.domain.profiles import strip_tas_suffix
+from gpustack_operator.domain.profiles import parse_node_profile
 from gpustack_operator.domain.quantities import parse_quantity
 from gpustack_operator.domain.queues import HOST_RESOURCES, QuotaResources
 
@@ -249,10 +248,11 @@ def test_example_device_quota_is_the_allocatable_of_the_pools_resource(
                 pool = resource
                 if mode == QuotaResources.CREDITS:
                     assert resource.startswith("credits.gpustack.ai/")
-                    tail = strip_tas_suffix(queue_name(queue)).rsplit("--", 1)[1]
-                    match = re.fullmatch(r"([a-z0-9-]+?)-1d(-[0-9]+s)?", tail)
-                    assert match is not None
-                    label = labels_of(members[0]).get(A + match.group(1) + ".resource", "")
+                    # The flavor's name parses as the pool's profile even where the TAS
+                    # queue's name was cut to stay a DNS label (docs/naming.md).
+                    profile = parse_node_profile(flavor["name"])
+                    assert profile is not None and profile.akey
+                    label = labels_of(members[0]).get(A + profile.akey + ".resource", "")
                     mfr = resource.rsplit("/", 1)[1]
                     pool = decode_resource(label) or MFRS[mfr].resource_name
                 expected = sum(_devices(n, pool, slices) for n in members)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import yaml
 
 from gpustack_operator.domain.kueueconfig import (
+    KueueConfiguration,
+    fair_sharing,
     missing_pieces,
     parse_configuration,
     recommended_configuration,
@@ -86,3 +89,25 @@ def test_unreadable_configuration_is_one_finding() -> None:
     config = parse_configuration({"data": {"controller_manager_config.yaml": "a: [b"}})
     (finding,) = missing_pieces(config, ("nvidia.com/gpu",), MFRS)
     assert finding.piece == "configuration"
+
+
+@pytest.mark.parametrize(
+    ("data", "enabled"),
+    [
+        ({}, False),
+        ({"apiVersion": "config.kueue.x-k8s.io/v1beta2", "fairSharing": {}}, True),
+        (
+            {
+                "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+                "fairSharing": {"preemptionStrategies": ["LessThanInitialShare"]},
+            },
+            True,
+        ),
+        ({"apiVersion": "config.kueue.x-k8s.io/v1beta1", "fairSharing": {"enable": False}}, False),
+        ({"apiVersion": "config.kueue.x-k8s.io/v1beta1", "fairSharing": {"enable": True}}, True),
+    ],
+)
+def test_fair_sharing_is_read_as_kueue_reads_it(data: dict[str, Any], enabled: bool) -> None:
+    sharing = fair_sharing(KueueConfiguration(found=bool(data), data=data))
+    assert sharing.enabled is enabled
+    assert sharing.describe().startswith(f"Kueue's fair sharing is {'on' if enabled else 'off'}")

@@ -27,6 +27,7 @@ from gpustack_operator.domain.teams import (
     Teams,
     TeamsError,
     TeamsState,
+    fair_sharing_weight,
     parse_teams,
     team_queue_name,
 )
@@ -240,6 +241,11 @@ BAD = [
         id="share-above-whole",
     ),
     pytest.param("teams: [", "not valid YAML", id="not-yaml"),
+    pytest.param(
+        "teams:\n- {name: tas, namespaces: [a], shares: [{pools: {model: t4}, share: 10%}]}\n",
+        "the name 'tas' is taken by the queues of topology-aware pools",
+        id="team-named-tas",
+    ),
 ]
 
 
@@ -312,3 +318,42 @@ def test_plan_takes_teams_from_a_file(capsys: pytest.CaptureFixture[str], tmp_pa
     out, err = capsys.readouterr()
     assert code == 2 and out == ""
     assert f"--teams {bad}: not UTF-8 text" in err
+
+
+SLICED_POOL = "gpustack--amd-25-1-ln-x64-12c-47g--nvidia-a10g-1d-8s"
+SLICED_FLAVOR = "gpustack--amd-25-1-ln-x64-48c-188g-196g--nvidia-a10g-4d-8s"
+
+
+def test_the_cohorts_remainder_of_a_sliced_pool_is_borrowable() -> None:
+    """A sliced pool's own queue has ``borrowingLimit: 0``; its team queues must not inherit
+    it, or the slices no team was given (7 of 32 here) could never be used by anyone."""
+    state = _state()
+    queues = _by_name(state.cluster_queues)
+    cohort = _by_name(state.cohorts)[
+        queues[team_queue_name(SLICED_POOL, "research")]["spec"]["cohortName"]
+    ]
+    remainder = _quotas(cohort["spec"]["resourceGroups"])
+    assert remainder[(SLICED_FLAVOR, "nvidia.com/gpu")] == 7  # 32 - 16 - 9
+    research = queues[team_queue_name(SLICED_POOL, "research")]
+    resources = research["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
+    assert [r for r in resources if "borrowingLimit" in r] == [], "research borrows"
+    serving = queues[team_queue_name(SLICED_POOL, "serving")]
+    resources = serving["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
+    assert all(r["borrowingLimit"] == "0" for r in resources), "serving says borrow: false"
+
+
+def test_team_queues_carry_their_share_as_fair_sharing_weight() -> None:
+    """With Kueue's fair sharing on, preemption and borrowing follow each queue's
+    ``fairSharing.weight`` (default 1): the team's share is written there."""
+    queues = _by_name(_state().cluster_queues)
+    weights = {
+        team: queues[team_queue_name(H100_POOL, team)]["spec"]["fairSharing"]["weight"]
+        for team in ("research", "serving")
+    }
+    assert weights == {"research": "500m", "serving": "300m"}
+    ascend = "gpustack--generic-kunpeng-920-ln-a64-24c-192g--ascend-910b-1d"
+    interns = queues[team_queue_name(ascend, "interns")]["spec"]["fairSharing"]
+    assert interns == {"weight": "250m"}  # weight 1 of 4
+    assert fair_sharing_weight(Fraction(1)) == "1"
+    assert fair_sharing_weight(Fraction(1, 3)) == "333m"
+    assert fair_sharing_weight(Fraction(1, 10_000)) == "1m"

@@ -27,15 +27,18 @@ from gpustack_operator.domain.labels import TOPOLOGY_LABEL
 from gpustack_operator.domain.manufacturers import default_manufacturers
 from gpustack_operator.domain.nodeview import labels_of, name_of
 from gpustack_operator.domain.policy import ChainPolicy
-from gpustack_operator.domain.profiles import parse_node_profile
+from gpustack_operator.domain.profiles import parse_node_profile, strip_tas_suffix
+from gpustack_operator.domain.teams import team_queue_name
 from gpustack_operator.domain.topology import (
     HOSTNAME_LABEL,
     TopologyPolicy,
     explain_topology,
     missing_level,
     node_levels,
+    tas_queue_name,
     topology_levels,
 )
+from gpustack_operator.domain.validation import is_valid_dns_label
 
 MFRS = default_manufacturers()
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -103,7 +106,11 @@ def test_plan_of_each_dump_is_a_sound_tas_chain(dump: str) -> None:
         names = [f["name"] for g in queue["spec"]["resourceGroups"] for f in g["flavors"]]
         kinds = {n in tas_flavors for n in names}
         assert len(kinds) == 1, f"{queue['metadata']['name']} mixes TAS and non-TAS flavors"
-        assert queue["metadata"]["name"].endswith(".tas") == kinds.pop()
+        name = queue["metadata"]["name"]
+        assert name.endswith("-tas") == kinds.pop()
+        # Kueue labels Pods with their ClusterQueue's name only when it is a DNS label.
+        if is_valid_dns_label(strip_tas_suffix(name)):
+            assert is_valid_dns_label(name), name
     used = {f["spec"].get("topologyName") for f in state.resource_flavors} - {None}
     assert used == set(topologies), "one Topology per level set in use, none unused"
     order = [o["kind"] for o in state.objects()]
@@ -297,3 +304,22 @@ def test_queues_shows_the_levels_a_local_queue_offers() -> None:
         ChainPolicy(manufacturers=MFRS, topology=TopologyPolicy(enabled=False)),
     )
     assert "LEVELS" not in render_table(pool_rows(off.cluster_queues, off.local_queues))
+
+
+def test_derived_queue_names_stay_dns_labels() -> None:
+    """docs/naming.md, "Derived names": where a pool's name is a DNS label, its TAS queue
+    and its team queues are too (Kueue sets kueue.x-k8s.io/cluster-queue-name on Pods only
+    then); a longer pool name keeps the 253-character rule."""
+    short = "gpustack--amd-25-1-ln-x64-12c-47g--nvidia-a10g-1d-8s"
+    assert tas_queue_name(short) == f"{short}-tas"
+    assert strip_tas_suffix(tas_queue_name(short)) == short
+    assert strip_tas_suffix(f"{short}.tas") == short, "the older name still reads as TAS"
+    at_edge = "gpustack--generic-16c-256g--nvidia-h100-80gb-hbm3-1d-2345678"  # 60 characters
+    assert len(at_edge) == 60 and is_valid_dns_label(at_edge)
+    for derived in (tas_queue_name(at_edge), team_queue_name(at_edge, "research")):
+        assert is_valid_dns_label(derived) and len(derived) <= 63, derived
+    assert tas_queue_name(at_edge).endswith("-tas")
+    assert team_queue_name(at_edge, "research").endswith("-research")
+    assert team_queue_name(at_edge, "research") != team_queue_name(at_edge + "9", "research")
+    long_pool = "gpustack--" + "x" * 70 + "-1c-4g"
+    assert team_queue_name(long_pool, "research") == f"{long_pool}-research"
