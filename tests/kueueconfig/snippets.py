@@ -128,6 +128,8 @@ def _docs_snippets(root: Path) -> Iterator[Snippet]:
 
 def _deploy_snippets(root: Path) -> Iterator[Snippet]:
     for path in sorted((root / "deploy").rglob("*.y*ml")):
+        if "templates" in path.relative_to(root).parts:
+            continue  # a Helm chart's templates are YAML only once rendered
         docs = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
         yield from _from_documents(docs, str(path.relative_to(root)))
 
