@@ -35,6 +35,7 @@ from gpustack_operator.domain.nodeview import (
     name_of,
 )
 from gpustack_operator.domain.plan import plan_state
+from gpustack_operator.domain.teams import TeamsError
 from gpustack_operator.domain.topology import explain_topology
 from gpustack_operator.domain.validation import is_valid_dns_subdomain
 from gpustack_operator.environment import load_group_id_with_memory
@@ -336,6 +337,8 @@ def run(args: argparse.Namespace) -> int:
             return 0
     except (PlanInputError, ValueError) as exc:
         source = f"{args.nodes}: " if args.nodes is not None and isinstance(exc, ValueError) else ""
+        if isinstance(exc, TeamsError):  # the declaration checked against the chain's pools
+            source = f"--teams {args.teams}: "
         message = " ".join(str(exc).split())
         sys.stderr.write(f"gpustack-operator plan: error: {source}{message}\n")
         return EXIT_BAD_INPUT

@@ -311,4 +311,4 @@ def test_plan_takes_teams_from_a_file(capsys: pytest.CaptureFixture[str], tmp_pa
     code = main(["plan", "--nodes", example, "--teams", str(bad)])
     out, err = capsys.readouterr()
     assert code == 2 and out == ""
-    assert f"--teams {bad}: not UTF-8 text" in err
+    assert f"--teams {bad}: the teams declaration is not UTF-8 text" in err
