@@ -159,7 +159,7 @@ class _Builder:
     def _value(self, event: Any, depth: int) -> tuple[Any, int]:
         """The value starting with *event* and how many values it holds."""
         if isinstance(event, AliasEvent):
-            known = self._anchors.get(event.anchor)
+            known = self._anchors.get(str(event.anchor))
             if known is None:
                 raise DeclarationError(
                     f"the {self._what} uses the alias *{brief(event.anchor)[1:-1]} before "
