@@ -274,11 +274,11 @@ class ClusterQueueReconciler:
         if is_up_to_date(have, want):
             return
         seen = resource_version(have)
-        if team and self._team_writes.get(name_of(want)) == (seen, want):
+        if team and have is not None and self._team_writes.get(name_of(want)) == (seen, want):
             # The pool's team queues are written in one reconcile, and the event of one
             # brings the pool back before the cache holds the others' writes: what the
             # cache shows is the version this very write replaced (docs/teams.md, "Shares
-            # follow the hardware": one write per queue).
+            # follow the hardware": one write per queue). A queue gone is always created.
             return
         self._say_shrink_below_usage(want, have)
         applied = await self.writer.apply(self.resource, want, existed=have is not None)
