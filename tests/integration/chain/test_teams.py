@@ -188,9 +188,11 @@ async def test_a_team_queue_deleted_by_hand_comes_back() -> None:
         assert gone is not None
         cluster.sim.store.delete("kueue.x-k8s.io/v1beta2", "ClusterQueue", name)
         await eventually(
-            lambda: (q := cluster.sim.store.get("kueue.x-k8s.io/v1beta2", "ClusterQueue", name))
-            is not None
-            and q["metadata"]["uid"] != gone["metadata"]["uid"],
+            lambda: (
+                (q := cluster.sim.store.get("kueue.x-k8s.io/v1beta2", "ClusterQueue", name))
+                is not None
+                and q["metadata"]["uid"] != gone["metadata"]["uid"]
+            ),
             "the team queue created again",
         )
         await cluster.converge(TIMEOUT)
