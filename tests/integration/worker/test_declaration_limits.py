@@ -34,10 +34,10 @@ from tests.integration.worker.support import (
     converged,
     eventually,
     fast_config,
-    idle,
     nfd_master,
     node,
     put_node,
+    started_and_idle,
     worker_running,
 )
 
@@ -50,6 +50,7 @@ teams:
     shares: [{pools: {manufacturer: nvidia}, share: 50%}]
 """
 TEAM_QUEUE_SUFFIX = "-research"
+QUEUE_CONTROLLERS = ("teams", "cohort", "clusterqueue", "localqueue")
 GRACE = 30.0
 """The worker's default graceful shutdown, and the Pod's default termination grace."""
 
@@ -246,10 +247,11 @@ async def test_a_worker_started_again_while_the_configmap_is_bad_keeps_the_teams
     sim: SimServer, tmp_path: Path
 ) -> None:
     _seed(sim)
-    config = fast_config(policy=_policy())
+    config = fast_config(policy=_policy())  # what plan shows with the good declaration
+    worker = fast_config()  # the worker has teams from the ConfigMap alone (no --teams)
     kubeconfig = sim.write_kubeconfig(tmp_path / "kc", token=WORKER_TOKEN)
     async with nfd_master(sim):
-        async with worker_running(kubeconfig, config):
+        async with worker_running(kubeconfig, worker):
             await converged(sim, config, timeout=30)
             before = _team_queues(sim)
             assert before
@@ -259,12 +261,10 @@ async def test_a_worker_started_again_while_the_configmap_is_bad_keeps_the_teams
                 lambda: "not valid YAML" in _status(sim).get("teams.refused", ""),
                 "the refusal published",
             )
-        async with worker_running(kubeconfig, config) as running:
+        async with worker_running(kubeconfig, worker) as running:
             await eventually(
-                lambda: (
-                    bool(running.manager.controllers)
-                    and all(c.started for c in running.manager.controllers)
-                    and idle(running.manager)
+                lambda: started_and_idle(
+                    running.manager, "teams", "cohort", "clusterqueue", "localqueue"
                 ),
                 "the worker started again, idle",
                 timeout=30,

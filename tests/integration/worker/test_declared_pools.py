@@ -40,6 +40,7 @@ from tests.integration.worker.support import (
     kueue_objects,
     nfd_master,
     put_node,
+    started_and_idle,
     worker_running,
 )
 
@@ -387,11 +388,7 @@ async def test_pools_declared_in_the_configmap_are_watched(
     # A worker started again while the ConfigMap is bad keeps the pool in force.
     async with worker_running(kubeconfig, fast_config()) as running:
         await eventually(
-            lambda: (
-                bool(running.manager.controllers)
-                and all(c.started for c in running.manager.controllers)
-                and idle(running.manager)
-            ),
+            lambda: started_and_idle(running.manager, "declaredpool", "clusterqueue"),
             "the restarted worker idle",
         )
         assert _quota(sim, queue) == "4"
