@@ -36,6 +36,12 @@ from gpustack_operator.domain.availability import (
     explain_availability,
     node_availability,
 )
+from gpustack_operator.domain.declarationstatus import (
+    KINDS,
+    STATUS_CONFIGMAP,
+    DeclarationStatus,
+    statuses_of,
+)
 from gpustack_operator.domain.nodeview import annotations_of, labels_of, name_of
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.poolinfo import unit_text
@@ -216,6 +222,12 @@ def render_nodes(rows: list[dict[str, Any]], withheld: Mapping[str, list[NodeAva
     return "".join(line + "\n" for line in lines)
 
 
+def render_declarations(statuses: Mapping[str, DeclarationStatus]) -> str:
+    """Lines under the table: the teams and declared pools the worker has in force, and the
+    last refusal (docs/worker.md, "Declarations in force"); none when it published none."""
+    return "".join(f"{statuses[kind].summary()}\n" for kind in KINDS if kind in statuses)
+
+
 def render_table(rows: list[dict[str, Any]]) -> str:
     keys: tuple[str, ...] = ("localQueue", "unit", "resource", "quota", "reserved", "used")
     columns = list(COLUMNS)
@@ -241,7 +253,7 @@ Fetched = tuple[list[Any], list[Any], dict[str, list[list[str]]]]
 async def fetch_queues(args: argparse.Namespace, policy: ChainPolicy) -> Fetched | str:
     """Every ClusterQueue, the namespace's LocalQueues and each queue's topology levels in
     the Kueue version *policy* chooses, or why they cannot be read (one line)."""
-    fetched, _ = await _fetch(args, policy, with_nodes=False)
+    fetched, _, _ = await _fetch(args, policy, with_nodes=False)
     return fetched
 
 
@@ -250,27 +262,55 @@ async def fetch_queues_and_nodes(
 ) -> tuple[Fetched | str, list[Any]]:
     """:func:`fetch_queues` and the cluster's Nodes (to say which a pool does not count now;
     [] if unreadable: the pools are still listed), over one connection."""
-    return await _fetch(args, policy, with_nodes=True)
+    fetched, nodes, _ = await _fetch(args, policy, with_nodes=True)
+    return fetched, nodes
+
+
+async def fetch_everything(
+    args: argparse.Namespace, policy: ChainPolicy
+) -> tuple[Fetched | str, list[Any], dict[str, DeclarationStatus]]:
+    """:func:`fetch_queues_and_nodes` and the declarations the worker has in force (none
+    when its status ConfigMap cannot be read), over one connection."""
+    return await _fetch(args, policy, with_nodes=True, with_declarations=True)
 
 
 async def _fetch(
-    args: argparse.Namespace, policy: ChainPolicy, *, with_nodes: bool
-) -> tuple[Fetched | str, list[Any]]:
+    args: argparse.Namespace,
+    policy: ChainPolicy,
+    *,
+    with_nodes: bool,
+    with_declarations: bool = False,
+) -> tuple[Fetched | str, list[Any], dict[str, DeclarationStatus]]:
     try:
         api = await connect_kr8s(args.kubeconfig, args.context)
     except KubeconfigError as exc:  # one line naming the file and the fix
-        return f"cannot connect to the cluster: {exc}", []
+        return f"cannot connect to the cluster: {exc}", [], {}
     try:
         fetched = await _read_queues(api, args.namespace, policy)
         if isinstance(fetched, str) or not with_nodes:
-            return fetched, []
+            return fetched, [], {}
         try:
             nodes = await list_objects(api, NODES)
         except Exception:  # kr8s's ServerError (a role without nodes), transport errors
             nodes = []
-        return fetched, nodes
+        statuses = (
+            await _read_declarations(api, policy.system_namespace) if with_declarations else {}
+        )
+        return fetched, nodes, statuses
     finally:
         await close_kr8s(api)
+
+
+async def _read_declarations(api: Any, namespace: str) -> dict[str, DeclarationStatus]:
+    """The worker's ``gpustack-declarations`` ConfigMap, read back; none when it is absent
+    or the caller may not read it."""
+    try:
+        async with api.call_api(
+            "GET", version="v1", url=f"namespaces/{namespace}/configmaps/{STATUS_CONFIGMAP}"
+        ) as response:
+            return statuses_of(response.json())
+    except Exception:  # kr8s's ServerError (404, 403), transport errors
+        return {}
 
 
 async def _read_queues(api: Any, namespace: str, policy: ChainPolicy) -> Fetched | str:
@@ -335,7 +375,7 @@ def run_queues(args: argparse.Namespace) -> int:
     except ValueError as exc:
         sys.stderr.write(f"gpustack-operator queues: error: {exc}\n")
         return 2
-    fetched, nodes = asyncio.run(fetch_queues_and_nodes(args, policy))
+    fetched, nodes, declarations = asyncio.run(fetch_everything(args, policy))
     if isinstance(fetched, str):
         sys.stderr.write(f"gpustack-operator queues: error: {fetched}\n")
         return 1
@@ -356,7 +396,12 @@ def run_queues(args: argparse.Namespace) -> int:
     if args.output == "json":
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
     elif rows:
-        sys.stdout.write(render_table(rows) + "\n" + render_nodes(rows, withheld))
+        sys.stdout.write(
+            render_table(rows)
+            + "\n"
+            + render_nodes(rows, withheld)
+            + render_declarations(declarations)
+        )
     elif args.namespace in policy.namespaces_without_queues:
         sys.stderr.write(
             f"no pools in namespace {args.namespace}: it is the system namespace or an "
