@@ -229,8 +229,9 @@ class LiveDeclaration(Generic[T]):
         """Write this kind's keys of the status ConfigMap when they changed (server-side
         apply as this kind's own field manager, so the kinds never overwrite each other)."""
         data = status_data(self.status)
-        if data == self._published:
-            return
+        have = (self._status_configmap() or {}).get("data") or {}
+        if data == self._published and all(have.get(k) == v for k, v in data.items()):
+            return  # written, and the cache shows it (a person's delete or edit is undone)
         body = {
             "apiVersion": "v1",
             "kind": "ConfigMap",

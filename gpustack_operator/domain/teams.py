@@ -20,7 +20,12 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final
 
-from gpustack_operator.domain.declarationtext import DeclarationError, brief, load_declaration
+from gpustack_operator.domain.declarationtext import (
+    DeclarationError,
+    brief,
+    load_declaration,
+    shorten,
+)
 from gpustack_operator.domain.kueue import KueueVersion, LocalQueue, Meta, OwnerReference
 from gpustack_operator.domain.labels import (
     CLUSTER_QUEUE_ANNOTATION,
@@ -227,7 +232,7 @@ def label_selector(raw: object, where: str) -> dict[str, Any]:
     unknown = sorted(str(k) for k in raw if k not in _SELECTOR_FIELDS)
     if unknown:
         raise TeamsError(
-            f"{where}: unknown field {brief(', '.join(unknown))}: a label selector has "
+            f"{where}: unknown field {shorten(', '.join(unknown), 80)}: a label selector has "
             "matchLabels and matchExpressions"
         )
     labels = raw.get("matchLabels")
@@ -270,7 +275,7 @@ def _expression(raw: object, where: str) -> dict[str, Any]:
     unknown = sorted(str(k) for k in raw if k not in _EXPRESSION_FIELDS)
     if unknown:
         raise TeamsError(
-            f"{where}: unknown field {brief(', '.join(unknown))}: use key, operator, values"
+            f"{where}: unknown field {shorten(', '.join(unknown), 80)}: use key, operator, values"
         )
     key, operator, values = raw.get("key"), raw.get("operator"), raw.get("values")
     if not isinstance(key, str) or not is_valid_label_key(key):
@@ -386,7 +391,7 @@ def _team(raw: object, index: int, manufacturers: Iterable[str]) -> Team:
     unknown = sorted(str(k) for k in raw if k not in _TEAM_FIELDS)
     if unknown:
         raise TeamsError(
-            f"{where}: unknown field {brief(', '.join(unknown))}: a team has "
+            f"{where}: unknown field {shorten(', '.join(unknown), 80)}: a team has "
             f"{', '.join(_TEAM_FIELDS)}"
         )
     raw_name = raw.get("name")
@@ -418,7 +423,7 @@ def _team(raw: object, index: int, manufacturers: Iterable[str]) -> Team:
         unknown = sorted(str(k) for k in entry if k not in ("pools", "share", "weight"))
         if unknown:
             raise TeamsError(
-                f"{here}: unknown field {brief(', '.join(unknown))}: a share has pools and "
+                f"{here}: unknown field {shorten(', '.join(unknown), 80)}: a share has pools and "
                 "share (or weight)"
             )
         pools = _selector(entry.get("pools"), here, manufacturers)
@@ -458,7 +463,7 @@ def parse_teams(text: str, manufacturers: Iterable[str], pools: Iterable[PoolFac
     extra = sorted(str(k) for k in raw if k != "teams")
     if extra:
         raise TeamsError(
-            f"the teams declaration has unknown fields {brief(', '.join(extra))}: keep only "
+            f"the teams declaration has unknown fields {shorten(', '.join(extra), 80)}: keep only "
             "'teams:'"
         )
     listed = raw.get("teams") or []

@@ -6,15 +6,20 @@ ConfigMap says was in force."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from controllers.teams import LiveTeams
 from gpustack_operator.domain.declarationstatus import STATUS_CONFIGMAP, status_data
+from gpustack_operator.domain.plan import plan_state
+from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.teams import TEAMS_CONFIGMAP, TEAMS_KEY
 
 pytestmark = pytest.mark.anyio
+REPO = Path(__file__).resolve().parents[3]
 
 TEAMS = """
 teams:
@@ -164,3 +169,32 @@ async def test_a_worker_starting_again_takes_back_what_was_in_force() -> None:
     assert taken is not None and [t.name for t in taken.teams] == ["research", "interns"]
     assert "not valid YAML" in again.error
     assert recorder.events == [], "the refusal was said by the worker before"
+
+
+async def test_a_refusal_for_oversharing_stands_while_the_pools_vanish_and_come_back() -> None:
+    """A declaration refused for sharing a pool out above 100% through two selectors never
+    takes effect (it used to, scaled down, once the pools had vanished for a moment)."""
+    nodes = yaml.safe_load((REPO / "examples" / "cluster.yaml").read_text())["items"]
+    queues = plan_state(nodes, ["default"], ChainPolicy()).cluster_queues
+    over = (
+        "teams:\n"
+        "- {name: a, namespaces: [a], shares: [{pools: {manufacturer: nvidia}, share: 70%}]}\n"
+        "- {name: b, namespaces: [b], shares: [{pools: {model: tesla-t4}, share: 40%}]}\n"
+    )
+    cluster_queues = FakeInformer(list(queues))
+    live = LiveTeams(
+        FakeInformer([_configmap("3", data={TEAMS_KEY: over})]),  # type: ignore[arg-type]
+        "ops",
+        fallback=None,
+        manufacturers=ChainPolicy().manufacturers,
+        cluster_queues=cluster_queues,  # type: ignore[arg-type]
+        namespaces=FakeInformer([]),  # type: ignore[arg-type]
+        status=FakeInformer([]),  # type: ignore[arg-type]
+    )
+    await live.refresh()
+    assert "is shared out 110% (a 70%, b 40%)" in live.error
+    cluster_queues.indexer.objects = []  # the pools vanish for a moment
+    await live.refresh()
+    cluster_queues.indexer.objects = list(queues)
+    await live.refresh()
+    assert live.current() is None and "shared out 110%" in live.error
