@@ -38,6 +38,7 @@ from gpustack_operator.domain.availability import (
 )
 from gpustack_operator.domain.declarationstatus import (
     KINDS,
+    SOURCE_NONE,
     STATUS_CONFIGMAP,
     DeclarationStatus,
     statuses_of,
@@ -224,8 +225,14 @@ def render_nodes(rows: list[dict[str, Any]], withheld: Mapping[str, list[NodeAva
 
 def render_declarations(statuses: Mapping[str, DeclarationStatus]) -> str:
     """Lines under the table: the teams and declared pools the worker has in force, and the
-    last refusal (docs/worker.md, "Declarations in force"); none when it published none."""
-    return "".join(f"{statuses[kind].summary()}\n" for kind in KINDS if kind in statuses)
+    last refusal (docs/worker.md, "Declarations in force"); nothing for a kind with nothing
+    declared and nothing refused (a cluster without teams reads as before)."""
+    shown = [
+        statuses[kind]
+        for kind in KINDS
+        if kind in statuses and (statuses[kind].source != SOURCE_NONE or statuses[kind].refused)
+    ]
+    return "".join(f"{status.summary()}\n" for status in shown)
 
 
 def render_table(rows: list[dict[str, Any]]) -> str:
