@@ -30,18 +30,24 @@ from gpustack_operator.controllers.common import (
     is_managed_object,
     is_up_to_date,
 )
+from gpustack_operator.controllers.declarations import (
+    Ignore,
+    LiveDeclaration,
+    status_configmap_informer,
+)
 from gpustack_operator.controllers.flavor import NAME as FLAVOR
 from gpustack_operator.controllers.nodefacts import Part
 from gpustack_operator.domain.comparison import Compare, ObjectComparison
 from gpustack_operator.domain.declaredpools import (
     CAPI_INFRASTRUCTURE_GROUP,
     DECLARED_POOLS_CONFIGMAP,
+    DECLARED_POOLS_KEY,
     POOL_LABEL,
     DeclaredPool,
     PoolRejection,
     PoolResult,
-    declarations_in_configmap,
     pools_from_objects,
+    validate_declared_pools,
 )
 from gpustack_operator.domain.kueue import KUEUE_GROUP
 from gpustack_operator.domain.nodeview import is_deleting, labels_of, name_of
@@ -56,6 +62,7 @@ from gpustack_operator.runtime.clock import WALL_CLOCK, Clock
 from gpustack_operator.runtime.controller import (
     Controller,
     ControllerBuilder,
+    EventRecorderLike,
     Request,
     Result,
     enqueue_mapped,
@@ -173,6 +180,8 @@ class PoolSources:
     provisioning: bool = False
     declarations: Informer | None = None
     """The ConfigMap a person declares pools in (``DECLARED_POOLS_CONFIGMAP``)."""
+    live: LiveDeclaration[tuple[DeclaredPool, ...]] | None = None
+    """The pools of that ConfigMap in force."""
 
 
 async def served_pool_kinds(client: Client) -> list[Resource]:
@@ -275,7 +284,6 @@ class DeclaredPoolReconciler:
         """The manager's informers (for pool kinds served later)."""
         self._reported: tuple[str, ...] = ()
         self._said_provisioning = False
-        self._configmap_problem = ""
         self._said_inactive: set[str] = set()
 
     def missing_kinds(self) -> bool:
@@ -301,27 +309,23 @@ class DeclaredPoolReconciler:
             log.info("a pool kind is served now; its pools are read", kind=resource.kind)
             self.controller.queue.add(KEY)
 
-    def _declared(self) -> list[PoolResult]:
-        """The pools of the declarations ConfigMap; a document that cannot be read is
-        logged once per change and declares none."""
-        informer = self.sources.declarations
-        if informer is None:
-            return []
-        found = informer.indexer.list()
-        pools, problem = declarations_in_configmap(
-            found[0] if found else None, self.policy.manufacturers_by_resource
-        )
-        if problem and problem != self._configmap_problem:
-            log.warning("declared pools not read; fix the ConfigMap", problem=problem)
-        self._configmap_problem = problem
-        return pools
+    async def _declared(self) -> tuple[DeclaredPool, ...]:
+        """The pools of the declarations ConfigMap in force (controllers/declarations.py:
+        each revision validated once, off the loop; a refused one leaves the last good
+        pools in force, with a Warning Event), published in ``gpustack-declarations``."""
+        live = self.sources.live
+        if live is None:
+            return ()
+        await live.refresh()
+        await live.publish(self.writer)
+        return live.current() or ()
 
     def _objects(self) -> list[Mapping[str, Any]]:
         return [o for informer in self.sources.informers for o in informer.indexer.list()]
 
     async def __call__(self, request: Request) -> Result | None:
         caches = self.caches
-        declared = [*self.policy.declared_pools, *self._declared()]
+        declared = [*self.policy.declared_pools, *await self._declared()]
         results = pools_from_objects(
             self._objects(), declared, self.policy.manufacturers_by_resource
         )
@@ -464,6 +468,12 @@ async def add_pool_controller(
         namespace=policy.system_namespace,
         field_selector=f"metadata.name={DECLARED_POOLS_CONFIGMAP}",
     )
+    sources.live = live_declared_pools(
+        sources.declarations,
+        status_configmap_informer(manager, policy.system_namespace),
+        policy,
+        writer.recorder,
+    )
     by_name = {c.name: c for c in queue_controllers}
     parts = {BY_FLAVOR: FLAVOR, BY_QUEUE: CLUSTER_QUEUE, BY_COHORT: COHORT}
 
@@ -538,4 +548,42 @@ def build_declared_pool_controller(
     built = built.watches(NODES, pool_node, NodeChanged(caches.facts))
     controller = built.with_options(max_concurrent_reconciles=1).complete(reconciler)
     reconciler.controller = controller
+    if sources.live is not None:  # the pools in force are known before the first reconcile
+        controller.watch_with(sources.live, Ignore())
     return controller
+
+
+REFUSED: Final = "DeclaredPoolsRefused"
+"""The Warning Event's reason on a refused ``gpustack-declared-pools`` revision."""
+
+
+def live_declared_pools(
+    configmaps: Informer,
+    status: Informer | None,
+    policy: ChainPolicy,
+    recorder: EventRecorderLike | None,
+) -> LiveDeclaration[tuple[DeclaredPool, ...]]:
+    """The pools of ``gpustack-declared-pools`` in force (docs/autoscaling.md, "Pools
+    declared by a person"), validated as ``--declared-pools FILE`` is."""
+    by_resource = dict(policy.manufacturers_by_resource)
+
+    def validator() -> Callable[[str], tuple[DeclaredPool, ...]]:
+        return lambda text: validate_declared_pools(text, by_resource)
+
+    def names(pools: tuple[DeclaredPool, ...] | None) -> tuple[str, ...]:
+        return tuple(p.name for p in pools or ())
+
+    return LiveDeclaration(
+        kind="pools",
+        configmaps=configmaps,
+        status=status,
+        namespace=policy.system_namespace,
+        name=DECLARED_POOLS_CONFIGMAP,
+        key=DECLARED_POOLS_KEY,
+        fallback=None,
+        validator=validator,
+        restore=lambda text: validate_declared_pools(text, by_resource),
+        names=names,
+        reason=REFUSED,
+        recorder=recorder,
+    )

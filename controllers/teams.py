@@ -2,13 +2,14 @@
 
 The worker reads the ConfigMap ``gpustack-teams`` (key ``teams.yaml``) in its system
 namespace through one informer, watched by name. :class:`LiveTeams` answers every
-reconciler's question "which teams now?": the ConfigMap's declaration when it parses and
-passes the checks against the pools and namespaces in the caches, else the last good one;
-without the ConfigMap, the declaration of ``--teams FILE`` (the policy's), if any. Each
-revision of the ConfigMap is parsed once. The Cohort, ClusterQueue and LocalQueue
-controllers watch the ConfigMap (:func:`watch_teams`) and reconcile every key when it
-changes; the ``teams`` controller only reports: a Warning Event on the ConfigMap and a log
-line when a declaration is refused, an info line when one is taken.
+reconciler's question "which teams now?" as ``controllers/declarations.py`` reads a
+declaration: each revision once, validated off the event loop by the domain's one
+validation (``validate_teams``, the same as ``plan`` and ``sim``) against the pools and
+namespaces in the caches; a refused revision leaves the last good declaration in force
+(without any ConfigMap, the declaration of ``--teams FILE``, the policy's, if any). The
+Cohort, ClusterQueue and LocalQueue controllers wait for it before their first reconcile and
+reconcile every key when it changes (:func:`watch_teams`); the ``teams`` controller reads
+each new revision and publishes what is in force (``gpustack-declarations``).
 """
 
 from __future__ import annotations
@@ -16,16 +17,22 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
-import structlog
-
-from gpustack_operator.domain.nodeview import metadata
+from gpustack_operator.controllers.common import Writer
+from gpustack_operator.controllers.declarations import (
+    EveryKey,
+    Ignore,
+    LiveDeclaration,
+)
+from gpustack_operator.domain.declarationstatus import STATUS_CONFIGMAP
+from gpustack_operator.domain.nodeview import name_of
 from gpustack_operator.domain.teams import (
     TEAMS_CONFIGMAP,
     TEAMS_KEY,
     PoolFacts,
     Teams,
-    TeamsState,
+    parse_teams,
     pool_of,
+    validate_teams,
 )
 from gpustack_operator.runtime.controller import (
     Controller,
@@ -35,11 +42,10 @@ from gpustack_operator.runtime.controller import (
 )
 from gpustack_operator.runtime.informer import Informer
 from gpustack_operator.runtime.manager import Manager
-from gpustack_operator.runtime.resources import CONFIGMAPS
+from gpustack_operator.runtime.resources import CONFIGMAPS, NAMESPACES
 
 NAME: Final = "teams"
 REFUSED: Final = "TeamsDeclarationRefused"
-log = structlog.get_logger(__name__)
 
 
 def teams_configmap_informer(manager: Manager, namespace: str) -> Informer:
@@ -49,8 +55,12 @@ def teams_configmap_informer(manager: Manager, namespace: str) -> Informer:
     )
 
 
-class LiveTeams:
-    """The declaration in force; see the module docstring."""
+def _names(teams: Teams | None) -> tuple[str, ...]:
+    return tuple(t.name for t in teams.teams) if teams is not None else ()
+
+
+class LiveTeams(LiveDeclaration[Teams]):
+    """The teams declaration in force; see the module docstring."""
 
     def __init__(
         self,
@@ -61,45 +71,42 @@ class LiveTeams:
         manufacturers: Iterable[str],
         cluster_queues: Informer,
         namespaces: Informer,
+        status: Informer | None = None,
+        recorder: EventRecorderLike | None = None,
     ) -> None:
-        self.configmaps = configmaps
-        self.namespace = namespace
-        self.fallback = fallback
         self.manufacturers = tuple(manufacturers)
         self.cluster_queues = cluster_queues
         self.namespaces = namespaces
-        self.state = TeamsState()
-        self._seen: str | None = None
+        super().__init__(
+            kind="teams",
+            configmaps=configmaps,
+            status=status,
+            namespace=namespace,
+            name=TEAMS_CONFIGMAP,
+            key=TEAMS_KEY,
+            fallback=fallback,
+            validator=self._validator,
+            restore=self._restore,
+            names=_names,
+            reason=REFUSED,
+            recorder=recorder,
+        )
 
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{TEAMS_CONFIGMAP}"
+    def _validator(self) -> Callable[[str], Teams]:
+        pools = self._pools()
+        namespaces = list(self.namespaces.indexer.list())
+        manufacturers = self.manufacturers
 
-    def configmap(self) -> dict[str, Any] | None:
-        return self.configmaps.indexer.get(self.key)
+        def validate(text: str) -> Teams:
+            return validate_teams(text, manufacturers, pools, namespaces)
 
-    def current(self) -> Teams | None:
-        """The teams in force now (parsing a new revision of the ConfigMap first)."""
-        configmap = self.configmap()
-        if configmap is None:
-            return self.fallback
-        revision = str(metadata(configmap).get("resourceVersion", ""))
-        # A refused declaration is looked at again on every call: a conflict of namespaces
-        # can go away with a namespace's labels, the ConfigMap unchanged.
-        if revision != self._seen or self.state.error:
-            self._seen = revision
-            data = configmap.get("data") or {}
-            text = data.get(TEAMS_KEY) if isinstance(data, dict) else None
-            self.state.offer(
-                text if isinstance(text, str) else None,
-                self.manufacturers,
-                self._pools(),
-                self.namespaces.indexer.list(),
-                revision=revision,
-            )
-        if self.state.teams is None and self.state.error:
-            return self.fallback  # nothing good from the ConfigMap yet
-        return self.state.teams
+        return validate
+
+    def _restore(self, text: str) -> Teams:
+        return parse_teams(text, self.manufacturers)
+
+    def waits_for(self) -> tuple[Informer, ...]:
+        return (self.cluster_queues, self.namespaces)
 
     def _pools(self) -> list[PoolFacts]:
         pools: dict[str, PoolFacts] = {}
@@ -113,71 +120,63 @@ class LiveTeams:
 def watch_teams(
     builder: ControllerBuilder, live: LiveTeams | None, every_key: Callable[[], list[str]]
 ) -> ControllerBuilder:
-    """*builder* also reconciling every key (*every_key*) when the teams ConfigMap changes."""
+    """*builder* waiting for the teams in force before its first reconcile, and reconciling
+    every key (*every_key*) when they change."""
     if live is None:
         return builder
 
-    def all_keys(_: dict[str, Any]) -> list[str]:
-        return every_key()
+    def handler(controller: Controller) -> Ignore:
+        controller.watch_with(live, EveryKey(controller.queue.add, every_key))
+        return Ignore()
 
-    return builder.watches(
+    return builder.watches_with(
         CONFIGMAPS,
-        all_keys,
+        handler,
         namespace=live.namespace,
         field_selector=f"metadata.name={TEAMS_CONFIGMAP}",
     )
 
 
-class TeamsReporter:
-    """Says, once per revision, whether the declaration was taken or refused and why."""
+class TeamsReader:
+    """Reads each new revision of the ConfigMap (a Warning Event when refused) and publishes
+    what is in force."""
 
-    def __init__(self, live: LiveTeams, recorder: EventRecorderLike | None) -> None:
+    def __init__(self, live: LiveTeams, writer: Writer) -> None:
         self.live = live
-        self.recorder = recorder
-        self.reported: tuple[str, str] | None = None
+        self.writer = writer
 
     async def __call__(self, request: Request) -> None:
-        teams = self.live.current()
-        configmap = self.live.configmap()
-        # Keyed by the ConfigMap's own revision: a second bad edit with the same error is said
-        # again, a refused one looked at again is not.
-        revision = str(metadata(configmap).get("resourceVersion", "")) if configmap else ""
-        outcome = (revision, self.live.state.error)
-        if outcome == self.reported:
-            return
-        self.reported = outcome
-        if configmap is None:
-            log.info("no teams ConfigMap; teams from --teams", teams=_names(teams))
-            return
-        if self.live.state.error:
-            log.warning(
-                "teams declaration refused; the last good one stays in force",
-                configmap=self.live.key,
-                error=self.live.state.error,
-                in_force=_names(teams),
-            )
-            if self.recorder is not None:
-                message = f"{self.live.state.error} (the last good declaration stays in force)"
-                self.recorder.event(configmap, "Warning", REFUSED, message, resource=CONFIGMAPS)
-            return
-        log.info("teams declaration in force", configmap=self.live.key, teams=_names(teams))
-
-
-def _names(teams: Teams | None) -> list[str]:
-    return [t.name for t in teams.teams] if teams is not None else []
+        await self.live.refresh()
+        await self.live.publish(self.writer)
 
 
 def build_teams_controller(
-    builder: ControllerBuilder, live: LiveTeams, recorder: EventRecorderLike | None
+    builder: ControllerBuilder, live: LiveTeams, writer: Writer
 ) -> Controller:
-    """The reporter, keyed by the ConfigMap (docs/teams.md, "Refused declarations")."""
-    reporter = TeamsReporter(live, recorder)
+    """The reader, keyed by the ConfigMap (docs/teams.md, "Refused declarations"); the
+    system namespace and the status ConfigMap bring its key too, so it runs once at start
+    even without a teams ConfigMap."""
+    key = live.key
+
+    def the_key(_: dict[str, Any]) -> list[str]:
+        return [key]
+
+    def system_namespace(obj: dict[str, Any]) -> list[str]:
+        return [key] if name_of(obj) == live.namespace else []
+
     return (
         builder.for_(
             CONFIGMAPS,
             namespace=live.namespace,
             field_selector=f"metadata.name={TEAMS_CONFIGMAP}",
         )
+        .watches(
+            CONFIGMAPS,
+            the_key,
+            namespace=live.namespace,
+            field_selector=f"metadata.name={STATUS_CONFIGMAP}",
+        )
+        .watches(NAMESPACES, system_namespace)
         .with_options(max_concurrent_reconciles=1)
-        .complete(reporter)
+        .complete(TeamsReader(live, writer))
     )

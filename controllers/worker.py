@@ -43,6 +43,7 @@ from gpustack_operator.controllers.clusterqueue import build_cluster_queue_contr
 from gpustack_operator.controllers.cohort import NAME as COHORT
 from gpustack_operator.controllers.cohort import build_cohort_controller
 from gpustack_operator.controllers.common import Writer, trim_for_worker
+from gpustack_operator.controllers.declarations import status_configmap_informer
 from gpustack_operator.controllers.declaredpool import (
     BY_POOL,
     DeclaredPoolReconciler,
@@ -311,6 +312,8 @@ class Worker:
             manufacturers=self.config.policy.manufacturers,
             cluster_queues=self.caches.cluster_queues,
             namespaces=self.caches.namespaces,
+            status=status_configmap_informer(self.manager, self.config.policy.system_namespace),
+            recorder=self.manager.recorder,
         )
         self.queue_controllers = self._add_queue_controllers(self.caches)
         self.pool_controller = await add_pool_controller(
@@ -396,7 +399,7 @@ class Worker:
         ]
         if caches.teams is not None:  # docs/teams.md, "Refused declarations"
             controllers.append(
-                build_teams_controller(manager.controller(TEAMS), caches.teams, manager.recorder)
+                build_teams_controller(manager.controller(TEAMS), caches.teams, self.writer)
             )
         return controllers
 

@@ -28,6 +28,7 @@ from gpustack_operator.commands.policy_flags import (
     kueue_version,
     policy_from_args,
 )
+from gpustack_operator.domain.declarationtext import DeclarationError
 from gpustack_operator.domain.declaredpools import (
     DECLARED_POOLS_CONFIGMAP,
     declarations_in_configmap,
@@ -40,6 +41,7 @@ from gpustack_operator.domain.nodeview import (
 )
 from gpustack_operator.domain.plan import plan_state
 from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.teams import TeamsError
 from gpustack_operator.domain.topology import explain_topology
 from gpustack_operator.domain.validation import is_valid_dns_subdomain
 from gpustack_operator.environment import load_group_id_with_memory
@@ -183,9 +185,10 @@ class ClusterInput:
         ]
         if not found:
             return policy
-        pools, problem = declarations_in_configmap(found[0], policy.manufacturers_by_resource)
-        if problem:
-            raise PlanInputError(problem)
+        try:
+            pools = declarations_in_configmap(found[0], policy.manufacturers_by_resource)
+        except DeclarationError as exc:
+            raise PlanInputError(str(exc)) from exc
         return replace(policy, declared_pools=(*policy.declared_pools, *pools))
 
 
@@ -384,6 +387,8 @@ def run(args: argparse.Namespace) -> int:
             return 0
     except (PlanInputError, ValueError) as exc:
         source = f"{args.nodes}: " if args.nodes is not None and isinstance(exc, ValueError) else ""
+        if isinstance(exc, TeamsError):  # the declaration checked against the chain's pools
+            source = f"--teams {args.teams}: "
         message = " ".join(str(exc).split())
         sys.stderr.write(f"gpustack-operator plan: error: {source}{message}\n")
         return EXIT_BAD_INPUT

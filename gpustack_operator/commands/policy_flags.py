@@ -16,14 +16,13 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Final, TypeVar
 
-import yaml
-
 from gpustack_operator.commands.argtypes import comma_list, parse_duration
 from gpustack_operator.commands.envflags import SHARED_ENV
 from gpustack_operator.domain.availability import LifecycleTimers
+from gpustack_operator.domain.declarationtext import DeclarationError
 from gpustack_operator.domain.declaredpools import (
     PoolResult,
-    parse_declarations,
+    validate_declared_pools,
 )
 from gpustack_operator.domain.flavors import TolerationPolicy
 from gpustack_operator.domain.kueue import KueueVersion
@@ -38,7 +37,7 @@ from gpustack_operator.domain.queues import (
     HostCounting,
     QuotaResources,
 )
-from gpustack_operator.domain.teams import Teams, TeamsError, parse_teams
+from gpustack_operator.domain.teams import Teams, TeamsError, validate_teams
 from gpustack_operator.domain.tenancy import Tenancy
 from gpustack_operator.domain.topology import TopologyPolicy
 from gpustack_operator.environment import load_manufacturers
@@ -340,14 +339,15 @@ def _add_pool_flags(parser: argparse._ActionsContainer) -> None:
 def read_declared_pools(
     path: Path, manufacturers_by_resource: Mapping[str, str]
 ) -> tuple[PoolResult, ...]:
-    """The pools of a declaration file; ``ValueError`` naming the file and the fix."""
+    """The pools of a declaration file, by the validation the worker applies to its
+    ConfigMap (docs/autoscaling.md); ``ValueError`` naming the file and the fix."""
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ValueError(f"--declared-pools {path}: cannot read: {exc}") from None
+        text = path.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"--declared-pools {path}: cannot read: {exc.strerror}") from None
     try:
-        return tuple(parse_declarations(document, manufacturers_by_resource))
-    except ValueError as exc:
+        return validate_declared_pools(text, manufacturers_by_resource)
+    except DeclarationError as exc:
         raise ValueError(f"--declared-pools {path}: {exc}") from None
 
 
@@ -463,14 +463,12 @@ def policy_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = N
 def read_teams_file(path: str, manufacturers: Iterable[str]) -> Teams:
     """The declaration in *path* (docs/teams.md); ``ValueError`` naming the file and the fix."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = Path(path).read_bytes()
     except OSError as exc:
         raise ValueError(
             f"--teams {path}: cannot read it ({exc.strerror}): check the path"
         ) from None
-    except UnicodeDecodeError:
-        raise ValueError(f"--teams {path}: not UTF-8 text: give the YAML declaration") from None
     try:
-        return parse_teams(text, manufacturers)
+        return validate_teams(text, manufacturers)
     except TeamsError as exc:
         raise ValueError(f"--teams {path}: {exc}") from None

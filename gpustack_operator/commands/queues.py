@@ -37,6 +37,13 @@ from gpustack_operator.domain.availability import (
     explain_availability,
     node_availability,
 )
+from gpustack_operator.domain.declarationstatus import (
+    KINDS,
+    SOURCE_NONE,
+    STATUS_CONFIGMAP,
+    DeclarationStatus,
+    statuses_of,
+)
 from gpustack_operator.domain.nodeview import annotations_of, labels_of, name_of
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.poolchain import unbounded_resources
@@ -221,6 +228,18 @@ def render_nodes(rows: list[dict[str, Any]], withheld: Mapping[str, list[NodeAva
     return "".join(line + "\n" for line in lines)
 
 
+def render_declarations(statuses: Mapping[str, DeclarationStatus]) -> str:
+    """Lines under the table: the teams and declared pools the worker has in force, and the
+    last refusal (docs/worker.md, "Declarations in force"); nothing for a kind with nothing
+    declared and nothing refused (a cluster without teams reads as before)."""
+    shown = [
+        statuses[kind]
+        for kind in KINDS
+        if kind in statuses and (statuses[kind].source != SOURCE_NONE or statuses[kind].refused)
+    ]
+    return "".join(f"{status.summary()}\n" for status in shown)
+
+
 def render_table(rows: list[dict[str, Any]]) -> str:
     keys: tuple[str, ...] = ("localQueue", "unit", "resource", "quota", "reserved", "used")
     columns = list(COLUMNS)
@@ -246,8 +265,12 @@ Fetched = tuple[list[Any], list[Any], dict[str, list[list[str]]]]
 async def fetch_queues(args: argparse.Namespace, policy: ChainPolicy) -> Fetched | str:
     """Every ClusterQueue, the namespace's LocalQueues and each queue's topology levels in
     the Kueue version *policy* chooses, or why they cannot be read (one line)."""
-    fetched, _, _ = await _fetch(args, policy, with_nodes=False)
+    fetched, *_ = await _fetch(args, policy, with_nodes=False)
     return fetched
+
+
+FetchResult = tuple[Fetched | str, list[Any], dict[str, Any] | None, dict[str, DeclarationStatus]]
+"""The queues (or why not), the Nodes, the worker's timers ConfigMap and its declarations."""
 
 
 async def fetch_queues_and_nodes(
@@ -256,20 +279,31 @@ async def fetch_queues_and_nodes(
     """:func:`fetch_queues`, the cluster's Nodes (to say which a pool does not count now;
     [] if unreadable: the pools are still listed) and the worker's timers ConfigMap (None:
     absent or unreadable; docs/node-lifecycle.md, "Timers"), over one connection."""
-    return await _fetch(args, policy, with_nodes=True)
+    fetched, nodes, timers, _ = await _fetch(args, policy, with_nodes=True)
+    return fetched, nodes, timers
+
+
+async def fetch_everything(args: argparse.Namespace, policy: ChainPolicy) -> FetchResult:
+    """:func:`fetch_queues_and_nodes` and the declarations the worker has in force (none
+    when its status ConfigMap cannot be read), over one connection."""
+    return await _fetch(args, policy, with_nodes=True, with_declarations=True)
 
 
 async def _fetch(
-    args: argparse.Namespace, policy: ChainPolicy, *, with_nodes: bool
-) -> tuple[Fetched | str, list[Any], dict[str, Any] | None]:
+    args: argparse.Namespace,
+    policy: ChainPolicy,
+    *,
+    with_nodes: bool,
+    with_declarations: bool = False,
+) -> FetchResult:
     try:
         api = await connect_kr8s(args.kubeconfig, args.context)
     except KubeconfigError as exc:  # one line naming the file and the fix
-        return f"cannot connect to the cluster: {exc}", [], None
+        return f"cannot connect to the cluster: {exc}", [], None, {}
     try:
         fetched = await _read_queues(api, args.namespace, policy)
         if isinstance(fetched, str) or not with_nodes:
-            return fetched, [], None
+            return fetched, [], None, {}
         try:
             nodes = await list_objects(api, NODES)
         except Exception:  # kr8s's ServerError (a role without nodes), transport errors
@@ -279,7 +313,10 @@ async def _fetch(
         except Exception:  # a role without configmaps: the flags' timers stay
             found = []
         timers = next((c for c in found if name_of(c) == TIMERS_CONFIGMAP), None)
-        return fetched, nodes, timers
+        statuses = (
+            await _read_declarations(api, policy.system_namespace) if with_declarations else {}
+        )
+        return fetched, nodes, timers, statuses
     finally:
         await close_kr8s(api)
 
@@ -295,6 +332,18 @@ def timers_in_force(
     if isinstance(timers, str):
         return policy, f"{timers}: the nodes are judged with this command's timer flags"
     return replace(policy, lifecycle=timers), ""
+
+
+async def _read_declarations(api: Any, namespace: str) -> dict[str, DeclarationStatus]:
+    """The worker's ``gpustack-declarations`` ConfigMap, read back; none when it is absent
+    or the caller may not read it."""
+    try:
+        async with api.call_api(
+            "GET", version="v1", url=f"namespaces/{namespace}/configmaps/{STATUS_CONFIGMAP}"
+        ) as response:
+            return statuses_of(response.json())
+    except Exception:  # kr8s's ServerError (404, 403), transport errors
+        return {}
 
 
 async def _read_queues(api: Any, namespace: str, policy: ChainPolicy) -> Fetched | str:
@@ -359,7 +408,7 @@ def run_queues(args: argparse.Namespace) -> int:
     except ValueError as exc:
         sys.stderr.write(f"gpustack-operator queues: error: {exc}\n")
         return 2
-    fetched, nodes, timers = asyncio.run(fetch_queues_and_nodes(args, policy))
+    fetched, nodes, timers, declarations = asyncio.run(fetch_everything(args, policy))
     if isinstance(fetched, str):
         sys.stderr.write(f"gpustack-operator queues: error: {fetched}\n")
         return 1
@@ -383,7 +432,12 @@ def run_queues(args: argparse.Namespace) -> int:
     if args.output == "json":
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
     elif rows:
-        sys.stdout.write(render_table(rows) + "\n" + render_nodes(rows, withheld))
+        sys.stdout.write(
+            render_table(rows)
+            + "\n"
+            + render_nodes(rows, withheld)
+            + render_declarations(declarations)
+        )
     elif args.namespace in policy.namespaces_without_queues:
         sys.stderr.write(
             f"no pools in namespace {args.namespace}: it is the system namespace or an "

@@ -18,8 +18,12 @@ from enum import StrEnum
 from fractions import Fraction
 from typing import Any, Final
 
-import yaml
-
+from gpustack_operator.domain.declarationtext import (
+    DeclarationError,
+    brief,
+    configmap_text,
+    load_declaration,
+)
 from gpustack_operator.domain.devicesources.karpenter import (
     COUNT_LABEL as KARPENTER_GPU_COUNT,
 )
@@ -43,7 +47,11 @@ from gpustack_operator.domain.quantities import (
     parse_count,
     parse_quantity,
 )
-from gpustack_operator.domain.validation import is_valid_dns_label
+from gpustack_operator.domain.validation import (
+    is_valid_dns_label,
+    is_valid_label_key,
+    is_valid_label_value,
+)
 
 POOL_LABEL: Final = SYSTEM_PREFIX + "declared-pool"
 """On every object of a declared pool's chain: ``<source>.<pool name>``; the queue
@@ -558,21 +566,56 @@ def parse_declarations(
     cpu, memory, maxNodes, taints?, provisioningClass?}]}``. A malformed document raises
     ``ValueError`` saying what to fix; a pool with a wrong field is a rejection."""
     if not isinstance(document, Mapping) or not isinstance(document.get("pools"), list):
-        raise ValueError("a pool declaration is a mapping with a list 'pools'")
+        raise DeclaredPoolsError("a pool declaration is a mapping with a list 'pools'")
+    if len(document["pools"]) > MAX_DECLARED_POOLS:
+        raise DeclaredPoolsError(
+            f"a pool declaration lists at most {MAX_DECLARED_POOLS} pools, not "
+            f"{len(document['pools'])}: merge pools"
+        )
     results: list[PoolResult] = []
+    seen: set[str] = set()
     for i, item in enumerate(document["pools"]):
         if not isinstance(item, Mapping):
-            raise ValueError(f"pools[{i}] is not a mapping")
-        results.append(_declared(item, i, manufacturers_by_resource))
+            raise DeclaredPoolsError(f"pools[{i}] is {brief(item)}, not a mapping")
+        result = _declared(item, i, manufacturers_by_resource)
+        if result.name in seen:
+            raise DeclaredPoolsError(f"pool {result.name} is declared twice: keep one entry")
+        seen.add(result.name)
+        results.append(result)
     return results
+
+
+class DeclaredPoolsError(DeclarationError):
+    """A pools declaration refused; the message names the fix."""
+
+
+MAX_DECLARED_POOLS: Final = 200
+"""The most pools one declaration may list (docs/autoscaling.md)."""
+
+
+def validate_declared_pools(
+    text: str | bytes, manufacturers_by_resource: Mapping[str, str]
+) -> tuple[DeclaredPool, ...]:
+    """The one validation of a person's pools declaration (the worker's ConfigMap and
+    ``--declared-pools FILE`` alike): every pool sound, or :class:`DeclaredPoolsError`
+    naming each pool's fix; never another exception (docs/autoscaling.md)."""
+    document = load_declaration(text, "pools declaration")
+    results = parse_declarations(document, manufacturers_by_resource)
+    rejected = [r.reason for r in results if isinstance(r, PoolRejection)]
+    if rejected:
+        raise DeclaredPoolsError("; ".join(rejected))
+    return tuple(r for r in results if isinstance(r, DeclaredPool))
 
 
 def _declared(
     item: Mapping[str, Any], index: int, manufacturers_by_resource: Mapping[str, str]
 ) -> PoolResult:
-    name = str(item.get("name") or "")
+    raw_name = item.get("name")
+    name = raw_name if isinstance(raw_name, str) else ""
     if not is_valid_dns_label(name) or len(name) > 40:
-        raise ValueError(f"pools[{index}].name {name!r}: give a DNS label of at most 40 characters")
+        raise DeclaredPoolsError(
+            f"pools[{index}].name {brief(raw_name)}: give a DNS label of at most 40 characters"
+        )
 
     def reject(reason: str) -> PoolRejection:
         return PoolRejection(PoolSource.DECLARED, name, f"declared pool {name}: {reason}")
@@ -583,20 +626,31 @@ def _declared(
             "give nodeSelector: the labels its nodes carry (cloud.google.com/gke-nodepool)"
         )
     accelerator = _mapping(item, "accelerator")
-    resource = str(accelerator.get("resource") or "nvidia.com/gpu")
+    resource = _scalar(accelerator.get("resource")) or "nvidia.com/gpu"
     manufacturer = manufacturers_by_resource.get(resource)
     if manufacturer is None:
-        return reject(f"accelerator.resource {resource} is no known device resource")
-    per_node = parse_count(str(accelerator.get("perNode", "")))
-    max_nodes = parse_count(str(item.get("maxNodes", "")))
+        return reject(f"accelerator.resource {brief(resource)} is no known device resource")
+    per_node = parse_count(_scalar(accelerator.get("perNode")))
+    max_nodes = parse_count(_scalar(item.get("maxNodes")))
     if not per_node or max_nodes is None:
         return reject("give accelerator.perNode (devices per node) and maxNodes")
-    cpu = parse_quantity(str(item["cpu"])) if "cpu" in item else None
-    memory = parse_quantity(str(item["memory"])) if "memory" in item else None
+    cpu = parse_quantity(_scalar(item.get("cpu"))) if "cpu" in item else None
+    memory = parse_quantity(_scalar(item.get("memory"))) if "memory" in item else None
     if cpu is None or memory is None or cpu <= 0 or memory <= 0:
         return reject("give cpu and memory above 0: what one node offers to pods (its allocatable)")
     if not all(isinstance(v, str) for v in selector.values()):
         return reject("give nodeSelector values as strings (quote numbers and booleans)")
+    bad = [
+        f"{brief(k)}: {brief(v)}"
+        for k, v in selector.items()
+        if not (isinstance(k, str) and is_valid_label_key(k) and is_valid_label_value(v))
+    ]
+    if bad:
+        return reject(f"nodeSelector {bad[0]} is not a label key and value: give node labels")
+    for field_name in ("product", "provisioningClass"):
+        raw = accelerator.get(field_name) if field_name == "product" else item.get(field_name)
+        if raw is not None and not isinstance(raw, str):
+            return reject(f"{field_name} is {brief(raw)}: give a string")
     pool = DeclaredPool(
         source=PoolSource.DECLARED,
         name=name,
@@ -616,21 +670,19 @@ def _declared(
 
 
 def declarations_in_configmap(
-    configmap: Mapping[str, Any] | None, manufacturers_by_resource: Mapping[str, str]
-) -> tuple[list[PoolResult], str]:
-    """The pools of the ConfigMap :data:`DECLARED_POOLS_CONFIGMAP` and, when its document
-    cannot be read, why (the pools are then none)."""
-    if configmap is None:
-        return [], ""
-    data = configmap.get("data")
-    text = data.get(DECLARED_POOLS_KEY) if isinstance(data, Mapping) else None
-    if not isinstance(text, str):
-        return [], f"ConfigMap {DECLARED_POOLS_CONFIGMAP} has no data key {DECLARED_POOLS_KEY}"
-    try:
-        return parse_declarations(yaml.safe_load(text), manufacturers_by_resource), ""
-    except (yaml.YAMLError, ValueError) as exc:
-        detail = " ".join(str(exc).split())
-        return [], f"ConfigMap {DECLARED_POOLS_CONFIGMAP} key {DECLARED_POOLS_KEY}: {detail}"
+    configmap: Mapping[str, Any], manufacturers_by_resource: Mapping[str, str]
+) -> tuple[DeclaredPool, ...]:
+    """The pools of the ConfigMap :data:`DECLARED_POOLS_CONFIGMAP`, validated as a file is;
+    :class:`DeclarationError` naming the fix when it is refused."""
+    text = configmap_text(configmap, DECLARED_POOLS_KEY)
+    return validate_declared_pools(text, manufacturers_by_resource)
+
+
+def _scalar(value: object) -> str:
+    """A scalar field as text (``""`` for a map, a list or nothing)."""
+    if value is None or isinstance(value, (Mapping, list)):
+        return ""
+    return str(value)
 
 
 # --- All of them ------------------------------------------------------------------------------

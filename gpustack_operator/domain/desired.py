@@ -33,7 +33,9 @@ from gpustack_operator.domain.queues import (
     desired_local_queues,
 )
 from gpustack_operator.domain.teams import (
+    PoolFacts,
     PoolSplit,
+    check_teams,
     cohort_resource_groups,
     desired_local_queues_with_teams,
     is_team_queue,
@@ -209,12 +211,14 @@ def desired_state(
     flavors.update(chain.resource_flavors)
     cohorts.update(chain.cohorts)
     queues.update(chain.cluster_queues)
+    namespace_list = list(namespaces)
+    if policy.teams is not None:  # the worker's checks against the cluster (docs/teams.md)
+        check_teams(policy.teams, [PoolFacts.of(q) for q in queues.values()], namespace_list)
     queues, splits = split_queues(queues, policy.teams)  # docs/teams.md
     for cohort_name, pool_splits in splits.items():
         if cohort_name in cohorts:
             groups = cohort_resource_groups(pool_splits)
             cohorts[cohort_name] = with_cohort_quota(cohorts[cohort_name], groups)
-    namespace_list = list(namespaces)
     locals_ = desired_local_queues(
         [q for q in queues.values() if not is_team_queue(q)],
         namespace_list,

@@ -19,8 +19,12 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final
 
-import yaml
-
+from gpustack_operator.domain.declarationtext import (
+    DeclarationError,
+    brief,
+    load_declaration,
+    shorten,
+)
 from gpustack_operator.domain.kueue import KueueVersion, LocalQueue, Meta, OwnerReference
 from gpustack_operator.domain.labels import (
     CLUSTER_QUEUE_ANNOTATION,
@@ -38,7 +42,12 @@ from gpustack_operator.domain.quantities import (
     format_decimal_quantity,
     parse_quantity,
 )
-from gpustack_operator.domain.validation import is_valid_dns_label, is_valid_dns_subdomain
+from gpustack_operator.domain.validation import (
+    is_valid_dns_label,
+    is_valid_dns_subdomain,
+    is_valid_label_key,
+    is_valid_label_value,
+)
 
 TEAM_LABEL: Final = "gpustack.ai/team"
 """On a team's ClusterQueue: the team's name."""
@@ -58,9 +67,14 @@ RECLAIM_WITHIN_COHORT: Final = "Any"
 _NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"
 _BINARY: Final = frozenset({"memory", "ephemeral-storage"})
 _MI: Final = 2**20
+_MAX_NAME: Final = 253
+MAX_TEAMS: Final = 500
+"""The most teams one declaration may hold (docs/teams.md, "Limits of a declaration")."""
+SELECTOR_OPERATORS: Final = ("In", "NotIn", "Exists", "DoesNotExist")
+"""The operators of a Kubernetes label selector's ``matchExpressions``."""
 
 
-class TeamsError(ValueError):
+class TeamsError(DeclarationError):
     """A declaration refused; the message says what is wrong and how to fix it."""
 
 
@@ -199,6 +213,91 @@ def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> 
     return True
 
 
+_TEAM_FIELDS: Final = ("name", "namespaces", "namespaceSelector", "shares", "lend", "borrow")
+_SELECTOR_FIELDS: Final = ("matchLabels", "matchExpressions")
+_EXPRESSION_FIELDS: Final = ("key", "operator", "values")
+
+
+def label_selector(raw: object, where: str) -> dict[str, Any]:
+    """*raw* checked as a Kubernetes ``LabelSelector`` (apimachinery's validation:
+    ``matchLabels`` of label keys to label values, ``matchExpressions`` of a key, one of
+    :data:`SELECTOR_OPERATORS`, and values for ``In``/``NotIn`` only); :class:`TeamsError`
+    naming the fix. An empty selector, which would select every namespace, is refused."""
+    if not isinstance(raw, Mapping):
+        raise TeamsError(
+            f"{where} is {brief(raw)}, not a label selector: write a map with matchLabels "
+            "and/or matchExpressions"
+        )
+    unknown = sorted(str(k) for k in raw if k not in _SELECTOR_FIELDS)
+    if unknown:
+        raise TeamsError(
+            f"{where}: unknown field {shorten(', '.join(unknown), 80)}: a label selector has "
+            "matchLabels and matchExpressions"
+        )
+    labels = raw.get("matchLabels")
+    expressions = raw.get("matchExpressions")
+    out: dict[str, Any] = {}
+    if labels is not None:
+        if not isinstance(labels, Mapping):
+            raise TeamsError(f"{where}: matchLabels is {brief(labels)}: write a map key: value")
+        for key, value in labels.items():
+            if not isinstance(key, str) or not is_valid_label_key(key):
+                raise TeamsError(f"{where}: matchLabels key {brief(key)} is not a label key")
+            if not isinstance(value, str) or not is_valid_label_value(value):
+                raise TeamsError(
+                    f"{where}: matchLabels {key}: {brief(value)} is not a label value (quote "
+                    "numbers and booleans)"
+                )
+        if labels:
+            out["matchLabels"] = dict(labels)
+    if expressions is not None:
+        if not isinstance(expressions, list):
+            raise TeamsError(
+                f"{where}: matchExpressions is {brief(expressions)}: write a list of "
+                "{key, operator, values}"
+            )
+        checked = [
+            _expression(e, f"{where}.matchExpressions[{i}]") for i, e in enumerate(expressions)
+        ]
+        if checked:
+            out["matchExpressions"] = checked
+    if not out:
+        raise TeamsError(
+            f"{where} is empty, which selects every namespace: give matchLabels or matchExpressions"
+        )
+    return out
+
+
+def _expression(raw: object, where: str) -> dict[str, Any]:
+    if not isinstance(raw, Mapping):
+        raise TeamsError(f"{where} is {brief(raw)}: write a map with key, operator, values")
+    unknown = sorted(str(k) for k in raw if k not in _EXPRESSION_FIELDS)
+    if unknown:
+        raise TeamsError(
+            f"{where}: unknown field {shorten(', '.join(unknown), 80)}: use key, operator, values"
+        )
+    key, operator, values = raw.get("key"), raw.get("operator"), raw.get("values")
+    if not isinstance(key, str) or not is_valid_label_key(key):
+        raise TeamsError(f"{where}: key {brief(key)} is not a label key")
+    if operator not in SELECTOR_OPERATORS:
+        raise TeamsError(
+            f"{where}: operator {brief(operator)} is not one of {', '.join(SELECTOR_OPERATORS)}"
+        )
+    if operator in ("In", "NotIn"):
+        if not isinstance(values, list) or not values:
+            raise TeamsError(f"{where}: operator {operator} needs a non-empty list of values")
+        for value in values:
+            if not isinstance(value, str) or not is_valid_label_value(value):
+                raise TeamsError(
+                    f"{where}: value {brief(value)} is not a label value (quote numbers and "
+                    "booleans)"
+                )
+        return {"key": key, "operator": operator, "values": list(values)}
+    if values:
+        raise TeamsError(f"{where}: operator {operator} takes no values: remove them")
+    return {"key": key, "operator": operator}
+
+
 def _percent(value: Fraction) -> str:
     text = f"{float(value * 100):.2f}".rstrip("0").rstrip(".")
     return f"{text}%"
@@ -206,27 +305,39 @@ def _percent(value: Fraction) -> str:
 
 def _fraction(raw: object, where: str) -> Fraction:
     """``50%``, ``0.5`` or ``1/2`` -> 1/2; refused unless above 0 and at most 100%."""
+    if not isinstance(raw, (str, int, float)) or isinstance(raw, bool):
+        raise TeamsError(
+            f"{where}: share {brief(raw)} is not a number: write a percentage (50%) or a "
+            "fraction (0.5)"
+        )
     text = str(raw).strip()
     try:
         value = Fraction(text[:-1]) / 100 if text.endswith("%") else Fraction(text)
     except (ValueError, ZeroDivisionError):
         raise TeamsError(
-            f"{where}: share {raw!r} is not a number: write a percentage (50%) or a fraction (0.5)"
+            f"{where}: share {brief(raw)} is not a number: write a percentage (50%) or a "
+            "fraction (0.5)"
         ) from None
     if not 0 < value <= 1:
         raise TeamsError(
-            f"{where}: share {raw!r} is outside (0%, 100%]: give each team at most the whole pool"
+            f"{where}: share {brief(raw)} is outside (0%, 100%]: give each team at most the "
+            "whole pool"
         )
     return value
 
 
 def _weight(raw: object, where: str) -> Fraction:
-    try:
-        value = Fraction(str(raw).strip())
-    except (ValueError, ZeroDivisionError):
-        value = Fraction(0)
-    if value <= 0:
-        raise TeamsError(f"{where}: weight {raw!r} must be a number above 0, e.g. weight: 2")
+    value = Fraction(0)
+    if isinstance(raw, (str, int, float)) and not isinstance(raw, bool):
+        try:
+            value = Fraction(str(raw).strip())
+        except (ValueError, ZeroDivisionError):
+            value = Fraction(0)
+    if value <= 0 or value > 10**6:
+        raise TeamsError(
+            f"{where}: weight {brief(raw)} must be a number above 0 (at most 1000000), "
+            "e.g. weight: 2"
+        )
     return value
 
 
@@ -248,17 +359,19 @@ def _selector(raw: object, where: str, manufacturers: Iterable[str]) -> PoolSele
             "write one share entry per selector"
         )
     key, value = next(iter(raw.items()))
+    if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+        raise TeamsError(f"{where}: pools.{key} is {brief(value)}: name one {key}")
     text = str(value).strip().lower() if key != "pool" else str(value).strip()
     if not text:
         raise TeamsError(f"{where}: pools.{key} is empty: name a {key}")
     known = sorted(manufacturers)
     if key == "manufacturer" and text not in known:
         raise TeamsError(
-            f"{where}: unknown manufacturer {text!r} in pools.manufacturer: use one of "
+            f"{where}: unknown manufacturer {brief(text)} in pools.manufacturer: use one of "
             f"{', '.join(known)}"
         )
     if key == "pool" and not is_valid_dns_subdomain(text):
-        raise TeamsError(f"{where}: pools.pool {text!r} is not a ClusterQueue name")
+        raise TeamsError(f"{where}: pools.pool {brief(text)} is not a ClusterQueue name")
     return PoolSelector(str(key), text)
 
 
@@ -266,7 +379,7 @@ def _bool(raw: object, where: str, name: str) -> bool:
     if raw is None:
         return True
     if not isinstance(raw, bool):
-        raise TeamsError(f"{where}: {name} must be true or false, not {raw!r}")
+        raise TeamsError(f"{where}: {name} must be true or false, not {brief(raw)}")
     return raw
 
 
@@ -274,8 +387,15 @@ def _team(raw: object, index: int, manufacturers: Iterable[str]) -> Team:
     where = f"teams[{index}]"
     if not isinstance(raw, Mapping):
         raise TeamsError(f"{where}: a team is a map with name, namespaces and shares")
-    name = str(raw.get("name") or "")
-    where = f"team {name}" if name else where
+    unknown = sorted(str(k) for k in raw if k not in _TEAM_FIELDS)
+    if unknown:
+        raise TeamsError(
+            f"{where}: unknown field {shorten(', '.join(unknown), 80)}: a team has "
+            f"{', '.join(_TEAM_FIELDS)}"
+        )
+    raw_name = raw.get("name")
+    name = raw_name if isinstance(raw_name, str) else ""
+    where = f"team {name}" if is_valid_dns_label(name) else where
     if name == TAS_QUEUE_SUFFIX:
         raise TeamsError(
             f"{where}: the name {TAS_QUEUE_SUFFIX!r} is taken by the queues of topology-aware "
@@ -283,7 +403,8 @@ def _team(raw: object, index: int, manufacturers: Iterable[str]) -> Team:
         )
     if not is_valid_dns_label(name):
         raise TeamsError(
-            f"{where}: name {name!r} must be a DNS label (lower case, digits, '-'), e.g. team-a"
+            f"{where}: name {brief(raw_name)} must be a DNS label (lower case, digits, '-'), "
+            "e.g. team-a"
         )
     namespaces = raw.get("namespaces") or []
     selector = raw.get("namespaceSelector")
@@ -291,15 +412,24 @@ def _team(raw: object, index: int, manufacturers: Iterable[str]) -> Team:
         isinstance(n, str) and is_valid_dns_label(n) for n in namespaces
     ):
         raise TeamsError(f"{where}: namespaces must be a list of namespace names")
-    if selector is not None and not isinstance(selector, Mapping):
-        raise TeamsError(f"{where}: namespaceSelector must be a label selector (matchLabels)")
+    if selector is not None:
+        selector = label_selector(selector, f"{where}: namespaceSelector")
     if not namespaces and selector is None:
         raise TeamsError(f"{where}: give namespaces (names) or a namespaceSelector")
+    entries = raw.get("shares") or []
+    if not isinstance(entries, list):
+        raise TeamsError(f"{where}: shares must be a list of entries with pools and share")
     shares: list[Share] = []
-    for j, entry in enumerate(raw.get("shares") or []):
+    for j, entry in enumerate(entries):
         here = f"{where}, shares[{j}]"
         if not isinstance(entry, Mapping):
             raise TeamsError(f"{here}: a share is a map with pools and share (or weight)")
+        unknown = sorted(str(k) for k in entry if k not in ("pools", "share", "weight"))
+        if unknown:
+            raise TeamsError(
+                f"{here}: unknown field {shorten(', '.join(unknown), 80)}: a share has pools and "
+                "share (or weight)"
+            )
         pools = _selector(entry.get("pools"), here, manufacturers)
         if ("share" in entry) == ("weight" in entry):
             raise TeamsError(f"{here}: give either share (50%) or weight (2), not both or none")
@@ -325,15 +455,28 @@ def parse_teams(text: str, manufacturers: Iterable[str], pools: Iterable[PoolFac
     """The declaration in *text* (YAML, docs/teams.md), checked against the manufacturers
     profiled and the *pools* known now; :class:`TeamsError` naming the fix otherwise."""
     try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise TeamsError(f"teams declaration is not valid YAML ({exc}): fix its syntax") from None
+        raw = load_declaration(text, "teams declaration")
+    except TeamsError:
+        raise
+    except DeclarationError as exc:
+        raise TeamsError(str(exc)) from None
     if raw is None:
         return Teams()
     if not isinstance(raw, Mapping) or not isinstance(raw.get("teams", []), list):
         raise TeamsError("the teams declaration is a map with a list 'teams:' (docs/teams.md)")
+    extra = sorted(str(k) for k in raw if k != "teams")
+    if extra:
+        raise TeamsError(
+            f"the teams declaration has unknown fields {shorten(', '.join(extra), 80)}: keep only "
+            "'teams:'"
+        )
+    listed = raw.get("teams") or []
+    if len(listed) > MAX_TEAMS:
+        raise TeamsError(
+            f"the teams declaration lists {len(listed)} teams, more than {MAX_TEAMS}: merge teams"
+        )
     known = list(manufacturers)
-    teams = tuple(_team(t, i, known) for i, t in enumerate(raw.get("teams") or []))
+    teams = tuple(_team(t, i, known) for i, t in enumerate(listed))
     seen: dict[str, str] = {}
     for team in teams:
         if team.name in seen:
@@ -365,6 +508,34 @@ def parse_teams(text: str, manufacturers: Iterable[str], pools: Iterable[PoolFac
     if problems:
         raise TeamsError("; ".join(problems))
     return declared
+
+
+def check_teams(teams: Teams, pools: Iterable[PoolFacts], namespaces: Iterable[object]) -> None:
+    """Refuse (:class:`TeamsError`) *teams* when a pool of *pools* is shared out above 100%
+    or a namespace of *namespaces* is in two teams: the checks against the cluster that the
+    worker, ``plan`` and ``sim`` all make (docs/teams.md, "Refused declarations")."""
+    problems = [*teams.oversubscribed(pools), *namespace_conflicts(teams, namespaces)]
+    if problems:
+        raise TeamsError("; ".join(problems))
+
+
+def validate_teams(
+    text: str | bytes,
+    manufacturers: Iterable[str],
+    pools: Iterable[PoolFacts] = (),
+    namespaces: Iterable[object] = (),
+) -> Teams:
+    """The one validation of a teams declaration: :func:`parse_teams` then
+    :func:`check_teams`; :class:`TeamsError` naming the fix, never another exception."""
+    pools = list(pools)
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError:
+            raise TeamsError("the teams declaration is not UTF-8 text: save it as UTF-8") from None
+    teams = parse_teams(text, manufacturers, pools)
+    check_teams(teams, pools, namespaces)
+    return teams
 
 
 def namespace_conflicts(teams: Teams, namespaces: Iterable[object]) -> list[str]:
@@ -408,10 +579,7 @@ class TeamsState:
             self.teams, self.error, self.revision = None, "", revision
             return changed
         try:
-            teams = parse_teams(text, manufacturers, pools)
-            conflicts = namespace_conflicts(teams, namespaces)
-            if conflicts:
-                raise TeamsError("; ".join(conflicts))
+            teams = validate_teams(text, manufacturers, pools, namespaces)
         except TeamsError as exc:
             self.error = str(exc)
             return False

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import structlog
 
+from gpustack_operator.domain.declarationtext import DeclarationError
 from gpustack_operator.domain.declaredpools import (
     DECLARED_POOLS_CONFIGMAP,
     DeclaredPool,
@@ -151,9 +152,12 @@ class ProvisioningStandIn(StoreLoop):
                     o for o in store.list(info.api_version, info.kind) if is_pool_object(o)
                 )
         configmap = store.get("v1", "ConfigMap", DECLARED_POOLS_CONFIGMAP, self.namespace)
-        in_configmap, problem = declarations_in_configmap(configmap, self.manufacturers_by_resource)
-        if problem:  # the worker reports it; the stand-in provisions for the other pools
-            log.debug("provisioning stand-in: declared pools not read", problem=problem)
+        in_configmap: tuple[DeclaredPool, ...] = ()
+        if configmap is not None:
+            try:
+                in_configmap = declarations_in_configmap(configmap, self.manufacturers_by_resource)
+            except DeclarationError as exc:  # the worker reports it; the others still grow
+                log.debug("provisioning stand-in: declared pools not read", problem=str(exc))
         results = pools_from_objects(
             objects, (*self.declared, *in_configmap), self.manufacturers_by_resource
         )

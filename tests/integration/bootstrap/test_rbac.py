@@ -27,6 +27,7 @@ from gpustack_operator.controllers.worker import (
 from gpustack_operator.domain.bootstrap import (
     render_nfd_crds,
 )
+from gpustack_operator.domain.declarationstatus import STATUS_CONFIGMAP
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.leaderelection import LeaderElectionConfig
 from gpustack_operator.runtime.manager import ManagerOptions
@@ -282,6 +283,9 @@ async def test_rbac_grants_exactly_what_is_used(tmp_path: Path) -> None:
     registry = cluster.sim.registry
     denied = list(cluster.sim.authorizer.denials)
     assert not denied, "requests outside the rendered RBAC:\n" + "\n".join(denied)
+    # The declarations in force, published under the same Role (docs/worker.md).
+    status = cluster.sim.store.get("v1", "ConfigMap", STATUS_CONFIGMAP, NS)
+    assert status is not None and status["data"]["teams.source"] == "none", status
 
     def namespaced(group: str, plural: str) -> bool:
         infos = registry.versions_of(group, plural)

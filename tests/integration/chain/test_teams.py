@@ -200,3 +200,26 @@ async def test_teams_on_off_on_keeps_every_pool_queue() -> None:
             cluster.policy = plain
             await cluster.converge(TIMEOUT)
             assert not _team_queues(cluster, H100_POOL)
+
+
+async def test_a_team_queue_deleted_by_hand_comes_back() -> None:
+    """docs/worker.md, "Chain objects deleted by hand": a team's ClusterQueue comes back as a
+    pool's does (it was never put back while the worker remembered having written it)."""
+    policy = _policy(with_teams=True)
+    async with SimCluster(
+        example_nodes(), NAMESPACES, worker_config=fast_config(policy=policy)
+    ) as cluster:
+        await cluster.converge(TIMEOUT)
+        name = f"{H100_POOL}-research"
+        gone = cluster.sim.store.get("kueue.x-k8s.io/v1beta2", "ClusterQueue", name)
+        assert gone is not None
+        cluster.sim.store.delete("kueue.x-k8s.io/v1beta2", "ClusterQueue", name)
+        await eventually(
+            lambda: (
+                (q := cluster.sim.store.get("kueue.x-k8s.io/v1beta2", "ClusterQueue", name))
+                is not None
+                and q["metadata"]["uid"] != gone["metadata"]["uid"]
+            ),
+            "the team queue created again",
+        )
+        await cluster.converge(TIMEOUT)

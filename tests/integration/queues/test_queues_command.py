@@ -15,6 +15,11 @@ from gpustack_operator.apis import kueue_resources
 from gpustack_operator.cli import build_parser
 from gpustack_operator.commands.policy_flags import policy_from_args
 from gpustack_operator.commands.queues import fetch_queues, pool_rows, render_table, run_queues
+from gpustack_operator.domain.declarationstatus import (
+    STATUS_CONFIGMAP,
+    DeclarationStatus,
+    status_data,
+)
 from gpustack_operator.domain.desired import desired_state
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.runtime.client import Client
@@ -95,3 +100,50 @@ async def test_queues_lists_pools_with_usage_from_status(
     assert table[0].split() == ["LOCALQUEUE", "UNIT", "RESOURCE", "QUOTA", "RESERVED", "USED"]
     (line,) = [x for x in table if x.startswith(t4["localQueue"])]
     assert line.split()[-4:] == [resource, "4", "1", "1"]
+
+
+async def test_queues_shows_the_declarations_the_worker_has_in_force(
+    sim: SimServer, sim_kubeconfig: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/worker.md, "Declarations in force": under the table, the teams and declared
+    pools the worker published as in force, and the last refusal and why."""
+    sim.store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}})
+    if sim.store.get("v1", "Namespace", NS) is None:
+        sim.store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    state = desired_state(
+        [node("gpu-a", cards=("Tesla T4", 2))],
+        ["team-a"],
+        ChainPolicy(manufacturers=MANUFACTURERS, system_namespace=NS),
+    )
+    for obj in [*state.cohorts, *state.resource_flavors, *state.cluster_queues]:
+        sim.store.create(obj)
+    for obj in state.local_queues:
+        sim.store.create(obj)
+    teams = DeclarationStatus(
+        "teams",
+        source="configmap",
+        revision="41",
+        in_force=("research", "serving"),
+        text="teams: []",
+        refused="namespace ml is in two teams (a and b): keep it in one",
+        refused_revision="42",
+    )
+    pools = DeclarationStatus("pools", source="configmap", revision="7", in_force=("l4-flex",))
+    sim.store.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": STATUS_CONFIGMAP, "namespace": NS},
+            "data": {**status_data(teams), **status_data(pools)},
+        }
+    )
+    args = build_parser({}).parse_args(
+        ["queues", "--kubeconfig", str(sim_kubeconfig), "-n", "team-a"]
+    )
+    assert await anyio.to_thread.run_sync(run_queues, args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-2:] == [
+        "teams: research, serving (from ConfigMap revision 41); revision 42 refused: "
+        "namespace ml is in two teams (a and b): keep it in one",
+        "pools: l4-flex (from ConfigMap revision 7)",
+    ]

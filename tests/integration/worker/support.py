@@ -304,6 +304,13 @@ def idle(manager: Manager) -> bool:
     )
 
 
+def started_and_idle(manager: Manager, *names: str) -> bool:
+    """Controllers *names* (at least) added and started, and *manager* idle: a worker that
+    has done what its caches ask of it."""
+    started = {c.name for c in manager.controllers if c.started}
+    return set(names) <= started and idle(manager)
+
+
 @dataclass
 class Running:
     manager: Manager

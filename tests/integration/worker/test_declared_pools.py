@@ -22,6 +22,7 @@ import structlog
 from gpustack_operator.commands.plan import read_cluster_input
 from gpustack_operator.commands.policy_flags import read_declared_pools
 from gpustack_operator.controllers.declaredpool import INACTIVE_CHECK, PROVISIONING_NOT_SERVED
+from gpustack_operator.domain.declarationstatus import STATUS_CONFIGMAP
 from gpustack_operator.domain.declaredpools import DECLARED_POOLS_CONFIGMAP, DECLARED_POOLS_KEY
 from gpustack_operator.runtime.resources import NODES
 from gpustack_sim.apiserver.authn import TokenAuthenticator
@@ -39,6 +40,7 @@ from tests.integration.worker.support import (
     kueue_objects,
     nfd_master,
     put_node,
+    started_and_idle,
     worker_running,
 )
 
@@ -324,7 +326,10 @@ async def test_pools_declared_in_the_configmap_are_watched(
     sim_no_pr: SimServer, tmp_path: Path
 ) -> None:
     """docs/autoscaling.md, "Pools declared by a person": the worker watches the ConfigMap
-    gpustack-declared-pools; a change reaches the queue, a broken document declares none."""
+    gpustack-declared-pools; a change reaches the queue. A bad edit (a broken document, a
+    text only under binaryData, the key missing) is refused with a Warning Event and the
+    last good pools stay in force, published in gpustack-declarations, also for a worker
+    started again while the ConfigMap is still bad."""
     sim = sim_no_pr
     if sim.store.get("v1", "Namespace", NS) is None:
         sim.store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
@@ -337,21 +342,59 @@ async def test_pools_declared_in_the_configmap_are_watched(
     }
     queue = "pool-declared-l4-flex"
     kubeconfig = sim.write_kubeconfig(tmp_path / "kc", token=WORKER_TOKEN)
-    with structlog.testing.capture_logs() as logs:
-        async with worker_running(kubeconfig, fast_config()):
-            sim.store.create(configmap)
-            await eventually(lambda: _quota(sim, queue) == "8", "the declared pool's queue")
-            stored = sim.store.get("v1", "ConfigMap", DECLARED_POOLS_CONFIGMAP, NS)
-            assert stored is not None
-            stored["data"][DECLARED_POOLS_KEY] = text.replace("maxNodes: 4", "maxNodes: 2")
-            sim.store.update(stored)
-            await eventually(lambda: _quota(sim, queue) == "4", "the new maximum")
-            stored = sim.store.get("v1", "ConfigMap", DECLARED_POOLS_CONFIGMAP, NS)
-            assert stored is not None
-            stored["data"][DECLARED_POOLS_KEY] = "pools: {not: a list}"
-            sim.store.update(stored)
-            await eventually(lambda: _quota(sim, queue) is None, "the queue gone")
-    assert any(e.get("event") == "declared pools not read; fix the ConfigMap" for e in logs)
+
+    def edit(**fields: Any) -> None:
+        stored = sim.store.get("v1", "ConfigMap", DECLARED_POOLS_CONFIGMAP, NS)
+        assert stored is not None
+        stored.pop("data", None)
+        stored.pop("binaryData", None)
+        stored.update(fields)
+        sim.store.update(stored)
+
+    def status() -> dict[str, str]:
+        found = sim.store.get("v1", "ConfigMap", STATUS_CONFIGMAP, NS)
+        return dict((found or {}).get("data") or {})
+
+    def refusals() -> list[str]:
+        return [
+            str(e.get("message") or e.get("note") or "")
+            for e in sim.store.list("v1", "Event", NS)
+            if e.get("reason") == "DeclaredPoolsRefused"
+        ]
+
+    async with worker_running(kubeconfig, fast_config()):
+        sim.store.create(configmap)
+        await eventually(lambda: _quota(sim, queue) == "8", "the declared pool's queue")
+        edit(data={DECLARED_POOLS_KEY: text.replace("maxNodes: 4", "maxNodes: 2")})
+        await eventually(lambda: _quota(sim, queue) == "4", "the new maximum")
+        await eventually(lambda: "l4-flex" in status().get("pools.inForce", ""), "the status")
+        bad_edits = [
+            {"data": {DECLARED_POOLS_KEY: "pools: {not: a list}"}},
+            {"binaryData": {DECLARED_POOLS_KEY: "//79"}},
+            {"data": {"pool.yaml": text}},
+        ]
+        for number, bad in enumerate(bad_edits, start=1):
+            edit(**bad)
+            await eventually(lambda n=number: len(refusals()) >= n, "a Warning Event")  # type: ignore[misc]
+            assert _quota(sim, queue) == "4"  # the last good pools stay in force
+        messages = refusals()
+        assert "a mapping with a list 'pools'" in messages[0], messages
+        assert "under binaryData" in messages[1] and "UTF-8" in messages[1], messages
+        assert "has no key pools.yaml (it has pool.yaml)" in messages[2], messages
+        assert all("the last good declaration stays in force" in m for m in messages)
+        await eventually(lambda: "no key" in status().get("pools.refused", ""), "the refusal")
+        assert "l4-flex" in status()["pools.inForce"]
+
+    # A worker started again while the ConfigMap is bad keeps the pool in force.
+    async with worker_running(kubeconfig, fast_config()) as running:
+        await eventually(
+            lambda: started_and_idle(running.manager, "declaredpool", "clusterqueue"),
+            "the restarted worker idle",
+        )
+        assert _quota(sim, queue) == "4"
+        edit(data={DECLARED_POOLS_KEY: text.replace("maxNodes: 4", "maxNodes: 3")})
+        await eventually(lambda: _quota(sim, queue) == "6", "a good edit taken")
+        await eventually(lambda: status().get("pools.refused") == "", "the refusal cleared")
 
 
 async def test_a_check_that_never_becomes_active_is_left_out_until_it_does(

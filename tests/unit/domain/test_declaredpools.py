@@ -18,12 +18,14 @@ import yaml
 
 from gpustack_operator.commands.plan import read_cluster_input
 from gpustack_operator.commands.policy_flags import read_declared_pools
+from gpustack_operator.domain.declarationtext import DeclarationError
 from gpustack_operator.domain.declaredpools import (
     CLASS_ATOMIC_SCALE_UP,
     CLASS_GKE_QUEUED,
     PoolRejection,
     karpenter_pool,
     parse_declarations,
+    validate_declared_pools,
 )
 from gpustack_operator.domain.desired import DesiredState
 from gpustack_operator.domain.manufacturers import default_manufacturers
@@ -273,12 +275,12 @@ def test_a_declared_pool_with_no_room_per_node_names_the_fix(tmp_path: Path) -> 
     }
     path.write_text(yaml.safe_dump({"pools": [pool]}))
     by_resource = ChainPolicy(manufacturers=MFRS).manufacturers_by_resource
-    (result,) = read_declared_pools(path, by_resource)
-    assert isinstance(result, PoolRejection) and "above 0" in result.reason
+    with pytest.raises(ValueError, match="above 0"):  # one bad pool refuses the file
+        read_declared_pools(path, by_resource)
     pool.update(cpu="8", nodeSelector={"cloud.google.com/gke-nodepool": None})
     path.write_text(yaml.safe_dump({"pools": [pool]}))
-    (result,) = read_declared_pools(path, by_resource)
-    assert isinstance(result, PoolRejection) and "as strings" in result.reason
+    with pytest.raises(ValueError, match="as strings"):
+        read_declared_pools(path, by_resource)
 
 
 def test_a_malformed_declaration_names_the_fix(tmp_path: Path) -> None:
@@ -287,8 +289,8 @@ def test_a_malformed_declaration_names_the_fix(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="DNS label"):
         read_declared_pools(path, ChainPolicy(manufacturers=MFRS).manufacturers_by_resource)
     path.write_text(yaml.safe_dump({"pools": [{"name": "p", "nodeSelector": {"a": "b"}}]}))
-    (result,) = read_declared_pools(path, ChainPolicy(manufacturers=MFRS).manufacturers_by_resource)
-    assert isinstance(result, PoolRejection) and "perNode" in result.reason
+    with pytest.raises(ValueError, match="perNode"):
+        read_declared_pools(path, ChainPolicy(manufacturers=MFRS).manufacturers_by_resource)
 
 
 def test_a_pool_past_kueues_flavor_limits_is_rejected_alone() -> None:
@@ -333,3 +335,55 @@ def test_a_pool_past_kueues_flavor_limits_is_rejected_alone() -> None:
     (explanation,) = [e for e in state.explanations if e.node == "ip-10-0-7-7"]
     said = [r for r in explanation.reasons if r.code == "declared-pool-rejected"]
     assert len(said) == 1 and "declared.wide gets no queue" in said[0].message
+
+
+POOL_TEXT = """
+pools:
+  - name: l4
+    nodeSelector: {cloud.google.com/gke-nodepool: l4}
+    accelerator: {product: NVIDIA L4, resource: nvidia.com/gpu, perNode: 2}
+    cpu: "8"
+    memory: 32Gi
+    maxNodes: 4
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        pytest.param("pools: []\n#" + "x" * 870_000, "256 KiB allowed", id="0.83-MB"),
+        pytest.param(
+            'a: &a ["x","x","x","x","x","x","x","x","x"]\n'
+            + "".join(
+                f"{chr(98 + i)}: &{chr(98 + i)} [" + ",".join([f"*{chr(97 + i)}"] * 9) + "]\n"
+                for i in range(8)
+            ),
+            "aliases expanded",
+            id="alias-bomb",
+        ),
+        pytest.param("pools: " + "[" * 10_000 + "]" * 10_000, "deeper than 16", id="deep"),
+        pytest.param(POOL_TEXT + "\x00", "not valid YAML", id="nul"),
+        pytest.param(POOL_TEXT.replace("perNode: 2", "perNode: [2]"), "perNode", id="list"),
+        pytest.param(
+            POOL_TEXT.replace("{cloud.google.com/gke-nodepool: l4}", "[l4]"),
+            "give nodeSelector",
+            id="selector-list",
+        ),
+        pytest.param(
+            POOL_TEXT.replace("{cloud.google.com/gke-nodepool: l4}", "{'bad key!': l4}"),
+            "is not a label key and value",
+            id="selector-key",
+        ),
+        pytest.param(POOL_TEXT + POOL_TEXT.split("pools:\n")[1], "declared twice", id="twice"),
+        pytest.param("pools: {not: a list}", "a mapping with a list 'pools'", id="not-a-list"),
+    ],
+)
+def test_every_bad_pools_text_is_one_refusal_with_a_message(text: str, message: str) -> None:
+    """docs/autoscaling.md, "Pools declared by a person": the one validation of the worker's
+    ConfigMap and ``--declared-pools FILE`` refuses each bad shape with a short message,
+    never another exception, and quickly whatever the size."""
+    by_resource = ChainPolicy(manufacturers=MFRS).manufacturers_by_resource
+    assert len(validate_declared_pools(POOL_TEXT, by_resource)) == 1
+    with pytest.raises(DeclarationError) as refused:
+        validate_declared_pools(text, by_resource)
+    assert message in str(refused.value) and len(str(refused.value)) <= 600

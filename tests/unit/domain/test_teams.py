@@ -202,6 +202,10 @@ def test_a_joining_node_changes_each_share_in_proportion() -> None:
     assert gpus(_state(_with_h100_node(4))) == {"research": 20, "serving": 12, "cohort": 8}
 
 
+_SELECTOR = (
+    "teams:\n- {{name: a, namespaceSelector: {}, "
+    "shares: [{{pools: {{manufacturer: nvidia}}, share: 10%}}]}}\n"
+)
 BAD = [
     pytest.param(
         "teams:\n"
@@ -246,6 +250,53 @@ BAD = [
         "the name 'tas' is taken by the queues of topology-aware pools",
         id="team-named-tas",
     ),
+    pytest.param(DECLARATION + "\x00", "not valid YAML", id="nul-bytes"),
+    pytest.param("teams: " + "[" * 10_000 + "]" * 10_000, "nests deeper than 16", id="deep"),
+    pytest.param(
+        'a: &a ["x","x","x","x","x","x","x","x","x"]\n'
+        + "".join(
+            f"{chr(98 + i)}: &{chr(98 + i)} [" + ",".join([f"*{chr(97 + i)}"] * 9) + "]\n"
+            for i in range(8)
+        ),
+        "more than 20000 values (aliases expanded)",
+        id="alias-bomb",
+    ),
+    pytest.param("teams: []\n#" + "x" * (1024 * 1024), "256 KiB allowed", id="1-MiB"),
+    pytest.param(
+        _SELECTOR.format("[a, b]"),
+        "namespaceSelector is a list of 2, not a label selector",
+        id="selector-list",
+    ),
+    pytest.param(
+        _SELECTOR.format("team=a"),
+        "namespaceSelector is 'team=a', not a label selector",
+        id="selector-string",
+    ),
+    pytest.param(
+        _SELECTOR.format("{matchLabel: {a: b}}"), "unknown field matchLabel", id="selector-key"
+    ),
+    pytest.param(
+        _SELECTOR.format("{matchExpressions: [{key: a, operator: Like, values: [b]}]}"),
+        "operator 'Like' is not one of In, NotIn, Exists, DoesNotExist",
+        id="selector-operator",
+    ),
+    pytest.param(
+        _SELECTOR.format("{matchExpressions: [{key: a, operator: In}]}"),
+        "operator In needs a non-empty list of values",
+        id="selector-in-without-values",
+    ),
+    pytest.param(
+        _SELECTOR.format("{matchExpressions: [{key: a, operator: Exists, values: [b]}]}"),
+        "operator Exists takes no values",
+        id="selector-exists-with-values",
+    ),
+    pytest.param(
+        _SELECTOR.format("{matchLabels: {a: 1}}"), "is not a label value", id="selector-number"
+    ),
+    pytest.param(
+        _SELECTOR.format("{matchLabels: {'bad key!': x}}"), "is not a label key", id="label-key"
+    ),
+    pytest.param(_SELECTOR.format("{}"), "selects every namespace", id="selector-empty"),
 ]
 
 
@@ -317,7 +368,7 @@ def test_plan_takes_teams_from_a_file(capsys: pytest.CaptureFixture[str], tmp_pa
     code = main(["plan", "--nodes", example, "--teams", str(bad)])
     out, err = capsys.readouterr()
     assert code == 2 and out == ""
-    assert f"--teams {bad}: not UTF-8 text" in err
+    assert f"--teams {bad}: the teams declaration is not UTF-8 text" in err
 
 
 SLICED_POOL = "gpustack--amd-25-1-ln-x64-12c-47g--nvidia-a10g-1d-8s"
@@ -357,3 +408,28 @@ def test_team_queues_carry_their_share_as_fair_sharing_weight() -> None:
     assert fair_sharing_weight(Fraction(1)) == "1"
     assert fair_sharing_weight(Fraction(1, 3)) == "333m"
     assert fair_sharing_weight(Fraction(1, 10_000)) == "1m"
+
+
+def test_plan_and_sim_refuse_what_the_worker_refuses(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """One validation (docs/teams.md, "Refused declarations"): a file shared out above 100%
+    through two selectors, or claiming a namespace twice, is refused by ``plan`` and ``sim``
+    as by the worker (they used to accept it and scale the shares down)."""
+    example = str(REPO / "examples" / "cluster.yaml")
+    across = tmp_path / "across.yaml"
+    across.write_text(BAD[1].values[0])  # type: ignore[index]
+    for command in (["plan", "--nodes", example], ["sim", "--cluster", example]):
+        code = main([*command, "--teams", str(across), "--namespaces", "a,b"])
+        _, err = capsys.readouterr()
+        assert code == 2, (command, err)
+        assert "is shared out 110% (a 70%, b 40%)" in err, err
+    twice = tmp_path / "twice.yaml"
+    twice.write_text(
+        "teams:\n- {name: a, namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: b}},"
+        " shares: [{pools: {manufacturer: nvidia}, share: 10%}]}\n"
+        "- {name: b, namespaces: [b], shares: [{pools: {manufacturer: nvidia}, share: 10%}]}\n"
+    )
+    code = main(["plan", "--nodes", example, "--teams", str(twice), "--namespaces", "a,b"])
+    _, err = capsys.readouterr()
+    assert code == 2 and "namespace b is in two teams (a and b)" in err, err
