@@ -367,8 +367,9 @@ class ClusterQueueReconciler:
         ):
             return
         self._say_shrink_below_usage(want, have)
-        self._say_devices_gone(want, have)
+        gone = devices_gone(want, have)
         applied = await self.writer.apply(self.resource, want, existed=have is not None)
+        self._say_devices_gone(applied, gone)
         if have is None:
             self._created(applied, flavors)
         if team:
@@ -408,11 +409,10 @@ class ClusterQueueReconciler:
         if recorder is not None:
             recorder.event(have, "Warning", "QuotaBelowUsage", message, resource=self.resource)
 
-    def _say_devices_gone(self, want: Mapping[str, Any], have: Mapping[str, Any] | None) -> None:
-        """A flavor whose nodes report no devices stays in its queue at quota 0; a Warning
-        Event says why (docs/node-lifecycle.md, "Seeing why")."""
-        gone = devices_gone(want, have)
-        if not gone:
+    def _say_devices_gone(self, queue: Mapping[str, Any], gone: list[str]) -> None:
+        """A flavor whose nodes report no devices stays in *queue* (as written) at quota 0;
+        a Warning Event says why (docs/node-lifecycle.md, "Seeing why")."""
+        if not gone or not isinstance(queue, Mapping):
             return
         message = (
             f"flavor(s) {', '.join(gone)}: the nodes report no devices in "
@@ -420,12 +420,10 @@ class ClusterQueueReconciler:
             "longer than --device-grace): each stays in the queue with device quota 0; "
             "check the device plugin's pods on those nodes"
         )
-        log.warning("no devices advertised", clusterqueue=name_of(want), flavors=gone)
+        log.warning("no devices advertised", clusterqueue=name_of(queue), flavors=gone)
         recorder = self.writer.recorder
         if recorder is not None:
-            recorder.event(
-                have or want, "Warning", NO_DEVICES_ADVERTISED, message, resource=self.resource
-            )
+            recorder.event(queue, "Warning", NO_DEVICES_ADVERTISED, message, resource=self.resource)
 
     def _created(self, queue: Mapping[str, Any], flavors: int) -> None:
         """A Normal Event ``PoolCreated`` on a new pool: what one unit is, and its flavors."""
