@@ -197,6 +197,7 @@ CHAIN_SETTINGS = {
     "maintenanceGrace": "10m",
     "joinWindow": "45s",
     "deviceGrace": "2m",
+    "hostCounting": "once",
 }
 
 
@@ -230,6 +231,7 @@ def test_values_render_a_command_line_the_worker_takes(helm: Helm, tmp_path: Pat
     assert dict(policy.tenant_quota_caps) == {"nvidia.com/gpu": 4}
     assert policy.unpooled_settling == 30.0
     assert "batch" in policy.excluded_namespaces
+    assert policy.host_counting.value == "once"
     assert parsed.max_concurrent_reconciles == 4
     election = build_options(parsed).leader_election
     assert election is not None and election.lease_duration == 30.0

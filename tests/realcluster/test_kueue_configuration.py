@@ -5,63 +5,28 @@ Kueue manager, which decodes its configuration strictly and exits on a field it 
 from __future__ import annotations
 
 import copy
-import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from gpustack_operator.domain.kueueconfig import recommended_configuration
 from gpustack_operator.environment import load_manufacturers
+from tests.kueueconfig.snippets import kueue_configuration_snippets
 from tests.realcluster.controlplane import (
     DEFAULT_KUEUE_CONFIGURATION,
-    REPO,
     ControlPlane,
     RealClusterError,
 )
 
 pytestmark = [pytest.mark.realcluster, pytest.mark.timeout(600)]
 
-CONFIGURATION_FIELDS = frozenset(
-    {
-        "namespace",
-        "manageJobsWithoutQueueName",
-        "managedJobsNamespaceSelector",
-        "internalCertManagement",
-        "waitForPodsReady",
-        "clientConnection",
-        "integrations",
-        "multiKueue",
-        "fairSharing",
-        "admissionFairSharing",
-        "resources",
-        "featureGates",
-        "objectRetentionPolicies",
-        "health",
-        "metrics",
-        "webhook",
-        "leaderElection",
-        "controller",
-        "webhookServer",
-        "visibilityServer",
-        "tls",
-        "kind",
-        "apiVersion",
-    }
-)
-"""Top-level fields of Kueue v0.19.2's v1beta2 ``Configuration`` (apis/config/v1beta2/
-configuration_types.go, with the embedded ControllerManager's): a YAML block of the docs whose
-keys are all among them is a piece of Kueue's configuration."""
 
-_YAML_BLOCK = re.compile(r"^```ya?ml\n(.*?)^```", re.MULTILINE | re.DOTALL)
-
-
-def _deep_merge(base: dict[str, Any], piece: dict[str, Any]) -> dict[str, Any]:
+def _deep_merge(base: dict[str, Any], piece: Mapping[str, Any]) -> dict[str, Any]:
     merged = copy.deepcopy(base)
     for key, value in piece.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
             merged[key] = _deep_merge(merged[key], value)
         else:
             merged[key] = copy.deepcopy(value)
@@ -69,31 +34,16 @@ def _deep_merge(base: dict[str, Any], piece: dict[str, Any]) -> dict[str, Any]:
 
 
 def documented_configurations() -> Iterator[tuple[str, dict[str, Any]]]:
-    """(where, Configuration) for each Kueue configuration in docs/, the README and deploy/:
-    whole ones as written, pieces merged into the tier's default."""
-    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-    for page in pages:
-        for number, block in enumerate(_YAML_BLOCK.findall(page.read_text()), 1):
-            for document in yaml.safe_load_all(block):
-                if not isinstance(document, dict) or not document:
-                    continue
-                where = f"{page.relative_to(REPO)} yaml block {number}"
-                if document.get("kind") == "Configuration":
-                    yield where, document
-                elif document.get("kind") == "ConfigMap":
-                    for key, text in (document.get("data") or {}).items():
-                        loaded = yaml.safe_load(text)
-                        if isinstance(loaded, dict) and loaded.get("kind") == "Configuration":
-                            yield f"{where} data {key}", loaded
-                elif "kind" not in document and set(document) <= CONFIGURATION_FIELDS:
-                    yield where, _deep_merge(DEFAULT_KUEUE_CONFIGURATION, document)
-    for path in sorted((REPO / "deploy").rglob("*.yaml")):
-        for document in yaml.safe_load_all(path.read_text()):
-            if isinstance(document, dict) and document.get("kind") == "ConfigMap":
-                for key, text in (document.get("data") or {}).items():
-                    loaded = yaml.safe_load(text) if isinstance(text, str) else None
-                    if isinstance(loaded, dict) and loaded.get("kind") == "Configuration":
-                        yield f"{path.relative_to(REPO)} data {key}", loaded
+    """(where, Configuration) for each Kueue configuration the docs, the README and deploy/
+    hold (the snippets the strict-decode test reads, tests/kueueconfig/snippets.py): whole ones
+    as written, fragments merged into the tier's default; and what
+    ``recommended_configuration`` writes."""
+    for snippet in kueue_configuration_snippets():
+        config = dict(snippet.config)
+        yield (
+            snippet.where,
+            config if snippet.whole else _deep_merge(DEFAULT_KUEUE_CONFIGURATION, config),
+        )
     for mode in ("device", "credits"):
         fragment = recommended_configuration(mode, load_manufacturers())
         yield (
@@ -109,6 +59,7 @@ def test_the_docs_and_deploy_hold_kueue_configurations() -> None:
     where = [w for w, _ in CASES]
     assert any(w.startswith("deploy/components/kueue-config") for w in where), where
     assert any(w.startswith("docs/workloads.md") for w in where), where
+    assert any(w.startswith("recommended_configuration") for w in where), where
 
 
 @pytest.mark.parametrize(("where", "configuration"), CASES, ids=[w for w, _ in CASES])
