@@ -87,6 +87,9 @@ async def test_a_pool_in_a_driver_upgrade_is_held_with_its_quota_and_reopens() -
         await life.settled()
         assert "stopPolicy" not in life.device_queue()["spec"], "in the maintenance grace"
         await life.advance(TIMERS.maintenance_grace + 1)
+        # The requeues the clock's advance fires can still be on their way when the cluster
+        # first looks idle (a loaded machine): wait for the Hold itself, with the deadline.
+        await life.settled(lambda: life.device_queue()["spec"].get("stopPolicy") == "Hold")
         held = life.device_queue()
         assert held["spec"]["stopPolicy"] == "Hold"
         assert "driver-upgrade" in held["metadata"]["annotations"]["note.gpustack.ai/hold"]
