@@ -29,6 +29,7 @@ from tests.realcluster.controlplane import (
     token_kubeconfig_text,
     wait_until,
 )
+from tests.realcluster.nodes import RUN_SECONDS_ANNOTATION
 
 SYSTEM_NAMESPACE = "gpustack-system"
 WORKER_SA = "gpustack-operator-worker"
@@ -260,3 +261,86 @@ def chain_differences(plane: ControlPlane, planned: Mapping[str, Any]) -> list[s
         ):
             problems.append(f"{key}: labels differ")
     return problems
+
+
+def wait_converged(plane: ControlPlane, operator: Operator, *plan_flags: str) -> None:
+    """Wait until the worker's chain equals ``plan`` (with *plan_flags*) on the cluster; the
+    failure lists the last differences."""
+    last: list[str] = []
+
+    def check() -> bool:
+        nonlocal last
+        last = chain_differences(plane, operator.plan(*plan_flags))
+        return not last
+
+    try:
+        wait_until(check, timeout=120, what="converged to plan", every=1.0)
+    except RealClusterError:
+        raise AssertionError("the worker did not converge to plan:\n" + "\n".join(last)) from None
+
+
+def device_job(
+    name: str, namespace: str, queue: str, *, run_seconds: float | None = 600, cards: int = 1
+) -> dict[str, Any]:
+    """A suspended Job of one Pod asking for *cards* ``nvidia.com/gpu`` (limit = request) in
+    LocalQueue *queue*; its Pod runs *run_seconds* (None: the node agents' default)."""
+    template: dict[str, Any] = {
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "busybox",
+                    "resources": {
+                        "requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": str(cards)},
+                        "limits": {"nvidia.com/gpu": str(cards)},
+                    },
+                }
+            ],
+        }
+    }
+    if run_seconds is not None:
+        template["metadata"] = {"annotations": {RUN_SECONDS_ANNOTATION: str(run_seconds)}}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"kueue.x-k8s.io/queue-name": queue},
+        },
+        "spec": {"suspend": True, "template": template},
+    }
+
+
+def workloads(plane: ControlPlane, namespace: str | None = None) -> list[dict[str, Any]]:
+    """Every Workload (of *namespace*)."""
+    return [
+        w
+        for w in get_all(plane, "workloads.kueue.x-k8s.io", namespaced=True)
+        if namespace is None or w["metadata"]["namespace"] == namespace
+    ]
+
+
+def workload_of(
+    plane: ControlPlane, job: str, namespace: str | None = None
+) -> dict[str, Any] | None:
+    """The Workload Kueue made for Job *job*, if any yet."""
+    for item in workloads(plane, namespace):
+        owners = item["metadata"].get("ownerReferences") or []
+        if any(o["kind"] == "Job" and o["name"] == job for o in owners):
+            return item
+    return None
+
+
+def condition(workload: Mapping[str, Any] | None, kind: str) -> dict[str, Any] | None:
+    """The condition *kind* of a Workload (None: absent)."""
+    for found in ((workload or {}).get("status") or {}).get("conditions") or []:
+        if found["type"] == kind:
+            return dict(found)
+    return None
+
+
+def is_admitted(workload: Mapping[str, Any] | None) -> bool:
+    found = condition(workload, "Admitted")
+    return found is not None and found["status"] == "True"

@@ -15,10 +15,19 @@ import pytest
 from anyio.from_thread import BlockingPortal
 
 from gpustack_operator.domain.simdevices import SIM_DEVICES_ANNOTATION
-from tests.realcluster.cluster import Operator, chain_differences, get_all, load_nodes
+from tests.realcluster.cluster import (
+    Operator,
+    condition,
+    device_job,
+    get_all,
+    is_admitted,
+    load_nodes,
+    wait_converged,
+    workload_of,
+)
 from tests.realcluster.conftest import register
-from tests.realcluster.controlplane import REPO, ControlPlane, RealClusterError, wait_until
-from tests.realcluster.nodes import RUN_SECONDS_ANNOTATION, NodeAgents
+from tests.realcluster.controlplane import REPO, ControlPlane, wait_until
+from tests.realcluster.nodes import NodeAgents
 
 pytestmark = [pytest.mark.realcluster, pytest.mark.timeout(600)]
 
@@ -44,17 +53,7 @@ def life_cluster(
         if SIM_DEVICES_ANNOTATION in (n["metadata"].get("annotations") or {})
     )
     operator.start_worker(*TIMERS)
-    last: list[str] = []
-
-    def check() -> bool:
-        nonlocal last
-        last = chain_differences(plane, operator.plan(*TIMERS))
-        return not last
-
-    try:
-        wait_until(check, timeout=120, what="converged to plan", every=1.0)
-    except RealClusterError:
-        pytest.fail("the worker did not converge to plan:\n" + "\n".join(last))
+    wait_converged(plane, operator, *TIMERS)
     return operator
 
 
@@ -80,56 +79,15 @@ def _gpu_quota(queue: dict[str, Any]) -> int:
 
 
 def _job(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": name,
-            "namespace": NAMESPACE,
-            "labels": {"kueue.x-k8s.io/queue-name": T4_QUEUE},
-        },
-        "spec": {
-            "suspend": True,
-            "template": {
-                "metadata": {"annotations": {RUN_SECONDS_ANNOTATION: "600"}},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [
-                        {
-                            "name": "main",
-                            "image": "busybox",
-                            "resources": {
-                                "requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"},
-                                "limits": {"nvidia.com/gpu": "1"},
-                            },
-                        }
-                    ],
-                },
-            },
-        },
-    }
+    return device_job(name, NAMESPACE, T4_QUEUE)
 
 
 def _workload_of(plane: ControlPlane, job: str) -> dict[str, Any] | None:
-    for item in get_all(plane, "workloads.kueue.x-k8s.io", namespaced=True):
-        if any(
-            o["kind"] == "Job" and o["name"] == job
-            for o in item["metadata"].get("ownerReferences") or []
-        ):
-            return item
-    return None
-
-
-def _condition(workload: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
-    for condition in ((workload or {}).get("status") or {}).get("conditions") or []:
-        if condition["type"] == kind:
-            return dict(condition)
-    return None
+    return workload_of(plane, job)
 
 
 def _admitted(plane: ControlPlane, job: str) -> bool:
-    condition = _condition(_workload_of(plane, job), "Admitted")
-    return condition is not None and condition["status"] == "True"
+    return is_admitted(workload_of(plane, job))
 
 
 def test_a_cordon_moves_the_quota_and_kueue_keeps_what_it_admitted(
@@ -152,7 +110,7 @@ def test_a_cordon_moves_the_quota_and_kueue_keeps_what_it_admitted(
     plane.kubectl_run("apply", "-f", "-", stdin=json.dumps(_job("after-cordon")))
     wait_until(
         lambda: (
-            (c := _condition(_workload_of(plane, "after-cordon"), "QuotaReserved")) is not None
+            (c := condition(_workload_of(plane, "after-cordon"), "QuotaReserved")) is not None
             and c["status"] == "False"
         ),
         timeout=60,
@@ -174,7 +132,7 @@ def test_a_pool_in_a_driver_upgrade_is_held_and_keeps_running_what_it_admitted(
     admitted_before = [
         w["metadata"]["name"]
         for w in get_all(plane, "workloads.kueue.x-k8s.io", namespaced=True)
-        if (c := _condition(w, "Admitted")) is not None and c["status"] == "True"
+        if (c := condition(w, "Admitted")) is not None and c["status"] == "True"
     ]
     for node in T4_NODES:
         plane.kubectl_run("label", "--overwrite", "node", node, f"{UPGRADE_LABEL}=cordon-required")
@@ -202,7 +160,7 @@ def test_a_pool_in_a_driver_upgrade_is_held_and_keeps_running_what_it_admitted(
     still = {
         w["metadata"]["name"]
         for w in get_all(plane, "workloads.kueue.x-k8s.io", namespaced=True)
-        if (c := _condition(w, "Admitted")) is not None and c["status"] == "True"
+        if (c := condition(w, "Admitted")) is not None and c["status"] == "True"
     }
     assert set(admitted_before) <= still
     for node in T4_NODES:

@@ -14,8 +14,15 @@ import pytest
 from anyio.from_thread import BlockingPortal
 
 from tests.realcluster.autoscaler import AutoscalerStandIn
-from tests.realcluster.cluster import SYSTEM_NAMESPACE, Operator, chain_differences, get_all
-from tests.realcluster.controlplane import REPO, ControlPlane, RealClusterError, wait_until
+from tests.realcluster.cluster import (
+    SYSTEM_NAMESPACE,
+    Operator,
+    device_job,
+    get_all,
+    wait_converged,
+    workload_of,
+)
+from tests.realcluster.controlplane import REPO, ControlPlane, wait_until
 from tests.realcluster.nodes import NodeAgents
 
 pytestmark = [pytest.mark.realcluster, pytest.mark.timeout(600)]
@@ -65,18 +72,7 @@ def autoscaler(
     stand_in = AutoscalerStandIn(agents, L4_NODE)
     future = portal.start_task_soon(stand_in.run)
     operator.start_worker("--provisioning-requests=on")
-    last: list[str] = []
-    flags = (f"--declared-pools={DECLARED}", "--provisioning-requests=on")
-
-    def check() -> bool:
-        nonlocal last
-        last = chain_differences(plane, operator.plan(*flags))
-        return not last
-
-    try:
-        wait_until(check, timeout=120, what="converged to plan", every=1.0)
-    except RealClusterError:
-        pytest.fail("the worker did not converge to plan:\n" + "\n".join(last))
+    wait_converged(plane, operator, f"--declared-pools={DECLARED}", "--provisioning-requests=on")
     try:
         yield stand_in
     finally:
@@ -92,41 +88,7 @@ def _local_queue(plane: ControlPlane) -> str:
 
 
 def _job(name: str, queue: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": name,
-            "namespace": NAMESPACE,
-            "labels": {"kueue.x-k8s.io/queue-name": queue},
-        },
-        "spec": {
-            "suspend": True,
-            "template": {
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [
-                        {
-                            "name": "main",
-                            "image": "busybox",
-                            "resources": {
-                                "requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"},
-                                "limits": {"nvidia.com/gpu": "1"},
-                            },
-                        }
-                    ],
-                },
-            },
-        },
-    }
-
-
-def _workload_of(plane: ControlPlane, job: str) -> dict[str, Any] | None:
-    for item in get_all(plane, "workloads.kueue.x-k8s.io", namespaced=True):
-        owners = item["metadata"].get("ownerReferences") or []
-        if any(o["kind"] == "Job" and o["name"] == job for o in owners):
-            return item
-    return None
+    return device_job(name, NAMESPACE, queue, run_seconds=None)
 
 
 def _check_state(workload: dict[str, Any] | None) -> dict[str, Any]:
@@ -181,7 +143,7 @@ def test_a_failed_provisioning_request_keeps_the_workload_waiting_to_retry(
     wait_until(
         lambda: (
             "Retrying after failure: the node group has no capacity left"
-            in _check_state(_workload_of(plane, "l4-no-capacity")).get("message", "")
+            in _check_state(workload_of(plane, "l4-no-capacity")).get("message", "")
         ),
         timeout=90,
         what="Kueue's retry message on the admission check",

@@ -15,13 +15,17 @@ from gpustack_operator.domain.simdevices import SIM_DEVICES_ANNOTATION
 from tests.realcluster.cluster import (
     SYSTEM_NAMESPACE,
     Operator,
-    chain_differences,
+    condition,
+    device_job,
     get_all,
+    is_admitted,
     load_nodes,
+    wait_converged,
+    workloads,
 )
 from tests.realcluster.conftest import register
-from tests.realcluster.controlplane import REPO, ControlPlane, RealClusterError, wait_until
-from tests.realcluster.nodes import RUN_SECONDS_ANNOTATION, NodeAgents
+from tests.realcluster.controlplane import REPO, ControlPlane, wait_until
+from tests.realcluster.nodes import NodeAgents
 
 pytestmark = [pytest.mark.realcluster, pytest.mark.timeout(600)]
 
@@ -54,54 +58,11 @@ def _queue_for(plane: ControlPlane, namespace: str) -> tuple[str, str]:
 
 
 def _job(name: str, namespace: str, queue: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {"kueue.x-k8s.io/queue-name": queue},
-        },
-        "spec": {
-            "suspend": True,
-            "template": {
-                "metadata": {"annotations": {RUN_SECONDS_ANNOTATION: "600"}},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [
-                        {
-                            "name": "main",
-                            "image": "busybox",
-                            "resources": {
-                                "requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"},
-                                "limits": {"nvidia.com/gpu": "1"},
-                            },
-                        }
-                    ],
-                },
-            },
-        },
-    }
-
-
-def _workloads(plane: ControlPlane, namespace: str) -> list[dict[str, Any]]:
-    return [
-        w
-        for w in get_all(plane, "workloads.kueue.x-k8s.io", namespaced=True)
-        if w["metadata"]["namespace"] == namespace
-    ]
-
-
-def _condition(workload: dict[str, Any], kind: str) -> dict[str, Any] | None:
-    for condition in (workload.get("status") or {}).get("conditions") or []:
-        if condition["type"] == kind:
-            return dict(condition)
-    return None
+    return device_job(name, namespace, queue)
 
 
 def _admitted(workload: dict[str, Any]) -> bool:
-    condition = _condition(workload, "Admitted")
-    return condition is not None and condition["status"] == "True"
+    return is_admitted(workload)
 
 
 @pytest.fixture(scope="module")
@@ -132,17 +93,7 @@ def teams_cluster(
         if SIM_DEVICES_ANNOTATION in (n["metadata"].get("annotations") or {})
     )
     operator.start_worker()
-    last: list[str] = []
-
-    def check() -> bool:
-        nonlocal last
-        last = chain_differences(plane, operator.plan(f"--teams={TEAMS}"))
-        return not last
-
-    try:
-        wait_until(check, timeout=120, what="converged to plan", every=1.0)
-    except RealClusterError:
-        pytest.fail("the worker did not converge to plan --teams:\n" + "\n".join(last))
+    wait_converged(plane, operator, f"--teams={TEAMS}")
     return operator
 
 
@@ -158,23 +109,23 @@ def test_an_owner_reclaims_what_a_borrowing_team_uses(
         )
     # research runs on all eight cards: its own four, the Cohort's and serving's idle ones.
     wait_until(
-        lambda: sum(_admitted(w) for w in _workloads(plane, "research")) == cards,
+        lambda: sum(_admitted(w) for w in workloads(plane, "research")) == cards,
         timeout=120,
         what="research admitted on every card (borrowing)",
     )
     plane.kubectl_run("apply", "-f", "-", stdin=json.dumps(_job("s0", "serving", serving)))
     wait_until(
-        lambda: any(_admitted(w) for w in _workloads(plane, "serving")),
+        lambda: any(_admitted(w) for w in workloads(plane, "serving")),
         timeout=120,
         what="serving's Job admitted within its share",
     )
     evicted = [
         w
-        for w in _workloads(plane, "research")
-        if (c := _condition(w, "Preempted")) is not None and c["status"] == "True"
+        for w in workloads(plane, "research")
+        if (c := condition(w, "Preempted")) is not None and c["status"] == "True"
     ]
     assert len(evicted) == 1, [w["metadata"]["name"] for w in evicted]
-    preempted = _condition(evicted[0], "Preempted")
+    preempted = condition(evicted[0], "Preempted")
     assert preempted is not None
     assert preempted["reason"] == "InCohortReclamation", preempted
-    assert sum(_admitted(w) for w in _workloads(plane, "research")) == cards - 1
+    assert sum(_admitted(w) for w in workloads(plane, "research")) == cards - 1

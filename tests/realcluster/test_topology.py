@@ -14,9 +14,16 @@ from anyio.from_thread import BlockingPortal
 
 from gpustack_operator.domain.simdevices import SIM_DEVICES_ANNOTATION
 from gpustack_sim.demojobs import REQUIRED_TOPOLOGY, job_manifest, pick_tas_demo_jobs
-from tests.realcluster.cluster import Operator, chain_differences, get_all, load_nodes
+from tests.realcluster.cluster import (
+    Operator,
+    condition,
+    get_all,
+    load_nodes,
+    wait_converged,
+    workload_of,
+)
 from tests.realcluster.conftest import register
-from tests.realcluster.controlplane import REPO, ControlPlane, RealClusterError, wait_until
+from tests.realcluster.controlplane import REPO, ControlPlane, wait_until
 from tests.realcluster.nodes import NodeAgents
 
 pytestmark = [pytest.mark.realcluster, pytest.mark.timeout(600)]
@@ -36,35 +43,16 @@ def tas_cluster(
         if SIM_DEVICES_ANNOTATION in (n["metadata"].get("annotations") or {})
     )
     operator.start_worker()
-    last: list[str] = []
-
-    def check() -> bool:
-        nonlocal last
-        last = chain_differences(plane, operator.plan())
-        return not last
-
-    try:
-        wait_until(check, timeout=120, what="converged to plan", every=1.0)
-    except RealClusterError:
-        pytest.fail("the worker did not converge to plan:\n" + "\n".join(last))
+    wait_converged(plane, operator)
     return operator
 
 
 def _workload(plane: ControlPlane, namespace: str, job: str) -> dict[str, Any] | None:
-    for item in get_all(plane, "workloads.kueue.x-k8s.io", namespaced=True):
-        owners = item["metadata"].get("ownerReferences") or []
-        if item["metadata"]["namespace"] == namespace and any(
-            o["kind"] == "Job" and o["name"] == job for o in owners
-        ):
-            return item
-    return None
+    return workload_of(plane, job, namespace)
 
 
 def _quota_reserved(workload: dict[str, Any] | None) -> dict[str, Any] | None:
-    for condition in ((workload or {}).get("status") or {}).get("conditions") or []:
-        if condition["type"] == "QuotaReserved":
-            return dict(condition)
-    return None
+    return condition(workload, "QuotaReserved")
 
 
 def test_one_domain_job_is_placed_in_one_domain_and_a_wider_one_waits(

@@ -15,7 +15,7 @@ import yaml
 from anyio.from_thread import BlockingPortal
 
 from gpustack_operator.domain.simdevices import SIM_DEVICES_ANNOTATION
-from tests.realcluster.cluster import Operator, chain_differences, get_all, load_nodes
+from tests.realcluster.cluster import Operator, get_all, load_nodes, wait_converged
 from tests.realcluster.conftest import register
 from tests.realcluster.controlplane import REPO, ControlPlane, RealClusterError, wait_until
 from tests.realcluster.nodes import NodeAgents
@@ -52,19 +52,8 @@ def worked_example(
     return operator
 
 
-def _converged(plane: ControlPlane, operator: Operator) -> list[str]:
-    last: list[str] = []
-
-    def check() -> bool:
-        nonlocal last
-        last = chain_differences(plane, operator.plan())
-        return not last
-
-    try:
-        wait_until(check, timeout=120, what="converged to plan", every=1.0)
-    except RealClusterError:
-        pytest.fail("the worker did not converge to plan:\n" + "\n".join(last))
-    return last
+def _converged(plane: ControlPlane, operator: Operator) -> None:
+    wait_converged(plane, operator)
 
 
 def test_the_worked_example_converges_to_plan_through_kueues_webhooks(

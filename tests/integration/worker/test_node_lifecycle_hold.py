@@ -84,11 +84,15 @@ async def test_a_pool_in_a_driver_upgrade_is_held_with_its_quota_and_reopens() -
 
         for name in ("gpu-a", "gpu-b"):
             life.edit(name, lambda n: upgrading(n))
-        await life.settled()
+        # The grace runs from when the worker first sees the label: wait until it has seen
+        # both edits (on a loaded machine one may still be on its way when the cluster first
+        # looks idle, and its grace would start after the clock's advance).
+        tracker = life.cluster.worker.availability
+        await life.settled(
+            lambda: all("driver-upgrade" in tracker.seen(n) for n in ("gpu-a", "gpu-b"))
+        )
         assert "stopPolicy" not in life.device_queue()["spec"], "in the maintenance grace"
         await life.advance(TIMERS.maintenance_grace + 1)
-        # The requeues the clock's advance fires can still be on their way when the cluster
-        # first looks idle (a loaded machine): wait for the Hold itself, with the deadline.
         await life.settled(lambda: life.device_queue()["spec"].get("stopPolicy") == "Hold")
         held = life.device_queue()
         assert held["spec"]["stopPolicy"] == "Hold"
