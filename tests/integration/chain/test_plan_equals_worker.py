@@ -29,11 +29,13 @@ from tests.integration.worker.support import (
     worker_running,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(240)]
 
 SEEDS = (20261123, 7)
 NODES = 200
-TIMEOUT = 60.0
+TIMEOUT = 110.0
+"""A deadline, not a wait: 200 nodes converge in about 30 s alone; on the 2-core machine with
+the real-cluster tier's servers running beside the suite it took over 60 s."""
 KUEUE = "kueue.x-k8s.io/v1beta2"
 A = "acceleratable.feature.gpustack.ai/"
 CPUS = (
