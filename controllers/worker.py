@@ -262,12 +262,21 @@ class Worker:
         reconciler = getattr(controller, "reconciler", None) if controller else None
         if not isinstance(reconciler, DeclaredPoolReconciler):
             return
-        while reconciler.missing_kinds():
-            await anyio.sleep(self.config.timing.pool_discovery_interval)
-            try:
-                await reconciler.rediscover(self.manager.client)
-            except ApiError as err:
-                log.warning("pool kind discovery failed; retrying", error=str(err))
+        looked = False  # start-up discovery just ran: the first look waits an interval
+
+        async def every_kind_watched() -> bool:
+            nonlocal looked
+            if not reconciler.missing_kinds():
+                return True
+            if looked:
+                try:
+                    await reconciler.rediscover(self.manager.client)
+                except ApiError as err:
+                    log.warning("pool kind discovery failed; retrying", error=str(err))
+            looked = True
+            return not reconciler.missing_kinds()
+
+        await poll_until(every_kind_watched, self.config.timing.pool_discovery_interval)
 
     async def _found_kueue(self) -> bool:
         """One discovery attempt: True once a Kueue version is chosen and its controllers added."""
