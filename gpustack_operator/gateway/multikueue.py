@@ -44,6 +44,7 @@ from gpustack_operator.runtime.clock import MONOTONIC_CLOCK, Clock
 from gpustack_operator.runtime.resources import NAMESPACES, SECRETS, Resource
 
 __all__ = [
+    "DEFAULT_SYNC_INTERVAL",
     "FIELD_MANAGER",
     "ManagerSettings",
     "MultiKueueSync",
@@ -55,6 +56,7 @@ log = structlog.get_logger(__name__)
 
 JSON = dict[str, Any]
 FIELD_MANAGER: Final = "gpustack-operator-multikueue"
+DEFAULT_SYNC_INTERVAL: Final = 5.0
 _KUEUE_KINDS: Final = (
     ("MultiKueueCluster", "multikueueclusters"),
     ("MultiKueueConfig", "multikueueconfigs"),
@@ -83,7 +85,7 @@ class ManagerSettings:
     member_kubeconfigs: Mapping[str, ClusterSpec] = field(default_factory=dict)
     """Per member, the kubeconfig Kueue should use (a ServiceAccount token); default: the one
     the gateway reads the member with."""
-    sync_interval: float = 5.0
+    sync_interval: float = DEFAULT_SYNC_INTERVAL
     """Seconds between passes: the bound on how late a member's change reaches the manager."""
     request_timeout: float = 15.0
     connect_backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
