@@ -141,6 +141,14 @@ async def test_the_managers_requests_pass_and_nothing_else(member: SimServer) ->
         for method, path, body in allowed:
             answer = await client.request(method, path, json=body)
             assert answer.status_code < 400, (method, path, answer.text)
+            if path.endswith("/workloads/wl/status") and method == "GET":
+                # The manager copies the member's admission back: a status patch.
+                patched = await client.patch(
+                    path,
+                    json={"status": {"clusterName": "east"}},
+                    headers={"Content-Type": "application/merge-patch+json"},
+                )
+                assert patched.status_code < 400, patched.text
         refused = [
             ("GET", f"/api/v1/namespaces/{NS}/secrets", None),
             ("GET", "/api/v1/nodes", None),
