@@ -11,13 +11,26 @@ import argparse
 import sys
 from pathlib import Path
 
+import anyio
+
 from gpustack_operator.commands.argtypes import positive_int, positive_number
 from gpustack_operator.commands.helptext import env_epilog
+from gpustack_operator.domain.multikueue import (
+    DEFAULT_KUEUE_NAMESPACE,
+    DEFAULT_UNREACHABLE_AFTER,
+    MultiKueuePolicy,
+)
 from gpustack_operator.gateway.api import ApiOptions
 from gpustack_operator.gateway.cluster import RunnerSettings
-from gpustack_operator.gateway.config import ConfigError, collect_clusters
+from gpustack_operator.gateway.config import ConfigError, collect_clusters, parse_cluster_flag
 from gpustack_operator.gateway.gateway import Gateway
 from gpustack_operator.gateway.guard import ConnectionLimits
+from gpustack_operator.gateway.multikueue import (
+    DEFAULT_SYNC_INTERVAL,
+    ManagerSettings,
+    MultiKueueSync,
+    member_kubeconfig_specs,
+)
 from gpustack_operator.gateway.server import (
     GatewayServer,
     ServerOptions,
@@ -150,12 +163,74 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="SECONDS",
         help="seconds of silence after which a watch gets an empty BOOKMARK (default: 30)",
     )
+    multikueue = parser.add_argument_group(
+        "multikueue",
+        "keep a MultiKueue manager cluster in step with the members' pools (docs/multikueue.md)",
+    )
+    multikueue.add_argument(
+        "--multikueue-manager",
+        metavar="KUBECONFIG[:CONTEXT]",
+        help="the manager cluster: write its MultiKueueClusters, kubeconfig Secrets, "
+        "MultiKueueConfigs, AdmissionChecks, ClusterQueues and LocalQueues from the pools of "
+        "every served cluster (default: off)",
+    )
+    multikueue.add_argument(
+        "--multikueue-member-kubeconfig",
+        action="append",
+        default=[],
+        metavar="NAME=KUBECONFIG[:CONTEXT]",
+        help="the kubeconfig Kueue uses for member NAME (a ServiceAccount token, "
+        "deploy/components/multikueue-member; repeatable); default: the one the gateway reads "
+        "NAME with",
+    )
+    multikueue.add_argument(
+        "--multikueue-kueue-namespace",
+        default=DEFAULT_KUEUE_NAMESPACE,
+        metavar="NAMESPACE",
+        help=f"Kueue's namespace in the manager, where the kubeconfig Secrets go "
+        f"(default: {DEFAULT_KUEUE_NAMESPACE})",
+    )
+    multikueue.add_argument(
+        "--multikueue-unreachable-after",
+        type=positive_number,
+        default=DEFAULT_UNREACHABLE_AFTER,
+        metavar="SECONDS",
+        help="seconds a member may stay unreachable before its pools leave the manager's sums "
+        f"(default: {DEFAULT_UNREACHABLE_AFTER:g})",
+    )
+    multikueue.add_argument(
+        "--multikueue-sync-interval",
+        type=positive_number,
+        default=DEFAULT_SYNC_INTERVAL,
+        metavar="SECONDS",
+        help="seconds between passes over the manager: the bound on how late a member's change "
+        f"reaches it (default: {DEFAULT_SYNC_INTERVAL:g})",
+    )
     parser.set_defaults(handler=run)
 
 
 def _fail(message: str) -> int:
     sys.stderr.write(f"gpustack-operator {COMMAND}: error: {message}\n")
     return 2
+
+
+def _multikueue_settings(args: argparse.Namespace) -> ManagerSettings | None:
+    """The MultiKueue mode's settings, or None when ``--multikueue-manager`` is not given."""
+    members = member_kubeconfig_specs(args.multikueue_member_kubeconfig)
+    if args.multikueue_manager is None:
+        if members:
+            raise ConfigError("--multikueue-member-kubeconfig needs --multikueue-manager")
+        return None
+    manager = parse_cluster_flag(f"manager={args.multikueue_manager}")
+    return ManagerSettings(
+        manager=manager,
+        policy=MultiKueuePolicy(
+            kueue_namespace=args.multikueue_kueue_namespace,
+            unreachable_after=args.multikueue_unreachable_after,
+        ),
+        member_kubeconfigs=members,
+        sync_interval=args.multikueue_sync_interval,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -189,6 +264,10 @@ def run(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         return _fail(str(exc))
+    try:
+        multikueue = _multikueue_settings(args)
+    except ConfigError as exc:
+        return _fail(str(exc))
     options = ServerOptions(
         bind_address=args.bind_address,
         port=args.port,
@@ -207,6 +286,13 @@ def run(args: argparse.Namespace) -> int:
         gateway = Gateway(
             RunnerSettings(probe_interval=args.probe_interval), watch_buffer=args.watch_buffer
         )
-        return await GatewayServer(gateway, specs, options).run_until_signal()
+        server = GatewayServer(gateway, specs, options)
+        if multikueue is None:
+            return await server.run_until_signal()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(MultiKueueSync(gateway, multikueue).run, name="multikueue")
+            code = await server.run_until_signal()
+            tg.cancel_scope.cancel()
+        return code
 
     return run_async(main)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+from collections.abc import Iterable
 from fractions import Fraction
 from typing import Final
 
@@ -139,3 +140,28 @@ def is_canonical_quantity(text: str) -> bool:
         return False
     number = int(value)
     return text in (format_binary_quantity(number), format_decimal_quantity(number))
+
+
+def _format(total: Fraction, binary: bool) -> str:
+    """A canonical quantity for *total*: binary-SI when the inputs were, milli-units if needed."""
+    if total.denominator == 1:
+        value = int(total)
+        return format_binary_quantity(value) if binary else format_decimal_quantity(value)
+    milli = total * 1000
+    if milli.denominator == 1:
+        return f"{int(milli)}m"
+    return str(float(total))
+
+
+def sum_quantities(pairs: Iterable[tuple[str, object]]) -> dict[str, str]:
+    """Sum ``(resource, quantity)`` pairs per resource; unparsable quantities are skipped."""
+    totals: dict[str, Fraction] = {}
+    binary: dict[str, bool] = {}
+    for resource, raw in pairs:
+        value = parse_quantity(raw)
+        if value is None:
+            continue
+        totals[resource] = totals.get(resource, Fraction(0)) + value
+        is_binary = isinstance(raw, str) and raw.endswith(_BINARY_SUFFIXES[1:])
+        binary[resource] = binary.get(resource, True) and is_binary
+    return {name: _format(total, binary[name]) for name, total in sorted(totals.items())}

@@ -9,49 +9,18 @@ functions, no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from fractions import Fraction
+from collections.abc import Mapping
 from typing import Any
 
 from gpustack_operator.domain.labels import note
 from gpustack_operator.domain.nodeview import annotations_of, name_of
 from gpustack_operator.domain.profiles import parse_node_profile
-from gpustack_operator.domain.quantities import (
-    format_binary_quantity,
-    format_decimal_quantity,
-    parse_quantity,
-)
+from gpustack_operator.domain.quantities import sum_quantities
 from gpustack_operator.domain.queues import cluster_queue_cohort
 
 __all__ = ["pool_entry", "sum_quantities"]
 
 JSON = dict[str, Any]
-_BINARY_SUFFIXES = ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
-
-
-def _format(total: Fraction, binary: bool) -> str:
-    """A canonical quantity for *total*: binary-SI when the inputs were, milli-units if needed."""
-    if total.denominator == 1:
-        value = int(total)
-        return format_binary_quantity(value) if binary else format_decimal_quantity(value)
-    milli = total * 1000
-    if milli.denominator == 1:
-        return f"{int(milli)}m"
-    return str(float(total))
-
-
-def sum_quantities(pairs: Iterable[tuple[str, object]]) -> dict[str, str]:
-    """Sum ``(resource, quantity)`` pairs per resource; unparsable quantities are skipped."""
-    totals: dict[str, Fraction] = {}
-    binary: dict[str, bool] = {}
-    for resource, raw in pairs:
-        value = parse_quantity(raw)
-        if value is None:
-            continue
-        totals[resource] = totals.get(resource, Fraction(0)) + value
-        is_binary = isinstance(raw, str) and raw.endswith(_BINARY_SUFFIXES)
-        binary[resource] = binary.get(resource, True) and is_binary
-    return {name: _format(total, binary[name]) for name, total in sorted(totals.items())}
 
 
 def _mapping(value: object) -> Mapping[str, Any]:
