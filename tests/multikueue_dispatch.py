@@ -16,7 +16,9 @@ from typing import Any
 
 MULTIKUEUE_MANAGED_BY = "kueue.x-k8s.io/multikueue"
 ORIGIN_LABEL = "kueue.x-k8s.io/multikueue-origin"
-PREBUILT_LABEL = "kueue.x-k8s.io/prebuilt-workload-name"
+PREBUILT_ANNOTATION = "kueue.x-k8s.io/prebuilt-workload-name"
+"""An annotation in Kueue v0.19.2 (``WorkloadIdentifierAnnotations``, beta and on since
+0.18; a label before)."""
 ORIGIN = "gpustack-manager"
 """The manager's ``multiKueue.origin`` in the tests (real: the Kueue configuration; simulator:
 the stand-in's argument)."""
@@ -91,8 +93,9 @@ def running_problems(
     """While the Job runs: the manager's Job is Kueue's to manage and runs nothing there; its
     Workload's check is Ready, naming the member that admitted it, one of *expected*; that
     member holds the Workload's copy (labelled with the manager's origin, admitted) and the
-    Job's copy (naming the prebuilt Workload) with a Pod bound to one of its *nodes*; no
-    other member holds a copy. Returns the problems and the member."""
+    Job's copy (the same label, the prebuilt Workload's name in an annotation) with a Pod
+    bound to one of its *nodes*; no other member holds a copy.
+    Returns the problems and the member."""
     problems: list[str] = []
     if manager.job is None or manager.workload is None:
         return ["the manager has no Job or no Workload for it yet"], ""
@@ -121,9 +124,18 @@ def running_problems(
             problems.append(f"{name}'s Workload copy is {_name(copy)} with labels {labels}")
         elif not _true(copy, "Admitted"):
             problems.append(f"{name}'s Workload copy is not Admitted")
-        job_labels = ((view.job or {}).get("metadata") or {}).get("labels") or {}
-        if view.job is None or job_labels.get(PREBUILT_LABEL) != _name(manager.workload):
-            problems.append(f"{name}'s Job copy is {_name(view.job)} with labels {job_labels}")
+        job_meta = (view.job or {}).get("metadata") or {}
+        job_labels = job_meta.get("labels") or {}
+        prebuilt = (job_meta.get("annotations") or {}).get(PREBUILT_ANNOTATION)
+        if (
+            view.job is None
+            or prebuilt != _name(manager.workload)
+            or job_labels.get(ORIGIN_LABEL) != ORIGIN
+        ):
+            problems.append(
+                f"{name}'s Job copy is {_name(view.job)} with labels {job_labels} and "
+                f"prebuilt Workload {prebuilt!r}"
+            )
         bound = [
             p for p in view.pods if (p.get("spec") or {}).get("nodeName") in nodes.get(name, set())
         ]
