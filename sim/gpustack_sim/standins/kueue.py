@@ -72,7 +72,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MULTIKUEUE_CONTROLLER",
-    "PREBUILT_WORKLOAD_LABEL",
+    "PREBUILT_WORKLOAD_ANNOTATION",
     "QUEUE_NAME_LABEL",
     "KueueStandIn",
     "workload_name",
@@ -81,8 +81,10 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
-PREBUILT_WORKLOAD_LABEL = "kueue.x-k8s.io/prebuilt-workload-name"
-"""On a Job that runs a Workload made elsewhere (MultiKueue's copy in a member)."""
+PREBUILT_WORKLOAD_ANNOTATION = "kueue.x-k8s.io/prebuilt-workload-name"
+"""On a Job that runs a Workload made elsewhere (MultiKueue's copy in a member): an
+annotation in Kueue v0.19.2 (``WorkloadIdentifierAnnotations``), read as a label too
+(``jobframework.PrebuiltWorkloadNameFor``)."""
 MULTIKUEUE_CONTROLLER = "kueue.x-k8s.io/multikueue"
 """An AdmissionCheck's ``controllerName`` for MultiKueue, and the ``spec.managedBy`` Kueue
 gives a Job dispatched by it (``apis/kueue/v1beta2/constants.go``)."""
@@ -347,7 +349,9 @@ class KueueStandIn(StoreLoop):
         queue = labels.get(QUEUE_NAME_LABEL)
         if not queue:
             return  # Kueue leaves Jobs without a queue name alone (manageJobsWithoutQueueName)
-        prebuilt = labels.get(PREBUILT_WORKLOAD_LABEL)
+        prebuilt = (job["metadata"].get("annotations") or {}).get(
+            PREBUILT_WORKLOAD_ANNOTATION
+        ) or labels.get(PREBUILT_WORKLOAD_ANNOTATION)
         wl_name = prebuilt or workload_name(name, job["metadata"]["uid"])
         wl = store.get(wl_api, "Workload", wl_name, namespace)
         finished = _job_finished(job)

@@ -37,7 +37,7 @@ from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.errors import AlreadyExists, ApiError, NotFound
 from gpustack_operator.runtime.resources import Resource
 from gpustack_sim.apiserver.store import now_rfc3339
-from gpustack_sim.standins.kueue import MULTIKUEUE_CONTROLLER, PREBUILT_WORKLOAD_LABEL
+from gpustack_sim.standins.kueue import MULTIKUEUE_CONTROLLER, PREBUILT_WORKLOAD_ANNOTATION
 from gpustack_sim.standins.standin import StoreLoop
 
 if TYPE_CHECKING:
@@ -422,7 +422,7 @@ class MultiKueueStandIn(StoreLoop):
         meta = job["metadata"]
         labels = dict(meta.get("labels") or {})
         labels[ORIGIN_LABEL] = self.origin
-        labels[PREBUILT_WORKLOAD_LABEL] = workload
+        annotations = {**(meta.get("annotations") or {}), PREBUILT_WORKLOAD_ANNOTATION: workload}
         spec = copy.deepcopy(job.get("spec") or {})
         spec.pop("selector", None)
         spec.pop("managedBy", None)
@@ -430,13 +430,12 @@ class MultiKueueStandIn(StoreLoop):
         template_meta = (spec.get("template") or {}).get("metadata") or {}
         for key in _TEMPLATE_LABELS:
             (template_meta.get("labels") or {}).pop(key, None)
-        out_meta: dict[str, Any] = {
+        out_meta = {
             "name": meta["name"],
             "namespace": meta["namespace"],
             "labels": labels,
+            "annotations": annotations,
         }
-        if meta.get("annotations"):
-            out_meta["annotations"] = dict(meta["annotations"])
         return {"apiVersion": "batch/v1", "kind": "Job", "metadata": out_meta, "spec": spec}
 
     async def _follow(self, member: _Member, workload: dict[str, Any]) -> None:

@@ -78,3 +78,20 @@ async def test_job_pods_are_named_and_labelled_as_the_job_controller_does(
         assert ix[1]["metadata"]["ownerReferences"][0]["uid"] == indexed["metadata"]["uid"]
         # The passes that made the Indexed Job's Pods created no more of the first Job's.
         assert len(await _pods(sim, "plain")) == 2
+
+
+async def test_a_job_another_controller_manages_gets_no_pods(sim: SimServer) -> None:
+    """``spec.managedBy`` other than the Job controller's (MultiKueue's on a manager): the Job
+    controller, and so the stand-in, leaves it alone (docs/multikueue-dispatch.md)."""
+    async with SchedulerStandIn(sim):
+        managed = _job("dispatched", indexed=False)
+        managed["spec"]["managedBy"] = "kueue.x-k8s.io/multikueue"
+        sim.store.create(managed)
+        sim.store.create(_job("plain", indexed=False))
+        await _pods(sim, "plain")  # the stand-in has made a pass after both Jobs existed
+        assert [
+            p
+            for p in sim.store.list("v1", "Pod", "default")
+            if (p["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-name")
+            == "dispatched"
+        ] == []
