@@ -106,21 +106,28 @@ async def _run_once(fleet: MultiKueueFleet, job: dict[str, Any], expected: set[s
     name = job["metadata"]["name"]
     nodes = {member: {n["metadata"]["name"] for n in _nodes(p)} for member, p in MEMBERS.items()}
     found: dict[str, Any] = {"problems": [], "winner": ""}
+    seen: list[list[str]] = []  # each distinct set of problems, in order: the failure's trace
+
+    def note(problems: list[str]) -> bool:
+        found["problems"] = problems
+        if not seen or seen[-1] != problems:
+            seen.append(problems)
+        return not problems
 
     def running() -> bool:
-        found["problems"], found["winner"] = running_problems(*_views(fleet, name), expected, nodes)
-        return not found["problems"]
+        problems, found["winner"] = running_problems(*_views(fleet, name), expected, nodes)
+        return note(problems)
 
     def finished() -> bool:
-        found["problems"] = finished_problems(*_views(fleet, name))
-        return not found["problems"]
+        return note(finished_problems(*_views(fleet, name)))
 
     for check, what in ((running, "running in one member"), (finished, "finished")):
         try:
             await _until(check, f"Job {name} {what}")
         except AssertionError:
             problems = "\n".join(found["problems"])
-            raise AssertionError(f"Job {name} not {what}:\n{problems}") from None
+            trace = "\n".join(f"  {i}: {p}" for i, p in enumerate(seen))
+            raise AssertionError(f"Job {name} not {what}:\n{problems}\nseen:\n{trace}") from None
     return str(found["winner"])
 
 
