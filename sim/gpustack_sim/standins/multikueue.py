@@ -164,7 +164,8 @@ class MultiKueueStandIn(StoreLoop):
         self.namespace = namespace
         self.period = period
         self._members: dict[str, _Member] = {}
-        self._dir = Path(tempfile.mkdtemp(prefix="gpustack-sim-multikueue-"))
+        self._dir: Path | None = None
+        """Where the members' kubeconfigs are written (0600), made at the first connection."""
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -180,10 +181,12 @@ class MultiKueueStandIn(StoreLoop):
             with contextlib.suppress(Exception):
                 await member.client.close()
         self._members.clear()
-        for path in self._dir.glob("*"):
-            path.unlink(missing_ok=True)
-        with contextlib.suppress(OSError):
-            self._dir.rmdir()
+        if self._dir is not None:
+            for path in self._dir.glob("*"):
+                path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                self._dir.rmdir()
+            self._dir = None
 
     async def _run(self) -> None:
         while True:
@@ -272,6 +275,8 @@ class MultiKueueStandIn(StoreLoop):
         if member is not None and member.text == text:
             return member.client
         await self._forget(name)
+        if self._dir is None:
+            self._dir = Path(tempfile.mkdtemp(prefix="gpustack-sim-multikueue-"))
         path = self._dir / f"{name}.kubeconfig"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as out:
