@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 PYTEST_WORKERS ?= auto
 RUN_ARGS ?=
 
-.PHONY: install install-dev test lint fmt demo demo-autoscaling run clean help real-cluster real-cluster-up
+.PHONY: install install-dev test lint fmt demo demo-autoscaling demo-multikueue run clean help real-cluster real-cluster-up
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' \
@@ -68,6 +68,9 @@ demo: install ## run the worker on two simulated clusters (mixed nodes; GKE TAS 
 
 demo-autoscaling: install ## the same for pools that scale from zero: a Job admitted at zero nodes, a node arriving, its pod running
 	$(BIN)/gpustack-operator --log-level warning sim --cluster examples/autoscaling/pools-at-zero.yaml --declared-pools examples/autoscaling/declared-pools.yaml -o table --demo-jobs
+
+demo-multikueue: install-dev ## MultiKueue on three simulated clusters: Jobs submitted once to a manager, each run in the member with its hardware
+	PYTHONPATH=. $(BIN)/python hack/demo_multikueue.py
 
 real-cluster: ## build etcd, kube-apiserver, kube-controller-manager, kube-scheduler and Kueue from hack/realcluster/go.mod (cached)
 	hack/realcluster/build.sh

@@ -84,6 +84,9 @@ class NodeAgents:
         self.alive: set[str] = set()
         self._started: dict[str, float] = {}
         """pod uid -> when this stand-in started it (monotonic)."""
+        self.succeeded: list[tuple[str, str, str]] = []
+        """(namespace, pod, node) of every Pod this stand-in ended Succeeded, in order: what
+        a test reads when the Pod itself is gone by the time it looks."""
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -260,6 +263,7 @@ class NodeAgents:
             elif phase == "Running" and self._finished(pod):
                 await self._patch(f"{path}/status", {"status": self._succeeded(pod)})
                 self._started.pop(meta["uid"], None)
+                self.succeeded.append((meta["namespace"], meta["name"], node))
 
     def _finished(self, pod: Mapping[str, Any]) -> bool:
         meta = pod["metadata"]

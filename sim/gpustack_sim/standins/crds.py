@@ -324,3 +324,27 @@ def autoscaling_stand_in_crds(provisioning: bool = True) -> list[dict[str, Any]]
             ),
         ]
     return crds
+
+
+def multikueue_stand_in_crds() -> list[dict[str, Any]]:
+    """Kueue's MultiKueue kinds for a simulated manager cluster, schema-less (v1beta1 and
+    v1beta2, storing v1beta2): AdmissionCheck, MultiKueueConfig and MultiKueueCluster
+    (``gpustack_sim/standins/multikueue.py`` reads them). The real CRDs of ../shared/crds
+    take their place where given."""
+    kueue = ("v1beta1", "v1beta2")
+    return [
+        _crd(
+            "kueue.x-k8s.io",
+            kind,
+            plural,
+            namespaced=False,
+            status=True,
+            versions=kueue,
+            storage="v1beta2",
+        )
+        for kind, plural in (
+            ("AdmissionCheck", "admissionchecks"),
+            ("MultiKueueConfig", "multikueueconfigs"),
+            ("MultiKueueCluster", "multikueueclusters"),
+        )
+    ]

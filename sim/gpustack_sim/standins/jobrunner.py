@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from gpustack_operator.domain.nodeview import labels_of, name_of
 from gpustack_sim.apiserver.store import now_rfc3339
-from gpustack_sim.standins.scheduler import JOB_API, JOB_NAME_LABEL
+from gpustack_sim.standins.scheduler import JOB_API, JOB_CONTROLLER, JOB_NAME_LABEL
 from gpustack_sim.standins.standin import KeyedStandIn
 
 if TYPE_CHECKING:
@@ -146,6 +146,8 @@ class JobRunnerStandIn(KeyedStandIn[JobKey]):
         job = store.get(JOB_API, "Job", name, namespace)
         if job is None or (job.get("spec") or {}).get("suspend") or _finished(job):
             return
+        if (job.get("spec") or {}).get("managedBy", JOB_CONTROLLER) != JOB_CONTROLLER:
+            return  # its status is another controller's (MultiKueue copies a member's)
         pods = [
             p
             for p in store.list("v1", "Pod", namespace)

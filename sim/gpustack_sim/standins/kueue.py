@@ -70,14 +70,29 @@ from gpustack_sim.standins.standin import StoreLoop
 if TYPE_CHECKING:
     from gpustack_sim.apiserver.server import SimServer
 
-__all__ = ["QUEUE_NAME_LABEL", "KueueStandIn", "workload_name"]
+__all__ = [
+    "MULTIKUEUE_CONTROLLER",
+    "PREBUILT_WORKLOAD_ANNOTATION",
+    "QUEUE_NAME_LABEL",
+    "KueueStandIn",
+    "workload_name",
+]
 
 log = structlog.get_logger(__name__)
 
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+PREBUILT_WORKLOAD_ANNOTATION = "kueue.x-k8s.io/prebuilt-workload-name"
+"""On a Job that runs a Workload made elsewhere (MultiKueue's copy in a member): an
+annotation in Kueue v0.19.2 (``WorkloadIdentifierAnnotations``), read as a label too
+(``jobframework.PrebuiltWorkloadNameFor``)."""
+MULTIKUEUE_CONTROLLER = "kueue.x-k8s.io/multikueue"
+"""An AdmissionCheck's ``controllerName`` for MultiKueue, and the ``spec.managedBy`` Kueue
+gives a Job dispatched by it (``apis/kueue/v1beta2/constants.go``)."""
 KUEUE_GROUP = "kueue.x-k8s.io"
 JOB_API = "batch/v1"
-_WATCHED = frozenset({"ClusterQueue", "LocalQueue", "ResourceFlavor", "Cohort", "Topology"})
+_WATCHED = frozenset(
+    {"ClusterQueue", "LocalQueue", "ResourceFlavor", "Cohort", "Topology", "AdmissionCheck"}
+)
 SCHEDULER_COMPONENT: Final = "kueue-admission"
 """The reporting component of Kueue's scheduler Events (``constants.AdmissionName``)."""
 JOB_COMPONENT: Final = "batch/job-kueue-controller"
@@ -136,6 +151,19 @@ def _set_condition(
         }
     )
     status["conditions"] = conditions
+
+
+def check_names(cluster_queue: Mapping[str, Any]) -> list[str]:
+    """The AdmissionChecks a ClusterQueue names (v1beta2 ``admissionChecksStrategy``, v1beta1
+    ``admissionChecks``)."""
+    spec = cluster_queue.get("spec") or {}
+    strategy = (spec.get("admissionChecksStrategy") or {}).get("admissionChecks") or []
+    names = [str(c.get("name")) for c in strategy if c.get("name")]
+    return names + [str(n) for n in spec.get("admissionChecks") or [] if n]
+
+
+def _admitted_true(wl: Mapping[str, Any]) -> bool:
+    return (_condition(wl, "Admitted") or {}).get("status") == "True"
 
 
 def _priority(wl: Mapping[str, Any]) -> int:
@@ -245,8 +273,11 @@ class KueueStandIn(StoreLoop):
         if kind == "Job" and api == JOB_API:
             self._jobs.add((meta.get("namespace", ""), meta.get("name", "")))
         elif kind == "Workload" and api.startswith(KUEUE_GROUP + "/"):
-            if event_type != "MODIFIED":
-                self._schedule = True
+            status = obj.get("status") or {}
+            waiting = status.get("admission") is not None and status.get("admissionChecks")
+            admitted = (_condition(obj, "Admitted") or {}).get("status") == "True"
+            if event_type != "MODIFIED" or (waiting and not admitted):
+                self._schedule = True  # new, gone, or its checks moved (MultiKueue's)
         elif kind in _WATCHED and api.startswith(KUEUE_GROUP + "/"):
             key = (kind, meta.get("namespace", ""), meta.get("name", ""))
             generation = (meta.get("generation"), meta.get("labels"))
@@ -314,12 +345,22 @@ class KueueStandIn(StoreLoop):
                 if any(o.get("kind") == "Job" and o.get("name") == name for o in owners):
                     store.delete(wl_api, "Workload", owned["metadata"]["name"], namespace)
             return
-        queue = (job["metadata"].get("labels") or {}).get(QUEUE_NAME_LABEL)
+        labels = job["metadata"].get("labels") or {}
+        queue = labels.get(QUEUE_NAME_LABEL)
         if not queue:
             return  # Kueue leaves Jobs without a queue name alone (manageJobsWithoutQueueName)
-        wl_name = workload_name(name, job["metadata"]["uid"])
+        prebuilt = (job["metadata"].get("annotations") or {}).get(
+            PREBUILT_WORKLOAD_ANNOTATION
+        ) or labels.get(PREBUILT_WORKLOAD_ANNOTATION)
+        wl_name = prebuilt or workload_name(name, job["metadata"]["uid"])
         wl = store.get(wl_api, "Workload", wl_name, namespace)
         finished = _job_finished(job)
+        if prebuilt:
+            # A Workload made elsewhere (MultiKueue's copy): adopted, never created
+            # (pkg/controller/jobframework/reconciler.go, prebuilt workloads).
+            if wl is None:
+                return
+            wl = self._adopt(wl, job)
         if wl is None:
             if finished:
                 return
@@ -343,15 +384,71 @@ class KueueStandIn(StoreLoop):
                 self._schedule = True
             return
         admitted = (wl.get("status") or {}).get("admission") is not None
-        if not admitted and not (job.get("spec") or {}).get("suspend"):
-            # Kueue's webhook suspends a Job as it is created (no Event); its reconciler stops
-            # one unsuspended later, with the Event "Stopped" (jobframework/reconciler.go).
+        spec = job.get("spec") or {}
+        dispatched = not admitted and not spec.get("managedBy") and self._dispatched(job, queue)
+        if dispatched or (not admitted and not spec.get("suspend")):
+            # Kueue's webhook suspends a Job as it is created (no Event), and gives one whose
+            # queue has a MultiKueue check to MultiKueue (spec.managedBy; jobframework
+            # defaults.go, ApplyDefaultForManagedBy); its reconciler stops one unsuspended
+            # later, with the Event "Stopped" (jobframework/reconciler.go).
             as_created = int(job["metadata"].get("generation") or 1) <= 1
+            stopping = not spec.get("suspend")
             job = copy.deepcopy(job)
             job["spec"]["suspend"] = True
+            if dispatched:
+                job["spec"]["managedBy"] = MULTIKUEUE_CONTROLLER
             job = store.update(job, field_manager="kueue")
-            if not as_created:
+            if stopping and not as_created:
                 self._job_events.record(job, NORMAL, "Stopped", "Not admitted by cluster queue")
+        elif prebuilt and spec.get("suspend") and _admitted_true(wl):
+            # The copy's Workload was admitted before its Job arrived: start the Job now.
+            assigned = {
+                str(p.get("name", "main")): dict(p.get("flavors") or {})
+                for p in ((wl.get("status") or {}).get("admission") or {}).get("podSetAssignments")
+                or []
+            }
+            flavors = {f["metadata"]["name"]: f for f in self._list("ResourceFlavor")}
+            self._start_job(wl, assigned, flavors)
+
+    def _adopt(self, wl: dict[str, Any], job: Mapping[str, Any]) -> dict[str, Any]:
+        """Make *job* the controller owner of its prebuilt Workload, as Kueue adopts one."""
+        owners = wl["metadata"].get("ownerReferences") or []
+        if any(o.get("uid") == job["metadata"]["uid"] for o in owners):
+            return wl
+        adopted = copy.deepcopy(wl)
+        adopted["metadata"]["ownerReferences"] = [
+            *owners,
+            {
+                "apiVersion": JOB_API,
+                "kind": "Job",
+                "name": job["metadata"]["name"],
+                "uid": job["metadata"]["uid"],
+                "controller": True,
+                "blockOwnerDeletion": True,
+            },
+        ]
+        return self.sim.store.update(adopted, field_manager="kueue")
+
+    def _dispatched(self, job: Mapping[str, Any], queue: str) -> bool:
+        """Whether *job*'s LocalQueue leads to a ClusterQueue with a MultiKueue check."""
+        local = self.sim.store.get(
+            str(self._api("LocalQueue")), "LocalQueue", queue, job["metadata"]["namespace"]
+        )
+        cq_name = ((local or {}).get("spec") or {}).get("clusterQueue")
+        cq = self.sim.store.get(str(self._api("ClusterQueue")), "ClusterQueue", str(cq_name))
+        return cq is not None and bool(self._multikueue_checks(cq))
+
+    def _multikueue_checks(self, cluster_queue: Mapping[str, Any]) -> list[str]:
+        """The checks of *cluster_queue* that MultiKueue decides (others: not waited for)."""
+        api = self._api("AdmissionCheck")
+        if api is None:
+            return []
+        found = []
+        for name in check_names(cluster_queue):
+            check = self.sim.store.get(api, "AdmissionCheck", name)
+            if ((check or {}).get("spec") or {}).get("controllerName") == MULTIKUEUE_CONTROLLER:
+                found.append(name)
+        return found
 
     @staticmethod
     def _new_workload(
@@ -421,6 +518,8 @@ class KueueStandIn(StoreLoop):
                 pending.append(wl)
                 continue
             self._charge(usage, local_usage, wl, admission)
+            if not _admitted_true(wl):
+                self._admit_after_checks(wl, queues.get(str(admission.get("clusterQueue"))))
             self._admitted.append(_admitted(wl, admission))
             self._count(counts, wl, admission.get("clusterQueue"), local, "admittedWorkloads")
             running.append(wl)
@@ -590,7 +689,16 @@ class KueueStandIn(StoreLoop):
             "QuotaReserved",
             f"Quota reserved in ClusterQueue {cq_name}",
         )
-        _set_condition(status, "Admitted", "True", "Admitted", "The workload is admitted")
+        checks = self._multikueue_checks(self._cluster_queue(cq_name))
+        if checks:
+            # Quota reserved; admitted once every check is Ready (pkg/workload/admissionchecks.go).
+            now = now_rfc3339()
+            status["admissionChecks"] = [
+                {"name": c, "state": "Pending", "message": "", "lastTransitionTime": now}
+                for c in checks
+            ]
+        else:
+            _set_condition(status, "Admitted", "True", "Admitted", "The workload is admitted")
         wl = self.sim.store.update_status({**wl, "status": status})
         waited = _seconds_since(wl["metadata"].get("creationTimestamp"))
         self._events.record(
@@ -599,6 +707,8 @@ class KueueStandIn(StoreLoop):
             "QuotaReserved",
             f"Quota reserved in ClusterQueue {cq_name}, wait time since queued was {waited:.0f}s",
         )
+        if checks:
+            return cq_name, admission
         self._events.record(
             wl,
             NORMAL,
@@ -608,6 +718,38 @@ class KueueStandIn(StoreLoop):
         self._start_job(wl, result.flavors, flavors, placements)
         log.debug("kueue stand-in admitted", workload=wl["metadata"]["name"], cluster_queue=cq_name)
         return cq_name, admission
+
+    def _cluster_queue(self, name: str) -> dict[str, Any]:
+        api = self._api("ClusterQueue")
+        return (self.sim.store.get(api, "ClusterQueue", name) if api else None) or {}
+
+    def _admit_after_checks(
+        self, wl: dict[str, Any], cluster_queue: Mapping[str, Any] | None
+    ) -> None:
+        """A Workload holding quota is admitted, and its Job started, once every MultiKueue
+        check of its queue is ``Ready`` (MultiKueue's stand-in moves them)."""
+        checks = self._multikueue_checks(cluster_queue or {})
+        states = {
+            c.get("name"): c.get("state")
+            for c in (wl.get("status") or {}).get("admissionChecks") or []
+        }
+        if not checks or any(states.get(c) != "Ready" for c in checks):
+            return
+        status = copy.deepcopy(wl.get("status") or {})
+        _set_condition(status, "Admitted", "True", "Admitted", "The workload is admitted")
+        wl = self.sim.store.update_status({**wl, "status": status})
+        cq_name = str(((wl.get("status") or {}).get("admission") or {}).get("clusterQueue"))
+        reserved = (_condition(wl, "QuotaReserved") or {}).get("lastTransitionTime")
+        self._events.record(
+            wl,
+            NORMAL,
+            "Admitted",
+            f"Admitted by ClusterQueue {cq_name}, wait time since reservation was "
+            f"{_seconds_since(reserved):.0f}s",
+        )
+        # The manager's Job is started but runs nothing: its spec.managedBy leaves it to
+        # MultiKueue, which copies the member's Job status to it.
+        self._start_job(wl, {}, {})
 
     def _tas_check(
         self, wl: Mapping[str, Any], cq: ClusterQueueView, flavors: Mapping[str, Any]

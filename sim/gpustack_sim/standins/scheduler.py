@@ -41,6 +41,8 @@ log = structlog.get_logger(__name__)
 
 JOB_API: Final = "batch/v1"
 JOB_NAME_LABEL: Final = "batch.kubernetes.io/job-name"
+JOB_CONTROLLER: Final = "kubernetes.io/job-controller"
+"""The Job controller's own ``spec.managedBy`` (the default; Kubernetes 1.32+)."""
 CONTROLLER_UID_LABEL: Final = "batch.kubernetes.io/controller-uid"
 COMPLETION_INDEX: Final = "batch.kubernetes.io/job-completion-index"
 """The label and annotation of an Indexed Job's pod that carry its index."""
@@ -119,6 +121,8 @@ class SchedulerStandIn(StoreLoop):
             spec = job.get("spec") or {}
             if spec.get("suspend") or QUEUE_NAME_LABEL not in labels_of(job):
                 continue  # only Jobs Kueue's stand-in started
+            if spec.get("managedBy", JOB_CONTROLLER) != JOB_CONTROLLER:
+                continue  # another controller's (MultiKueue's on a manager): no Pods here
             count = min(int(spec.get("parallelism", 1)), int(spec.get("completions", 1) or 1))
             uid = job["metadata"].get("uid", "")
             mine = [

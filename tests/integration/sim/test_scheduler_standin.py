@@ -11,6 +11,7 @@ import anyio
 import pytest
 
 from gpustack_sim.apiserver.server import SimServer
+from gpustack_sim.standins.jobrunner import JobRunnerStandIn
 from gpustack_sim.standins.scheduler import SchedulerStandIn
 
 pytestmark = pytest.mark.anyio
@@ -78,3 +79,45 @@ async def test_job_pods_are_named_and_labelled_as_the_job_controller_does(
         assert ix[1]["metadata"]["ownerReferences"][0]["uid"] == indexed["metadata"]["uid"]
         # The passes that made the Indexed Job's Pods created no more of the first Job's.
         assert len(await _pods(sim, "plain")) == 2
+
+
+async def test_a_job_another_controller_manages_gets_no_pods(sim: SimServer) -> None:
+    """``spec.managedBy`` other than the Job controller's (MultiKueue's on a manager): the Job
+    controller, and so the stand-in, leaves it alone (docs/multikueue-dispatch.md)."""
+    async with SchedulerStandIn(sim):
+        managed = _job("dispatched", indexed=False)
+        managed["spec"]["managedBy"] = "kueue.x-k8s.io/multikueue"
+        sim.store.create(managed)
+        sim.store.create(_job("plain", indexed=False))
+        await _pods(sim, "plain")  # the stand-in has made a pass after both Jobs existed
+        assert [
+            p
+            for p in sim.store.list("v1", "Pod", "default")
+            if (p["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-name")
+            == "dispatched"
+        ] == []
+
+
+async def test_the_job_runner_leaves_a_job_another_controller_manages_alone(
+    sim: SimServer,
+) -> None:
+    """A Job MultiKueue manages on a manager keeps the status MultiKueue copies to it: the
+    Job runner (the Job controller's stand-in) does not rewrite it."""
+    managed = _job("dispatched", indexed=False)
+    managed["spec"]["managedBy"] = "kueue.x-k8s.io/multikueue"
+    job = sim.store.create(managed)
+    copied = {"active": 1, "startTime": "2026-01-01T00:00:00Z"}
+    sim.store.update_status({**job, "status": copied})
+    plain = sim.store.create(_job("plain", indexed=False))
+    async with JobRunnerStandIn(sim, run_seconds=0.0) as runner:
+        deadline = time.monotonic() + 20
+        while (sim.store.get("batch/v1", "Job", "plain", "default") or {}).get("status") is None:
+            assert time.monotonic() < deadline, "the runner never wrote the plain Job's status"
+            await anyio.sleep(0.05)
+        runner.mark(("default", "dispatched"))
+        while not runner.idle():
+            assert time.monotonic() < deadline
+            await anyio.sleep(0.05)
+    assert plain is not None
+    dispatched = sim.store.get("batch/v1", "Job", "dispatched", "default")
+    assert dispatched is not None and dispatched["status"] == copied
