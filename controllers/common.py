@@ -7,6 +7,7 @@ None of it knows about a particular Kueue kind; each reconciler module stays a t
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
@@ -216,13 +217,17 @@ def _revision(value: object) -> int | None:
         return None
 
 
+def _key(resource: Resource, obj: Mapping[str, Any]) -> tuple[Resource, str, str]:
+    return (resource, str(metadata(obj).get("namespace") or ""), name_of(obj))
+
+
 class _Applied:
     """What one apply sent and what the server answered."""
 
     __slots__ = ("cache", "resource_version", "result", "want")
 
     def __init__(self, want: JSON, result: JSON, cache: Informer) -> None:
-        self.want = want
+        self.want = copy.deepcopy(want)
         self.result = result
         self.cache = cache
         self.resource_version = _revision(metadata(result).get("resourceVersion"))
@@ -275,10 +280,9 @@ class Writer:
         (docs/worker.md, "Writes and ownership"). Anything the cache shows after the write
         (an edit, a deletion) is judged on its own.
         """
-        key = (resource, str(metadata(want).get("namespace") or ""), name_of(want))
-        last = self._applied.pop(key, None)
+        key = _key(resource, want)
+        last = self._applied.get(key)
         if last is not None and cache is not None and last.unseen_by(cache, want):
-            self._applied[key] = last
             log.debug(
                 "apply skipped: the cache has not seen this writer's last apply yet",
                 kind=resource.kind,
@@ -293,6 +297,8 @@ class Writer:
         )
         if cache is not None:
             self._remember(key, _Applied(want, result, cache))
+        else:
+            self._applied.pop(key, None)
         log.info(
             "updated" if existed else "created",
             kind=resource.kind,
@@ -314,7 +320,7 @@ class Writer:
             raise RuntimeError(f"refusing to delete {resource.kind} {name_of(obj)}: not ours")
         meta = metadata(obj)
         namespace = meta.get("namespace") if resource.namespaced else None
-        self._applied.pop((resource, str(namespace or ""), name_of(obj)), None)
+        self._applied.pop(_key(resource, obj), None)
         self.fence.check(f"a delete of {resource.kind} {name_of(obj)}")
         try:
             await self.client.delete(
@@ -336,6 +342,13 @@ class Writer:
             raise
         log.info("deleted", kind=resource.kind, name=name_of(obj), namespace=namespace, why=reason)
         return True
+
+    def cache_lags(self, resource: Resource, want: JSON, cache: Informer) -> bool:
+        """*cache* has not yet seen this writer's last apply, which sent exactly *want*:
+        applying *want* again would change nothing, and what goes with a write (an Event)
+        was done then."""
+        last = self._applied.get(_key(resource, want))
+        return last is not None and last.unseen_by(cache, want)
 
     def _remember(self, key: tuple[Resource, str, str], applied: _Applied) -> None:
         """Keep *applied*; forget, now and then, the applies every cache has seen."""
