@@ -352,7 +352,9 @@ class ClusterQueueReconciler:
             return
         if have is not None and is_deleting(have):
             return  # its deletion event brings it back here, to be created anew
-        if is_up_to_date(have, want):
+        if is_up_to_date(have, want) or self.writer.cache_lags(
+            self.resource, want, self.caches.cluster_queues
+        ):
             return
         seen = resource_version(have)
         # The pool's team queues are written in one reconcile, and the event of one brings
@@ -368,7 +370,9 @@ class ClusterQueueReconciler:
             return
         self._say_shrink_below_usage(want, have)
         gone = devices_gone(want, have)
-        applied = await self.writer.apply(self.resource, want, existed=have is not None)
+        applied = await self.writer.apply(
+            self.resource, want, existed=have is not None, cache=self.caches.cluster_queues
+        )
         self._say_devices_gone(applied, gone)
         if have is None:
             self._created(applied, flavors)

@@ -85,7 +85,12 @@ class CohortReconciler:
         if want is not None:
             want, later = self._with_team_remainder(name, have, want)
             if not is_up_to_date(have, want):
-                await self.writer.apply(self.resource, _applied(want), existed=have is not None)
+                await self.writer.apply(
+                    self.resource,
+                    _applied(want),
+                    existed=have is not None,
+                    cache=self.caches.cohorts,
+                )
             return later
         if have is None:
             return None

@@ -7,6 +7,7 @@ None of it knows about a particular Kueue kind; each reconciler module stays a t
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
@@ -32,6 +33,7 @@ from gpustack_operator.runtime.controller import (
     EventRecorderLike,
 )
 from gpustack_operator.runtime.fence import WriteFence
+from gpustack_operator.runtime.informer import Informer
 from gpustack_operator.runtime.predicates import Predicate
 from gpustack_operator.runtime.resources import Resource
 
@@ -204,6 +206,46 @@ def is_up_to_date(
 # --- writes ---------------------------------------------------------------------------------------
 
 
+_PRUNE_AT: Final = 1024
+
+
+def _revision(value: object) -> int | None:
+    """A resourceVersion as the integer the API server's storage counts with, or None."""
+    try:
+        return int(str(value))
+    except ValueError:
+        return None
+
+
+def _key(resource: Resource, obj: Mapping[str, Any]) -> tuple[Resource, str, str]:
+    return (resource, str(metadata(obj).get("namespace") or ""), name_of(obj))
+
+
+class _Applied:
+    """What one apply sent and what the server answered."""
+
+    __slots__ = ("cache", "resource_version", "result", "want")
+
+    def __init__(self, want: JSON, result: JSON, cache: Informer) -> None:
+        self.want = copy.deepcopy(want)
+        self.result = result
+        self.cache = cache
+        self.resource_version = _revision(metadata(result).get("resourceVersion"))
+
+    def unseen_by(self, cache: Informer, want: JSON | None = None) -> bool:
+        """*cache* has not yet seen this apply (and *want*, if given, is what it sent).
+
+        Resource versions are compared as the storage revisions they are (integers), as
+        client-go's mutation cache does; any other form counts as seen, so the write is sent.
+        """
+        if cache is not self.cache or (want is not None and want != self.want):
+            return False
+        seen = _revision(cache.last_resource_version)
+        return (
+            self.resource_version is not None and seen is not None and seen < self.resource_version
+        )
+
+
 class Writer:
     """Server-side apply and guarded deletes as one field manager, with an Event per write.
 
@@ -224,13 +266,39 @@ class Writer:
         self.field_manager = field_manager
         self.recorder = recorder
         self.fence = fence or WriteFence()
+        self._applied: dict[tuple[Resource, str, str], _Applied] = {}
+        self._prune_at = _PRUNE_AT
 
-    async def apply(self, resource: Resource, want: JSON, *, existed: bool) -> JSON:
-        """Apply *want* (fields the worker owns, so ``force``) and log what happened."""
+    async def apply(
+        self, resource: Resource, want: JSON, *, existed: bool, cache: Informer | None = None
+    ) -> JSON:
+        """Apply *want* (fields the worker owns, so ``force``) and log what happened.
+
+        With *cache* (the informer the caller read the object from), an apply of exactly
+        what this writer applied last to the object is not sent again while *cache* has not
+        seen that write yet: the cache lags the write, it does not contradict it
+        (docs/worker.md, "Writes and ownership"). Anything the cache shows after the write
+        (an edit, a deletion) is judged on its own.
+        """
+        key = _key(resource, want)
+        last = self._applied.get(key)
+        if last is not None and cache is not None and last.unseen_by(cache, want):
+            log.debug(
+                "apply skipped: the cache has not seen this writer's last apply yet",
+                kind=resource.kind,
+                name=name_of(want),
+                namespace=key[1] or None,
+                resource_version=last.resource_version,
+            )
+            return last.result
         self.fence.check(f"an apply of {resource.kind} {name_of(want)}")
         result = await self.client.apply(
             resource, want, field_manager=self.field_manager, force=True, fence=self.fence
         )
+        if cache is not None:
+            self._remember(key, _Applied(want, result, cache))
+        else:
+            self._applied.pop(key, None)
         log.info(
             "updated" if existed else "created",
             kind=resource.kind,
@@ -252,6 +320,7 @@ class Writer:
             raise RuntimeError(f"refusing to delete {resource.kind} {name_of(obj)}: not ours")
         meta = metadata(obj)
         namespace = meta.get("namespace") if resource.namespaced else None
+        self._applied.pop(_key(resource, obj), None)
         self.fence.check(f"a delete of {resource.kind} {name_of(obj)}")
         try:
             await self.client.delete(
@@ -273,6 +342,20 @@ class Writer:
             raise
         log.info("deleted", kind=resource.kind, name=name_of(obj), namespace=namespace, why=reason)
         return True
+
+    def cache_lags(self, resource: Resource, want: JSON, cache: Informer) -> bool:
+        """*cache* has not yet seen this writer's last apply, which sent exactly *want*:
+        applying *want* again would change nothing, and what goes with a write (an Event)
+        was done then."""
+        last = self._applied.get(_key(resource, want))
+        return last is not None and last.unseen_by(cache, want)
+
+    def _remember(self, key: tuple[Resource, str, str], applied: _Applied) -> None:
+        """Keep *applied*; forget, now and then, the applies every cache has seen."""
+        self._applied[key] = applied
+        if len(self._applied) > self._prune_at:
+            self._applied = {k: a for k, a in self._applied.items() if a.unseen_by(a.cache)}
+            self._prune_at = max(_PRUNE_AT, 2 * len(self._applied))
 
     def not_ours(self, resource: Resource, obj: Mapping[str, Any]) -> None:
         """Report (log + Warning Event) an object of the desired name that a person made."""

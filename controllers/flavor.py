@@ -83,7 +83,9 @@ class FlavorReconciler:
         if not self._tas_ready(name, have, want):
             return
         if not is_up_to_date(have, want):
-            await self.writer.apply(self.resource, want, existed=have is not None)
+            await self.writer.apply(
+                self.resource, want, existed=have is not None, cache=self.caches.flavors
+            )
 
     def _in_use(self, flavor: Mapping[str, Any]) -> bool:
         """*flavor*'s nodes may feed the TAS queue of its profile now (its nodes moved to

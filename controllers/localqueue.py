@@ -142,7 +142,12 @@ class LocalQueueReconciler:
                     await self.writer.delete(self.resource, have, "its ClusterQueue changed")
             elif have is None or not is_up_to_date(have, want):
                 try:
-                    await self.writer.apply(self.resource, want, existed=have is not None)
+                    await self.writer.apply(
+                        self.resource,
+                        want,
+                        existed=have is not None,
+                        cache=self.caches.local_queues,
+                    )
                 except (NotFound, Forbidden) as err:
                     if not namespace_went_away(err, namespace_name):
                         raise

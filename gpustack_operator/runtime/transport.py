@@ -219,7 +219,13 @@ class Transport:
         self.limits = limits or Limits()
         self._session = aiohttp.ClientSession(
             connector=guarded_connector(
-                refused_answer, ssl=ssl_context if self._tls else False, limit=0
+                refused_answer,
+                ssl=ssl_context if self._tls else False,
+                limit=0,
+                # The system's resolver in a worker thread: with aiodns installed aiohttp
+                # would start a c-ares channel per client, with its own thread and an
+                # inotify instance watching the resolver's configuration.
+                resolver=aiohttp.ThreadedResolver(),
             ),
             skip_auto_headers=("Accept-Encoding",),
             auto_decompress=False,

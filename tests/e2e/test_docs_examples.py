@@ -63,12 +63,27 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def poll(check: Callable[[], Any], what: str, timeout: float = 60) -> Any:
+STARTUP_DEADLINE = 300
+"""Seconds a poll may wait: a deadline, not a wait. Each documented command starts a Python
+interpreter, and on two busy cores one took 45 s to print its ``--help``; a walkthrough
+starts three at once. A background command that exits fails the poll at once."""
+
+
+def poll(
+    check: Callable[[], Any],
+    what: str,
+    timeout: float = STARTUP_DEADLINE,
+    shell: Shell | None = None,
+) -> Any:
+    """Poll *check* until it returns something true; with *shell*, fail as soon as one of
+    its background commands has exited."""
     deadline = time.monotonic() + timeout
     while True:
         result = check()
         if result:
             return result
+        if shell is not None:
+            shell.check_running(what)
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.2)
@@ -85,6 +100,7 @@ class Shell:
             "HOME": str(tmp),
         }
         self.background: list[subprocess.Popen[bytes]] = []
+        self.outputs: list[Path] = []
 
     def run(self, command: str, timeout: float = 120) -> str:
         result = subprocess.run(
@@ -116,7 +132,17 @@ class Shell:
                 stderr=subprocess.STDOUT,
             )
         self.background.append(process)
+        self.outputs.append(output)
         return process
+
+    def check_running(self, what: str) -> None:
+        """Fail, with its output, if a background command has exited."""
+        for process, output in zip(self.background, self.outputs, strict=True):
+            if process.poll() is not None:
+                raise AssertionError(
+                    f"while waiting for {what}: {process.args[-1]} exited with "
+                    f"{process.returncode}:\n{output.read_text(errors='replace')}"
+                )
 
     def stop(self) -> None:
         for process in reversed(self.background):
@@ -252,6 +278,7 @@ def _curl_json(shell: Shell, command: str) -> Any:
     return json.loads(shell.run(command))
 
 
+@pytest.mark.timeout(3 * STARTUP_DEADLINE)  # its polls' deadlines exceed the default bound
 def test_the_gateway_walkthrough_runs_as_written(shell: Shell) -> None:
     """docs/worker-gateway.md's three console blocks, in order, checking what the page says
     each step shows."""
@@ -283,7 +310,7 @@ def test_the_gateway_walkthrough_runs_as_written(shell: Shell) -> None:
 
     unauthorised, listed, pools, localqueues, watch, apply = (local(c) for c in explore)
     assert "401" in unauthorised
-    poll(lambda: shell.answers(unauthorised.split("#")[0]), "the gateway to listen")
+    poll(lambda: shell.answers(unauthorised.split("#")[0]), "the gateway to listen", shell=shell)
     assert '"code": 401' in shell.run(unauthorised.split("#")[0]).replace(
         '"code":401', '"code": 401'
     )
@@ -296,7 +323,7 @@ def test_the_gateway_walkthrough_runs_as_written(shell: Shell) -> None:
         return clusters if ready and counts and set(counts.values()) == {11} else None
 
     assert "both Ready; east counts 11 of each kind" in listed
-    poll(both_ready, "both clusters Ready with east's 11 objects of each kind")
+    poll(both_ready, "both clusters Ready with east's 11 objects of each kind", shell=shell)
     assert all(p["cluster"] == "east" for p in _curl_json(shell, pools)["items"])
     assert _curl_json(shell, localqueues)["items"]
 
@@ -311,7 +338,7 @@ def test_the_gateway_walkthrough_runs_as_written(shell: Shell) -> None:
             if e.get("type") == kind and e.get("cluster") == "west"
         ]
 
-    added = poll(lambda: watched("ADDED"), "the ADDED event of the west pool")
+    added = poll(lambda: watched("ADDED"), "the ADDED event of the west pool", shell=shell)
     assert added[0]["object"]["unit"] == {"cpu": "1", "memory": "2Gi"}
 
     register_again, delete_west = (local(c) for c in register)
@@ -319,7 +346,8 @@ def test_the_gateway_walkthrough_runs_as_written(shell: Shell) -> None:
         '"name":"east-again"', '"name": "east-again"'
     )
     shell.run(delete_west)
-    assert len(poll(lambda: watched("DELETED"), "the DELETED event of the west pool")) == 1
+    deleted = poll(lambda: watched("DELETED"), "the DELETED event of the west pool", shell=shell)
+    assert len(deleted) == 1
     assert "kill %3 %2 %1" in page
 
 
@@ -339,6 +367,7 @@ def _console_steps(block: str) -> list[tuple[str, list[str]]]:
     return steps
 
 
+@pytest.mark.timeout(3 * STARTUP_DEADLINE)  # its polls' deadlines exceed the default bound
 def test_the_workloads_job_runs_to_completion_as_documented(shell: Shell) -> None:
     """docs/workloads.md end to end on ``sim --serve --cluster``: the pools ``queues`` lists
     (and the README's rows of them), then the page's Job, applied with kubectl, Running on a

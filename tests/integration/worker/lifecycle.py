@@ -110,13 +110,33 @@ class Lifecycle:
         for queue in self.cluster.sim.store.list(KUEUE, "ClusterQueue"):
             controller.queue.add(str(Request.of(queue["metadata"]["name"])))
 
+    def caught_up(self) -> bool:
+        """The worker's Node cache holds every Node as the server stores it, and no event
+        waits in a coalescing window: the worker has seen the last edit (its watch can
+        deliver it after the controllers went idle, and the clock must not move before)."""
+        worker, manager = self.cluster.worker, self.cluster.worker_manager
+        if worker is None or worker.caches is None or manager is None:
+            return False
+        cached = worker.caches.nodes.indexer
+        stored = self.cluster.sim.store.list("v1", "Node")
+        return (
+            len(cached.keys()) == len(stored)
+            and all(
+                (cached.get(n["metadata"]["name"]) or {}).get("metadata", {}).get("resourceVersion")
+                == n["metadata"]["resourceVersion"]
+                for n in stored
+            )
+            and all(c.pending_bursts() == 0 for c in manager.controllers)
+        )
+
     async def settled(self, seen: Callable[[], bool] = lambda: True) -> None:
-        """Poll until *seen* holds and the cluster has been idle for a few checks."""
+        """Poll until *seen* holds, the worker has seen every Node as stored and the cluster
+        has been idle for a few checks."""
         deadline = time.monotonic() + SETTLE_DEADLINE
         quiet = 0
         while quiet < 2:
             assert time.monotonic() < deadline, "the cluster did not settle"
-            quiet = quiet + 1 if seen() and self.cluster.idle() else 0
+            quiet = quiet + 1 if seen() and self.caught_up() and self.cluster.idle() else 0
             await anyio.sleep(0.02)
 
     async def advance(self, seconds: float) -> None:

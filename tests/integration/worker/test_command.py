@@ -14,7 +14,10 @@ import pytest
 
 from gpustack_sim.apiserver.server import SimServer
 from tests.integration.worker.support import (
+    NFD,
+    NS,
     converged,
+    eventually,
     fast_config,
     nfd_master,
     node,
@@ -25,7 +28,13 @@ pytestmark = [
     pytest.mark.anyio,
 ]
 
+STARTUP_DEADLINE = 300
+"""Seconds the process may take to write its first object: a deadline, not a wait (it ends
+at once when the process exits). On two busy cores a Python command took 45 s to print its
+``--help``, and this one wrote nothing within 30 s."""
 
+
+@pytest.mark.timeout(STARTUP_DEADLINE + 90)
 async def test_the_worker_command_converges_and_stops_cleanly(
     sim: SimServer, sim_kubeconfig: Path
 ) -> None:
@@ -51,6 +60,15 @@ async def test_the_worker_command_converges_and_stops_cleanly(
             argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )
         try:
+            await eventually(
+                lambda: (
+                    process.returncode is not None
+                    or sim.store.get(NFD, "NodeFeature", "one-gpustack-worker", NS) is not None
+                ),
+                "the worker process to start and publish the node's capacity",
+                STARTUP_DEADLINE,
+            )
+            assert process.returncode is None, "the worker process exited"
             await converged(sim, fast_config(), timeout=30)
             # No leader election: the flag from the environment was honoured.
             assert sim.store.list("coordination.k8s.io/v1", "Lease", "gpustack-system") == []

@@ -1,0 +1,102 @@
+"""The worker's Writer does not send an apply again while the cache lags its last one
+(docs/worker.md, "Writes and ownership")."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, cast
+
+import pytest
+
+from gpustack_operator.apis import kueue_resources
+from gpustack_operator.controllers.common import Writer
+from gpustack_operator.runtime.client import Client
+from gpustack_operator.runtime.informer import Informer
+
+pytestmark = [pytest.mark.anyio]
+
+LOCAL_QUEUES = kueue_resources().local_queues
+
+
+class FakeClient:
+    """Answers each apply with the object at the next storage revision."""
+
+    def __init__(self) -> None:
+        self.revision = 10
+        self.applies: list[dict[str, Any]] = []
+
+    async def apply(self, resource: object, want: dict[str, Any], **_: object) -> dict[str, Any]:
+        self.applies.append(want)
+        self.revision += 1
+        result = copy.deepcopy(want)
+        result["metadata"]["resourceVersion"] = str(self.revision)
+        return result
+
+    async def delete(self, *_: object, **__: object) -> None:
+        return None
+
+
+class FakeCache:
+    """An informer that has seen the watch up to ``last_resource_version``."""
+
+    def __init__(self, last_resource_version: str) -> None:
+        self.last_resource_version = last_resource_version
+
+
+def queue(target: str = "cq-a") -> dict[str, Any]:
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "LocalQueue",
+        "metadata": {
+            "name": "lq",
+            "namespace": "team",
+            "labels": {"app.kubernetes.io/managed-by": "gpustack-operator"},
+        },
+        "spec": {"clusterQueue": target},
+    }
+
+
+def writer() -> tuple[Writer, FakeClient]:
+    client = FakeClient()
+    return Writer(cast(Client, client), "gpustack-operator", None), client
+
+
+async def test_the_same_apply_waits_for_the_cache_to_see_the_first() -> None:
+    w, client = writer()
+    cache = FakeCache("10")
+    informer = cast(Informer, cache)
+    first = await w.apply(LOCAL_QUEUES, queue(), existed=False, cache=informer)
+    assert await w.apply(LOCAL_QUEUES, queue(), existed=False, cache=informer) == first
+    assert len(client.applies) == 1
+    # Something else than the last apply is sent at once.
+    await w.apply(LOCAL_QUEUES, queue("cq-b"), existed=False, cache=informer)
+    assert len(client.applies) == 2
+    # Once the cache has seen the write, what it shows is judged again: the object was
+    # deleted or edited since, and the caller wants it back.
+    cache.last_resource_version = "12"
+    await w.apply(LOCAL_QUEUES, queue("cq-b"), existed=False, cache=informer)
+    assert len(client.applies) == 3
+
+
+async def test_without_a_cache_or_after_a_delete_every_apply_is_sent() -> None:
+    w, client = writer()
+    informer = cast(Informer, FakeCache("10"))
+    await w.apply(LOCAL_QUEUES, queue(), existed=False)
+    await w.apply(LOCAL_QUEUES, queue(), existed=False)
+    assert len(client.applies) == 2
+    await w.apply(LOCAL_QUEUES, queue(), existed=False, cache=informer)
+    await w.delete(LOCAL_QUEUES, queue(), "test")
+    await w.apply(LOCAL_QUEUES, queue(), existed=False, cache=informer)
+    assert len(client.applies) == 4
+    # Another cache (another informer of the kind) knows nothing of this writer's applies.
+    await w.apply(LOCAL_QUEUES, queue(), existed=False, cache=cast(Informer, FakeCache("10")))
+    assert len(client.applies) == 5
+
+
+async def test_a_resource_version_that_is_no_revision_never_holds_an_apply_back() -> None:
+    w, client = writer()
+    cache = FakeCache("")  # not synced yet
+    informer = cast(Informer, cache)
+    await w.apply(LOCAL_QUEUES, queue(), existed=False, cache=informer)
+    await w.apply(LOCAL_QUEUES, queue(), existed=False, cache=informer)
+    assert len(client.applies) == 2
