@@ -148,7 +148,6 @@ async def test_create_token_authenticates_as_the_service_account(
     assert missing.returncode != 0 and "not found" in missing.stderr.decode()
 
 
-
 async def test_a_node_bound_token_from_kubectl_carries_the_node_name(
     kubectl_bin: Path, auth_sim: SimServer, tmp_path: Path
 ) -> None:
