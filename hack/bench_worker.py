@@ -683,6 +683,8 @@ def main() -> int:
         return compare(args)
     if args.plane == "real":
         sys.path.insert(0, str(REPO))  # the tier's harness (tests/realcluster)
+        # SIGTERM (a timeout) unwinds like an error, so the control plane is stopped.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         for count in args.nodes:
             row = anyio.run(bench_real, count, args.timeout, args.resync)
             print(json.dumps(row))
