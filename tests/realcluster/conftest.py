@@ -4,7 +4,8 @@ A module that sets ``PLANES = ("real", "sim")`` runs each of its tests on both b
 real control plane (``controlplane.py``) and ``sim --serve`` (``simplane.py``); without it a
 module runs on the real one alone. Without Go, or without ``../shared`` (the real CRDs and
 Kueue's webhook manifests), the real backend skips with one line saying what to install; the
-simulated one needs ``../shared`` alone. With Go, ``make test`` builds the binaries first
+simulated one needs ``../shared`` alone. ``GPUSTACK_REALCLUSTER_PLANES=sim`` (or ``real``)
+runs the scenarios on that backend only. With Go, ``make test`` builds the binaries first
 (``make real-cluster``, cached); under ``CI=true`` a missing build is an error, never a skip.
 """
 
@@ -59,6 +60,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Each test that uses ``plane`` runs once per backend its module lists in ``PLANES``."""
     if "plane" in metafunc.fixturenames:
         kinds = getattr(metafunc.module, "PLANES", ("real",))
+        chosen = os.environ.get("GPUSTACK_REALCLUSTER_PLANES")
+        if chosen:  # e.g. "sim" or "real": run the scenarios on that backend only
+            kinds = tuple(k for k in kinds if k in chosen.split(","))
         metafunc.parametrize("plane", kinds, indirect=True, scope="module")
 
 
