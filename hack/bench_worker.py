@@ -25,6 +25,19 @@ wall time and peak RSS (this tree / COMMIT):
 
     .venv/bin/python hack/bench_worker.py --nodes 5000 --resync 2 --ab main --rounds 3
 
+``--plane real`` runs the same measurement against the real API server of the real-cluster
+tier (docs/realcluster.md: etcd and kube-apiserver built by ``make real-cluster``, with the
+Kueue and NFD CRDs; no Kueue manager, kube-controller-manager or kube-scheduler, since the
+worker's convergence needs none of them and the node lifecycle controller would mark the
+heartbeat-less Nodes unreachable). The parent registers the Nodes, creates the device
+manager's NodeFeatures and merges NodeFeature labels onto the Nodes as nfd-master does (the
+tier's node stand-in); convergence is the tier's check against ``plan --kubeconfig``, polled,
+and writes are kube-apiserver's ``apiserver_request_total`` write verbs on the chain's resources
+(ResourceFlavors, Cohorts, ClusterQueues, LocalQueues, Topologies, NodeFeatures; the device
+manager's NodeFeatures are created before the worker starts):
+
+    .venv/bin/python hack/bench_worker.py --plane real --nodes 5000 --resync 2
+
 ``BENCH_WORKER_PROFILE=FILE`` writes a cProfile of the worker child to FILE;
 ``BENCH_WORKER_LOG_LEVEL=info`` shows its logs; ``BENCH_WORKER_TRACEMALLOC=FILE`` writes
 the 40 largest allocation sites (tracemalloc) at convergence to FILE.
@@ -365,6 +378,239 @@ async def bench(
     }
 
 
+_WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE", "APPLY", "DELETECOLLECTION")
+_CHAIN_RESOURCES = (
+    "resourceflavors",
+    "cohorts",
+    "clusterqueues",
+    "localqueues",
+    "topologies",
+    "nodefeatures",
+)
+"""What the worker writes; the parent writes Nodes, kube-apiserver its own Endpoints."""
+
+
+async def _apiserver_writes(http: Any) -> Counter[str]:
+    """kube-apiserver's write requests so far by chain resource (``apiserver_request_total``,
+    every response code)."""
+    text = (await http.get("/metrics")).text
+    counts: Counter[str] = Counter()
+    for line in text.splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels = dict(
+            part.split("=", 1) for part in line[line.index("{") + 1 : line.rindex("}")].split(",")
+        )
+        verb = labels.get("verb", "").strip('"')
+        resource_name = labels.get("resource", "").strip('"')
+        if verb in _WRITE_VERBS and resource_name in _CHAIN_RESOURCES:
+            counts[resource_name] += int(float(line.rsplit(" ", 1)[1]))
+    return counts
+
+
+async def bench_real(count: int, bound: float, resync: float) -> dict[str, Any]:
+    """One run against the real-cluster tier's etcd and kube-apiserver (module docstring)."""
+    import httpx
+
+    from gpustack_operator.domain.plan import apply_sim_devices
+    from gpustack_operator.environment import load_manufacturers
+    from tests.realcluster.cluster import chain_differences
+    from tests.realcluster.controlplane import (
+        ControlPlane,
+        cached_binaries,
+        crd_documents,
+        kueue_crds,
+        shared_dir,
+    )
+    from tests.realcluster.nodes import NodeAgents
+
+    binaries, shared = cached_binaries(), shared_dir()
+    if binaries is None or shared is None:
+        raise SystemExit(
+            "bench_worker: --plane real needs the tier's binaries (`make real-cluster`) and "
+            "../shared (the real CRDs)"
+        )
+    nodes = mixed_nodes(count)
+    manufacturers = load_manufacturers()
+    with tempfile.TemporaryDirectory(prefix="bench-worker-real-") as tmp:
+        workdir = Path(tmp)
+        plane = ControlPlane(binaries, workdir, shared)
+        report = workdir / "usage.jsonl"
+        try:
+            plane._start_etcd()
+            plane._start_apiserver()
+            _say(f"etcd and kube-apiserver ready (logs: {plane.logs})")
+            crds = shared / "crds"
+            documents = kueue_crds(
+                crds / "kueue-v0.19.2",
+                shared / "kueue-v0.19.2-extras" / "conversion-patches",
+                f"https://127.0.0.1:{plane.kueue_webhook_port}",
+                plane.ca.pem,
+            ) + crd_documents(crds / "nfd-v0.19.0")
+            plane.kubectl_run(
+                "create",
+                "-f",
+                "-",
+                stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": documents}),
+            )
+            plane.apply(
+                [
+                    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+                    for ns in ("gpustack-system", "team-a")
+                ]
+            )
+            agents = NodeAgents(plane.server, plane.admin_tls(), manufacturers)
+            async with httpx.AsyncClient(
+                base_url=plane.server, verify=plane.admin_tls(), timeout=60
+            ) as http:
+                limit = anyio.Semaphore(16)
+
+                async def register(node: dict[str, Any]) -> None:
+                    """The Node as its kubelet registers it (no Lease: nothing watches them)."""
+                    meta = node["metadata"]
+                    body = {
+                        **node,
+                        "metadata": {k: meta[k] for k in ("name", "labels", "annotations")},
+                    }
+                    body.pop("status", None)
+                    async with limit:
+                        response = await http.post("/api/v1/nodes", json=body)
+                        response.raise_for_status()
+                        response = await http.patch(
+                            f"/api/v1/nodes/{meta['name']}/status",
+                            json={"status": agents._status(node)},
+                            headers={"Content-Type": "application/merge-patch+json"},
+                        )
+                        response.raise_for_status()
+
+                async def publish(feature: dict[str, Any]) -> None:
+                    namespace = feature["metadata"]["namespace"]
+                    async with limit:
+                        response = await http.post(
+                            f"/apis/nfd.k8s-sigs.io/v1alpha1/namespaces/{namespace}/nodefeatures",
+                            json=feature,
+                        )
+                        response.raise_for_status()
+
+                registering = time.monotonic()
+                async with anyio.create_task_group() as tg:
+                    for node in nodes:
+                        tg.start_soon(register, node)
+                _, dm_features = apply_sim_devices(nodes, manufacturers)
+                async with anyio.create_task_group() as tg:
+                    for feature in dm_features:  # what the agents would publish
+                        tg.start_soon(publish, feature)
+                await agents._merge_node_features()
+                seeded = time.monotonic() - registering
+                _say(f"{count:,} Nodes and their NodeFeatures in {seeded:.1f} s")
+                kubeconfig = plane.admin_kubeconfig
+                planned = json.loads(_plan(kubeconfig))
+                before = await _apiserver_writes(http)
+                spawned = time.time()
+                child = await anyio.open_process(
+                    [
+                        sys.executable,
+                        __file__,
+                        "--worker-child",
+                        str(kubeconfig),
+                        str(report),
+                        "--resync-period",
+                        "0",
+                    ],
+                    cwd=REPO,
+                    stdout=None,
+                    stderr=None,
+                )
+                try:
+                    converged = await _poll_converged(
+                        plane, planned, agents, bound, kubeconfig, chain_differences
+                    )
+                    child.send_signal(signal.SIGUSR1)
+                    start = await _read_report(report, 1)
+                    usage = await _read_report(report, 2)
+                    after = await _apiserver_writes(http)
+                    child.send_signal(signal.SIGUSR2)
+                    await anyio.sleep(resync)
+                    steady = sum((await _apiserver_writes(http) - after).values())
+                finally:
+                    child.send_signal(signal.SIGTERM)
+                    with anyio.fail_after(60):
+                        await child.wait()
+            await agents.aclose()
+        finally:
+            plane.stop()
+    writes = after - before
+    desired = Counter(
+        o["kind"]
+        for o in planned["items"]
+        if not (o["kind"] == "NodeFeature" and o["metadata"]["name"].endswith("-device-manager"))
+    )
+    return {
+        "plane": "real",
+        "nodes": count,
+        "seed_s": seeded,
+        "wall_s": converged - start["started"],
+        "startup_s": start["started"] - spawned,
+        "cpu_s": usage["cpu_s"],
+        "startup_cpu_s": start["cpu_s"],
+        "max_rss_mib": usage["max_rss_mib"],
+        "desired": dict(desired),
+        "writes_by_resource": dict(writes),
+        "writes_per_object": sum(writes.values()) / max(1, sum(desired.values())),
+        "steady_writes": steady,
+        "host_cpus": os.cpu_count(),
+        "load_average": os.getloadavg()[0],
+    }
+
+
+def _say(message: str) -> None:
+    print(f"bench_worker: {message}", file=sys.stderr, flush=True)
+
+
+def _plan(kubeconfig: Path) -> str:
+    """``gpustack-operator plan --kubeconfig`` of the live cluster, as JSON text."""
+    import subprocess
+
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpustack_operator",
+            "plan",
+            f"--kubeconfig={kubeconfig}",
+            "-o",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    ).stdout
+
+
+async def _poll_converged(
+    plane: Any,
+    planned: dict[str, Any],
+    agents: Any,
+    bound: float,
+    kubeconfig: Path,
+    differences: Any,
+) -> float:
+    """The wall-clock time of the first look that found the chain equal to *planned*
+    (then confirmed against a fresh ``plan``); NodeFeature labels are merged between looks."""
+    with anyio.fail_after(bound):
+        while True:
+            looked = time.time()
+            if not await anyio.to_thread.run_sync(differences, plane, planned):
+                fresh = json.loads(await anyio.to_thread.run_sync(_plan, kubeconfig))
+                if not await anyio.to_thread.run_sync(differences, plane, fresh):
+                    return looked
+                planned.clear()
+                planned.update(fresh)
+            await agents._merge_node_features()
+            await anyio.sleep(1.0)
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     head = (
         "| nodes | desired objects | wall to converged | worker CPU (of it start-up) "
@@ -406,6 +652,13 @@ def main() -> int:
     )
     parser.add_argument("--json", type=Path, help="also write the raw results here")
     parser.add_argument(
+        "--plane",
+        choices=("sim", "real"),
+        default="sim",
+        help="the API server: the simulated one in this process (default) or the real-cluster "
+        "tier's etcd and kube-apiserver (make real-cluster)",
+    )
+    parser.add_argument(
         "--reaction",
         type=int,
         default=0,
@@ -428,6 +681,14 @@ def main() -> int:
         return worker_child(args.worker_child[0], Path(args.worker_child[1]), args.resync_period)
     if args.ab:
         return compare(args)
+    if args.plane == "real":
+        sys.path.insert(0, str(REPO))  # the tier's harness (tests/realcluster)
+        # SIGTERM (a timeout) unwinds like an error, so the control plane is stopped.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+        for count in args.nodes:
+            row = anyio.run(bench_real, count, args.timeout, args.resync)
+            print(json.dumps(row))
+        return 0
     rows = []
     for count in args.nodes:
         row = anyio.run(bench, count, args.timeout, args.resync, args.reaction, args.resync_period)

@@ -112,8 +112,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=duration,
         default=DEFAULT_JOB_RUN_TIME,
         metavar="DURATION",
-        help="with --serve --cluster: how long the containers of a started Job's Pods run "
-        "before they exit 0 and the Job completes (default: 10s)",
+        help="with --serve: how long the containers of a started Job's Pods run before they "
+        "exit 0 and the Job completes (default: 10s; a Pod annotated "
+        "sim.gpustack.ai/run-seconds runs that long instead)",
     )
     parser.add_argument(
         "--serve",
@@ -248,7 +249,12 @@ def run(args: argparse.Namespace) -> int:
         served = with_stand_ins(crds)
         return _run_loop(
             lambda: serve_empty(
-                served, kubeconfig, args.bind_address, args.port, tls=not args.plain_http
+                served,
+                kubeconfig,
+                args.bind_address,
+                args.port,
+                tls=not args.plain_http,
+                job_run_time=args.job_run_time,
             )
         )
     try:
@@ -434,9 +440,10 @@ def serving_summary(url: str, kubeconfig: Path, crds: list[dict[str, Any]]) -> s
             f"  stand-in CRDs (open schemas; --crds DIR loads real ones): {', '.join(stand_ins)}"
         )
     lines.append(
-        "  running: the NFD-master, Kueue admission (Jobs wait for a queue), ServiceAccount "
-        "(`default` in every namespace), Pod lifecycle (Pods are bound and start, no "
-        "containers run) and Deployment/ReplicaSet (Deployments roll out their Pods) stand-ins"
+        "  running: the NFD-master, Kueue admission (Jobs wait for a queue; admitted, their "
+        "Pods are created, bound and run for --job-run-time), ServiceAccount (`default` in "
+        "every namespace), Pod lifecycle (Pods are bound and start, no containers run) and "
+        "Deployment/ReplicaSet (Deployments roll out their Pods) stand-ins"
     )
     return "\n".join(
         [
@@ -455,7 +462,13 @@ def serving_summary(url: str, kubeconfig: Path, crds: list[dict[str, Any]]) -> s
 
 
 async def serve_empty(
-    crds: list[dict[str, Any]], kubeconfig: Path, host: str, port: int, *, tls: bool = True
+    crds: list[dict[str, Any]],
+    kubeconfig: Path,
+    host: str,
+    port: int,
+    *,
+    tls: bool = True,
+    job_run_time: float = DEFAULT_JOB_RUN_TIME,
 ) -> int:
     """``--serve`` alone: an empty cluster (CRDs, NFD and Kueue stand-ins) until
     SIGINT/SIGTERM, over HTTPS with its own CA unless *tls* is off; exit code."""
@@ -477,21 +490,29 @@ async def serve_empty(
                 await sim.start()
             except OSError as exc:
                 return _error(f"cannot listen on {host}:{port}: {exc}", 1)
-            return await _serve_started(sim, crds, kubeconfig, stop)
+            return await _serve_started(sim, crds, kubeconfig, stop, job_run_time)
         finally:
             await sim.stop()
 
 
 async def _serve_started(
-    sim: SimServer, crds: list[dict[str, Any]], kubeconfig: Path, stop: asyncio.Event
+    sim: SimServer,
+    crds: list[dict[str, Any]],
+    kubeconfig: Path,
+    stop: asyncio.Event,
+    job_run_time: float,
 ) -> int:
-    """Load the CRDs, run the NFD, Kueue, ServiceAccount, Pod lifecycle and Deployment and
-    ReplicaSet stand-ins, write the kubeconfig, and wait for *stop*."""
+    """Load the CRDs, run the NFD, Kueue (admission and its provisioning check), Job
+    (scheduler and runner), ServiceAccount, Pod lifecycle and Deployment and ReplicaSet
+    stand-ins, write the kubeconfig, and wait for *stop*."""
     from gpustack_sim.apiserver.errors import ApiError
     from gpustack_sim.standins.deployments import DeploymentStandIn, ReplicaSetStandIn
+    from gpustack_sim.standins.jobrunner import JobRunnerStandIn
     from gpustack_sim.standins.kueue import KueueStandIn
     from gpustack_sim.standins.nfdmaster import NfdMaster
     from gpustack_sim.standins.podlifecycle import PodLifecycleStandIn
+    from gpustack_sim.standins.provisioningcheck import ProvisioningCheckStandIn
+    from gpustack_sim.standins.scheduler import SchedulerStandIn
     from gpustack_sim.standins.serviceaccounts import ServiceAccountStandIn
 
     try:
@@ -507,6 +528,9 @@ async def _serve_started(
     async with (
         NfdMaster(sim, namespace=SYSTEM_NAMESPACE),
         KueueStandIn(sim),
+        ProvisioningCheckStandIn(sim),
+        SchedulerStandIn(sim),
+        JobRunnerStandIn(sim, run_seconds=job_run_time),
         ServiceAccountStandIn(sim),
         PodLifecycleStandIn(sim),
         DeploymentStandIn(sim),

@@ -148,6 +148,28 @@ async def test_create_token_authenticates_as_the_service_account(
     assert missing.returncode != 0 and "not found" in missing.stderr.decode()
 
 
+async def test_a_node_bound_token_from_kubectl_carries_the_node_name(
+    kubectl_bin: Path, auth_sim: SimServer, tmp_path: Path
+) -> None:
+    """kubectl sends the TokenRequest as protobuf: its bound object must survive the decoding
+    for the token to carry the node-name extra (docs/simulator.md, differences)."""
+    admin = _as(kubectl_bin, auth_sim, tmp_path, "admin-token")
+    token = (
+        await admin.out(
+            "create",
+            "token",
+            "dev",
+            "-n",
+            NS,
+            "--bound-object-kind=Node",
+            "--bound-object-name=gpu-1",
+        )
+    ).strip()
+    dev = _as(kubectl_bin, auth_sim, tmp_path, token)
+    who = json.loads(await dev.out("auth", "whoami", "-o", "json"))["status"]["userInfo"]
+    assert who["extra"] == {"authentication.kubernetes.io/node-name": ["gpu-1"]}
+
+
 SCALABLE_CRD = {
     "apiVersion": "apiextensions.k8s.io/v1",
     "kind": "CustomResourceDefinition",

@@ -85,8 +85,16 @@ class AutoscalerStandIn:
             patched.raise_for_status()
             self.answered.append(meta["name"])
 
+    async def add_nodes(self, count: int) -> None:
+        """*count* nodes of the template without a request: where no ProvisioningRequest is
+        written (the simulator, docs/simulator.md), the test plays the autoscaler's scale-up."""
+        await self.agents.register(self._new_nodes(count))
+
     def _nodes_for(self, request: Mapping[str, Any]) -> list[dict[str, Any]]:
         count = sum(int(p.get("count") or 1) for p in request["spec"].get("podSets") or [])
+        return self._new_nodes(count)
+
+    def _new_nodes(self, count: int) -> list[dict[str, Any]]:
         nodes = []
         for _ in range(count):
             self._made += 1

@@ -14,6 +14,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ import yaml
 
 from tests.realcluster.controlplane import (
     REPO,
-    ControlPlane,
+    LoopbackPlane,
     Process,
     RealClusterError,
     token_kubeconfig_text,
@@ -40,7 +41,7 @@ CHAIN_KINDS = ("ResourceFlavor", "Cohort", "ClusterQueue", "LocalQueue")
 _WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 
 
-def release_objects(plane: ControlPlane) -> list[dict[str, Any]]:
+def release_objects(plane: LoopbackPlane) -> list[dict[str, Any]]:
     """``deploy/overlays/release`` as kustomize renders it, without the worker's Deployment
     (the tier runs the worker as a local process with the same ServiceAccount)."""
     rendered = plane.kubectl_run("kustomize", str(REPO / "deploy" / "overlays" / "release"))
@@ -61,7 +62,7 @@ def load_nodes(path: Path) -> list[dict[str, Any]]:
 class Operator:
     """deploy/'s objects applied to *plane*, and the operator's processes on it."""
 
-    def __init__(self, plane: ControlPlane) -> None:
+    def __init__(self, plane: LoopbackPlane) -> None:
         self.plane = plane
         self.workdir = plane.workdir / "operator"
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -76,9 +77,7 @@ class Operator:
             "create", "token", account, "-n", SYSTEM_NAMESPACE, "--duration=48h", *bound
         ).strip()
         path = self.workdir / f"{stem}.kubeconfig"
-        path.write_text(
-            token_kubeconfig_text(self.plane.server, self.plane.ca.cert_file, token, stem)
-        )
+        path.write_text(token_kubeconfig_text(self.plane.server, self.plane.ca_file, token, stem))
         return path
 
     def _process(self, name: str, argv: Sequence[str], ports: tuple[int, ...]) -> Process:
@@ -187,7 +186,7 @@ class Operator:
         return dict(json.loads(result.stdout))
 
 
-def get_all(plane: ControlPlane, kind: str, *, namespaced: bool = False) -> list[dict[str, Any]]:
+def get_all(plane: LoopbackPlane, kind: str, *, namespaced: bool = False) -> list[dict[str, Any]]:
     """Every object of *kind* (plural resource name or kind), as the admin lists it."""
     args = ["get", kind, "-o", "json"]
     if namespaced:
@@ -226,7 +225,7 @@ def _key(obj: Mapping[str, Any]) -> str:
     return f"{obj['kind']} {meta.get('namespace', '')}/{meta['name']}"
 
 
-def chain_differences(plane: ControlPlane, planned: Mapping[str, Any]) -> list[str]:
+def chain_differences(plane: LoopbackPlane, planned: Mapping[str, Any]) -> list[str]:
     """Where the cluster's chain (the worker's Kueue objects and NodeFeatures) differs from
     *planned* (``plan -o json``): [] when the worker converged to plan."""
     want = {
@@ -263,14 +262,29 @@ def chain_differences(plane: ControlPlane, planned: Mapping[str, Any]) -> list[s
     return problems
 
 
-def wait_converged(plane: ControlPlane, operator: Operator, *plan_flags: str) -> None:
+PLAN_REFRESH = 10.0
+"""Seconds a ``plan`` answer is compared against before it is asked again while the worker
+converges: each ``plan`` is a Python process of its own, seconds of CPU on a busy machine."""
+
+
+def wait_converged(plane: LoopbackPlane, operator: Operator, *plan_flags: str) -> None:
     """Wait until the worker's chain equals ``plan`` (with *plan_flags*) on the cluster; the
-    failure lists the last differences."""
+    failure lists the last differences. The chain is compared every second with a ``plan``
+    at most :data:`PLAN_REFRESH` s old, and a match is confirmed with a fresh ``plan``."""
     last: list[str] = []
+    planned: dict[str, Any] | None = None
+    asked = 0.0
 
     def check() -> bool:
-        nonlocal last
-        last = chain_differences(plane, operator.plan(*plan_flags))
+        nonlocal last, planned, asked
+        fresh = planned is None or time.monotonic() - asked > PLAN_REFRESH
+        if fresh:
+            planned, asked = operator.plan(*plan_flags), time.monotonic()
+        assert planned is not None
+        last = chain_differences(plane, planned)
+        if not last and not fresh:
+            planned, asked = operator.plan(*plan_flags), time.monotonic()
+            last = chain_differences(plane, planned)
         return not last
 
     try:
@@ -313,7 +327,7 @@ def device_job(
     }
 
 
-def workloads(plane: ControlPlane, namespace: str | None = None) -> list[dict[str, Any]]:
+def workloads(plane: LoopbackPlane, namespace: str | None = None) -> list[dict[str, Any]]:
     """Every Workload (of *namespace*)."""
     return [
         w
@@ -323,7 +337,7 @@ def workloads(plane: ControlPlane, namespace: str | None = None) -> list[dict[st
 
 
 def workload_of(
-    plane: ControlPlane, job: str, namespace: str | None = None
+    plane: LoopbackPlane, job: str, namespace: str | None = None
 ) -> dict[str, Any] | None:
     """The Workload Kueue made for Job *job*, if any yet."""
     for item in workloads(plane, namespace):

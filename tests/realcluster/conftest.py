@@ -1,7 +1,11 @@
-"""Fixtures of the real-cluster tier: one real control plane per test module.
+"""Fixtures of the real-cluster tier: one plane per test module and backend.
 
-Without Go, or without ``../shared`` (the real CRDs and Kueue's webhook manifests), the tier
-skips with one line saying what to install. With Go, ``make test`` builds the binaries first
+A module that sets ``PLANES = ("real", "sim")`` runs each of its tests on both backends: the
+real control plane (``controlplane.py``) and ``sim --serve`` (``simplane.py``); without it a
+module runs on the real one alone. Without Go, or without ``../shared`` (the real CRDs and
+Kueue's webhook manifests), the real backend skips with one line saying what to install; the
+simulated one needs ``../shared`` alone. ``GPUSTACK_REALCLUSTER_PLANES=sim`` (or ``real``)
+runs the scenarios on that backend only. With Go, ``make test`` builds the binaries first
 (``make real-cluster``, cached); under ``CI=true`` a missing build is an error, never a skip.
 """
 
@@ -22,11 +26,13 @@ from tests.realcluster.cluster import Operator
 from tests.realcluster.controlplane import (
     Binaries,
     ControlPlane,
+    LoopbackPlane,
     cached_binaries,
     port_in_use,
     shared_dir,
 )
 from tests.realcluster.nodes import NodeAgents
+from tests.realcluster.simplane import SimPlane
 
 _IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -50,14 +56,32 @@ def binaries() -> Binaries:
     return found
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Each test that uses ``plane`` runs once per backend its module lists in ``PLANES``."""
+    if "plane" in metafunc.fixturenames:
+        kinds = getattr(metafunc.module, "PLANES", ("real",))
+        chosen = os.environ.get("GPUSTACK_REALCLUSTER_PLANES")
+        if chosen:  # e.g. "sim" or "real": run the scenarios on that backend only
+            kinds = tuple(k for k in kinds if k in chosen.split(","))
+        metafunc.parametrize("plane", kinds, indirect=True, scope="module")
+
+
 @pytest.fixture(scope="module")
-def plane(binaries: Binaries) -> Iterator[ControlPlane]:
-    """A fresh control plane for the module; stopping it must leave no process or port. Its
-    folder (logs, certificates) stays for a look after a failure; etcd's data goes."""
+def plane(request: pytest.FixtureRequest) -> Iterator[LoopbackPlane]:
+    """A fresh plane for the module: the real control plane or ``sim --serve``; stopping it
+    must leave no process or port. Its folder (logs, certificates) stays for a look after a
+    failure; etcd's data goes."""
+    kind = getattr(request, "param", "real")
+    if kind == "real":
+        binaries: Binaries = request.getfixturevalue("binaries")
     shared = shared_dir()
-    assert shared is not None
-    workdir = Path(tempfile.mkdtemp(prefix="gpustack-realcluster-"))
-    control_plane = ControlPlane(binaries, workdir, shared)
+    if shared is None:
+        pytest.skip("real-cluster tier: needs ../shared (the real Kueue CRDs and NFD's)")
+    workdir = Path(tempfile.mkdtemp(prefix=f"gpustack-{kind}cluster-"))
+    control_plane: LoopbackPlane = (
+        ControlPlane(binaries, workdir, shared) if kind == "real" else SimPlane(workdir, shared)
+    )
+    assert isinstance(control_plane, ControlPlane | SimPlane)
     control_plane.start(extra_crds=[shared / "crds" / "cluster-autoscaler-1.36.1"])
     try:
         yield control_plane
@@ -78,11 +102,12 @@ def portal() -> Iterator[BlockingPortal]:
 
 
 @pytest.fixture(scope="module")
-def agents(plane: ControlPlane, portal: BlockingPortal) -> Iterator[NodeAgents]:
+def agents(plane: LoopbackPlane, portal: BlockingPortal) -> Iterator[NodeAgents]:
     node_agents = NodeAgents(
         plane.server,
         plane.admin_tls(),
         load_manufacturers(),
+        pods_and_features=plane.kind == "real",
     )
     future = portal.start_task_soon(node_agents.run)
     try:
@@ -93,7 +118,7 @@ def agents(plane: ControlPlane, portal: BlockingPortal) -> Iterator[NodeAgents]:
 
 
 @pytest.fixture(scope="module")
-def operator(plane: ControlPlane) -> Iterator[Operator]:
+def operator(plane: LoopbackPlane) -> Iterator[Operator]:
     deployed = Operator(plane)
     try:
         yield deployed

@@ -345,7 +345,85 @@ DEFAULT_KUEUE_CONFIGURATION: dict[str, Any] = {
 as deploy/components/kueue-config enables it; everything else is Kueue's default."""
 
 
-class ControlPlane:
+class LoopbackPlane:
+    """What a plane the tier's scenarios run on offers them, whichever backend serves it: the
+    real control plane (:class:`ControlPlane`) or the simulated one
+    (``tests/realcluster/simplane.py``). Subclasses set the fields in their ``__init__``."""
+
+    kind = "real"
+    """``real`` or ``sim``: the parameter the scenarios run under."""
+    workdir: Path
+    logs: Path
+    processes: dict[str, Process]
+    all_ports: set[int]
+    kubectl: Path
+    server: str
+    admin_kubeconfig: Path
+    ca_file: Path
+    admin: Pair
+
+    def admin_tls(self) -> ssl.SSLContext:
+        """TLS for the admin's own requests: this plane's CA, the admin's client certificate."""
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        context.load_cert_chain(str(self.admin.cert), str(self.admin.key))
+        return context
+
+    def _port(self) -> int:
+        while True:
+            port = free_port()
+            if port not in self.all_ports:
+                self.all_ports.add(port)
+                return port
+
+    def stop(self) -> None:
+        """Stop every process, newest first, and check that none and no port is left."""
+        for name in reversed(list(self.processes)):
+            self.processes[name].stop()
+        left = [n for n, p in self.processes.items() if p.exited() is None]
+        if left:
+            raise RealClusterError(f"still running after stop: {', '.join(left)}")
+        wait_until(
+            lambda: not [p for p in self.all_ports if port_in_use(p)],
+            timeout=30,
+            what="every port released",
+        )
+
+    def differs(self, row: str) -> bool:
+        """True where the simulator answers otherwise than the real cluster in the way the row
+        *row* of docs/simulator.md's table "Where the simulator differs from a real cluster"
+        says; on the real plane always False."""
+        return False
+
+    # --- talking to it ----------------------------------------------------------------------
+
+    def kubectl_run(
+        self, *args: str, stdin: str | None = None, kubeconfig: Path | None = None
+    ) -> str:
+        result = subprocess.run(
+            [str(self.kubectl), f"--kubeconfig={kubeconfig or self.admin_kubeconfig}", *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise RealClusterError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
+        return result.stdout
+
+    def apply(self, documents: Sequence[Mapping[str, Any]]) -> None:
+        self.kubectl_run(
+            "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=_as_list(documents)
+        )
+
+    def token(self, namespace: str, service_account: str, seconds: int = 86400) -> str:
+        """A token of *service_account* (TokenRequest, as ``kubectl create token`` makes)."""
+        return self.kubectl_run(
+            "create", "token", service_account, "-n", namespace, f"--duration={seconds}s"
+        ).strip()
+
+
+class ControlPlane(LoopbackPlane):
     """The five processes, started and stopped together (Kueue can be restarted alone)."""
 
     def __init__(self, binaries: Binaries, workdir: Path, shared: Path) -> None:
@@ -358,6 +436,7 @@ class ControlPlane:
         self.kubectl = Path(sys.executable).parent / "kubectl"
         pki = workdir / "pki"
         self.ca = CertificateAuthority(pki)
+        self.ca_file = self.ca.cert_file
         self.sa = service_account_keys(pki)
         self.apiserver_port = self._port()
         self.server = f"https://127.0.0.1:{self.apiserver_port}"
@@ -382,19 +461,6 @@ class ControlPlane:
         (self.kueue_cert_dir / "tls.key").write_bytes(webhook.key.read_bytes())
         _provide_kueue_metrics_certificate(webhook)
         self.kueue_configuration: dict[str, Any] = dict(DEFAULT_KUEUE_CONFIGURATION)
-
-    def admin_tls(self) -> ssl.SSLContext:
-        """TLS for the admin's own requests: this CA, the admin's client certificate."""
-        context = ssl.create_default_context(cafile=str(self.ca.cert_file))
-        context.load_cert_chain(str(self.admin.cert), str(self.admin.key))
-        return context
-
-    def _port(self) -> int:
-        while True:
-            port = free_port()
-            if port not in self.all_ports:
-                self.all_ports.add(port)
-                return port
 
     # --- the processes ----------------------------------------------------------------------
 
@@ -610,47 +676,6 @@ class ControlPlane:
                 timeout=30,
                 what="Kueue's ports released",
             )
-
-    def stop(self) -> None:
-        """Stop every process, newest first, and check that none and no port is left."""
-        for name in reversed(list(self.processes)):
-            self.processes[name].stop()
-        left = [n for n, p in self.processes.items() if p.exited() is None]
-        if left:
-            raise RealClusterError(f"still running after stop: {', '.join(left)}")
-        wait_until(
-            lambda: not [p for p in self.all_ports if port_in_use(p)],
-            timeout=30,
-            what="every port released",
-        )
-
-    # --- talking to it ----------------------------------------------------------------------
-
-    def kubectl_run(
-        self, *args: str, stdin: str | None = None, kubeconfig: Path | None = None
-    ) -> str:
-        result = subprocess.run(
-            [str(self.kubectl), f"--kubeconfig={kubeconfig or self.admin_kubeconfig}", *args],
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        if result.returncode != 0:
-            raise RealClusterError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
-        return result.stdout
-
-    def apply(self, documents: Sequence[Mapping[str, Any]]) -> None:
-        self.kubectl_run(
-            "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=_as_list(documents)
-        )
-
-    def token(self, namespace: str, service_account: str, seconds: int = 86400) -> str:
-        """A token of *service_account* (TokenRequest, as ``kubectl create token`` makes)."""
-        return self.kubectl_run(
-            "create", "token", service_account, "-n", namespace, f"--duration={seconds}s"
-        ).strip()
 
     @contextlib.contextmanager
     def running(self, **kwargs: Any) -> Iterator[ControlPlane]:

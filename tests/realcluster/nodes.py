@@ -33,6 +33,7 @@ import structlog
 
 from gpustack_operator.domain.manufacturers import Manufacturer
 from gpustack_operator.domain.simdevices import SIM_DEVICES_ANNOTATION
+from gpustack_sim.standins.jobrunner import RUN_SECONDS_ANNOTATION
 from gpustack_sim.standins.kubelet import card_resources, kubelet_defaults
 from gpustack_sim.standins.nfdmaster import (
     DEFAULT_LABEL_NAMESPACES,
@@ -45,7 +46,6 @@ log = structlog.get_logger(__name__)
 
 LABEL_NAMESPACES = tuple(p.rstrip("/") for p in DEFAULT_LABEL_NAMESPACES)
 """The label namespaces nfd-master writes, as the simulator's NFD stand-in has them."""
-RUN_SECONDS_ANNOTATION = "realcluster.gpustack.ai/run-seconds"
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 LEASE_SECONDS = 40
 
@@ -70,6 +70,7 @@ class NodeAgents:
         run_seconds: float = 3.0,
         heartbeat: float = 5.0,
         period: float = 0.3,
+        pods_and_features: bool = True,
     ) -> None:
         self.server = server
         self._http = httpx.AsyncClient(
@@ -81,6 +82,9 @@ class NodeAgents:
         self.run_seconds = run_seconds
         self.heartbeat = heartbeat
         self.period = period
+        self.pods_and_features = pods_and_features
+        """Also run Pods and merge NodeFeature labels (off on the simulated server, whose
+        scheduler, Job runner and NFD-master stand-ins do both)."""
         self.alive: set[str] = set()
         self._started: dict[str, float] = {}
         """pod uid -> when this stand-in started it (monotonic)."""
@@ -165,8 +169,9 @@ class NodeAgents:
         """Heartbeats, NFD's merge and Pods, until cancelled."""
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._every, self.heartbeat, self._heartbeats)
-            tg.start_soon(self._every, self.period, self._merge_node_features)
-            tg.start_soon(self._every, self.period, self._run_pods)
+            if self.pods_and_features:
+                tg.start_soon(self._every, self.period, self._merge_node_features)
+                tg.start_soon(self._every, self.period, self._run_pods)
 
     @staticmethod
     async def _every(seconds: float, step: Any) -> None:

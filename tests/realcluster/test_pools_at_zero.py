@@ -19,16 +19,21 @@ from tests.realcluster.cluster import (
     Operator,
     device_job,
     get_all,
+    is_admitted,
     wait_converged,
     workload_of,
 )
-from tests.realcluster.controlplane import REPO, ControlPlane, wait_until
+from tests.realcluster.controlplane import REPO, LoopbackPlane, wait_until
 from tests.realcluster.nodes import NodeAgents
 
 pytestmark = [pytest.mark.realcluster, pytest.mark.timeout(600)]
+PLANES = ("real", "sim")
+"""The backends each scenario runs on (conftest.py): the real control plane and `sim --serve`."""
 
 DECLARED = REPO / "examples" / "autoscaling" / "declared-pools.yaml"
 POOL_QUEUE = "pool-declared-l4-flex"
+NO_PROVISIONING_REQUEST = "Kueue's ProvisioningRequest admission check"
+"""The docs/simulator.md row: the simulator writes no ProvisioningRequest."""
 NAMESPACE = "default"
 L4_NODE: dict[str, Any] = {
     "apiVersion": "v1",
@@ -57,7 +62,7 @@ L4_NODE: dict[str, Any] = {
 
 @pytest.fixture(scope="module")
 def autoscaler(
-    plane: ControlPlane, operator: Operator, agents: NodeAgents, portal: BlockingPortal
+    plane: LoopbackPlane, operator: Operator, agents: NodeAgents, portal: BlockingPortal
 ) -> Iterator[AutoscalerStandIn]:
     plane.apply(
         [
@@ -79,7 +84,7 @@ def autoscaler(
         future.cancel()
 
 
-def _local_queue(plane: ControlPlane) -> str:
+def _local_queue(plane: LoopbackPlane) -> str:
     for local in get_all(plane, "localqueues.kueue.x-k8s.io", namespaced=True):
         meta = local["metadata"]
         if meta["namespace"] == NAMESPACE and local["spec"]["clusterQueue"] == POOL_QUEUE:
@@ -97,7 +102,7 @@ def _check_state(workload: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def test_kueue_asks_the_autoscaler_and_the_job_runs_on_the_new_node(
-    plane: ControlPlane, autoscaler: AutoscalerStandIn
+    plane: LoopbackPlane, autoscaler: AutoscalerStandIn, portal: BlockingPortal
 ) -> None:
     check = json.loads(
         plane.kubectl_run("get", "admissionchecks.kueue.x-k8s.io", POOL_QUEUE, "-o", "json")
@@ -119,9 +124,18 @@ def test_kueue_asks_the_autoscaler_and_the_job_runs_on_the_new_node(
         what=f"Kueue's provisioning controller marking {check['metadata']['name']} Active",
     )
     plane.kubectl_run("apply", "-f", "-", stdin=json.dumps(_job("l4-smoke", _local_queue(plane))))
-    wait_until(
-        lambda: bool(autoscaler.answered), timeout=90, what="a ProvisioningRequest from Kueue"
-    )
+    if not plane.differs(NO_PROVISIONING_REQUEST):
+        wait_until(
+            lambda: bool(autoscaler.answered), timeout=90, what="a ProvisioningRequest from Kueue"
+        )
+    else:  # admitted on quota alone, no request written: the scale-up is the test's
+        wait_until(
+            lambda: is_admitted(workload_of(plane, "l4-smoke")),
+            timeout=90,
+            what="the Job admitted on the pool's quota",
+        )
+        assert get_all(plane, "provisioningrequests.autoscaling.x-k8s.io", namespaced=True) == []
+        portal.call(autoscaler.add_nodes, 1)
     plane.kubectl_run(
         "wait", "--for=condition=complete", "--timeout=120s", "-n", NAMESPACE, "job/l4-smoke"
     )
@@ -132,13 +146,20 @@ def test_kueue_asks_the_autoscaler_and_the_job_runs_on_the_new_node(
 
 
 def test_a_failed_provisioning_request_keeps_the_workload_waiting_to_retry(
-    plane: ControlPlane, autoscaler: AutoscalerStandIn
+    plane: LoopbackPlane, autoscaler: AutoscalerStandIn
 ) -> None:
     autoscaler.fail = True
     answered = len(autoscaler.answered)
     plane.kubectl_run(
         "apply", "-f", "-", stdin=json.dumps(_job("l4-no-capacity", _local_queue(plane)))
     )
+    if plane.differs(NO_PROVISIONING_REQUEST):  # no request, so no failure: quota admits it
+        wait_until(
+            lambda: is_admitted(workload_of(plane, "l4-no-capacity")),
+            timeout=90,
+            what="the Job admitted on the pool's quota",
+        )
+        return
     wait_until(lambda: len(autoscaler.answered) > answered, timeout=90, what="the request answered")
     wait_until(
         lambda: (

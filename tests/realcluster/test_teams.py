@@ -24,10 +24,12 @@ from tests.realcluster.cluster import (
     workloads,
 )
 from tests.realcluster.conftest import register
-from tests.realcluster.controlplane import REPO, ControlPlane, wait_until
+from tests.realcluster.controlplane import REPO, LoopbackPlane, wait_until
 from tests.realcluster.nodes import NodeAgents
 
 pytestmark = [pytest.mark.realcluster, pytest.mark.timeout(600)]
+PLANES = ("real", "sim")
+"""The backends each scenario runs on (conftest.py): the real control plane and `sim --serve`."""
 
 EXAMPLE = REPO / "examples" / "cluster.yaml"
 TEAMS = REPO / "examples" / "teams" / "teams.yaml"
@@ -36,7 +38,7 @@ POOL_NODE = "gpu-no-cpu-info"
 the rest the Cohort's own."""
 
 
-def _queue_for(plane: ControlPlane, namespace: str) -> tuple[str, str]:
+def _queue_for(plane: LoopbackPlane, namespace: str) -> tuple[str, str]:
     """(LocalQueue, ClusterQueue) of the H100 pool in *namespace*."""
     flavors = {f["metadata"]["name"]: f for f in get_all(plane, "resourceflavors.kueue.x-k8s.io")}
     node = json.loads(plane.kubectl_run("get", "node", POOL_NODE, "-o", "json"))
@@ -67,7 +69,7 @@ def _admitted(workload: dict[str, Any]) -> bool:
 
 @pytest.fixture(scope="module")
 def teams_cluster(
-    plane: ControlPlane, operator: Operator, agents: NodeAgents, portal: BlockingPortal
+    plane: LoopbackPlane, operator: Operator, agents: NodeAgents, portal: BlockingPortal
 ) -> Operator:
     nodes = load_nodes(EXAMPLE)
     plane.apply(
@@ -98,7 +100,7 @@ def teams_cluster(
 
 
 def test_an_owner_reclaims_what_a_borrowing_team_uses(
-    plane: ControlPlane, teams_cluster: Operator
+    plane: LoopbackPlane, teams_cluster: Operator
 ) -> None:
     research, _ = _queue_for(plane, "research")
     serving, _ = _queue_for(plane, "serving")

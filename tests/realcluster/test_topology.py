@@ -23,17 +23,19 @@ from tests.realcluster.cluster import (
     workload_of,
 )
 from tests.realcluster.conftest import register
-from tests.realcluster.controlplane import REPO, ControlPlane, wait_until
-from tests.realcluster.nodes import NodeAgents
+from tests.realcluster.controlplane import REPO, LoopbackPlane, wait_until
+from tests.realcluster.nodes import RUN_SECONDS_ANNOTATION, NodeAgents
 
 pytestmark = [pytest.mark.realcluster, pytest.mark.timeout(600)]
+PLANES = ("real", "sim")
+"""The backends each scenario runs on (conftest.py): the real control plane and `sim --serve`."""
 
 EXAMPLE = REPO / "examples" / "topology-gke-a3-ultra.yaml"
 
 
 @pytest.fixture(scope="module")
 def tas_cluster(
-    plane: ControlPlane, operator: Operator, agents: NodeAgents, portal: BlockingPortal
+    plane: LoopbackPlane, operator: Operator, agents: NodeAgents, portal: BlockingPortal
 ) -> Operator:
     nodes = load_nodes(EXAMPLE)
     register(portal, agents, nodes)
@@ -47,7 +49,7 @@ def tas_cluster(
     return operator
 
 
-def _workload(plane: ControlPlane, namespace: str, job: str) -> dict[str, Any] | None:
+def _workload(plane: LoopbackPlane, namespace: str, job: str) -> dict[str, Any] | None:
     return workload_of(plane, job, namespace)
 
 
@@ -56,7 +58,7 @@ def _quota_reserved(workload: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def test_one_domain_job_is_placed_in_one_domain_and_a_wider_one_waits(
-    plane: ControlPlane, tas_cluster: Operator
+    plane: LoopbackPlane, tas_cluster: Operator
 ) -> None:
     jobs = pick_tas_demo_jobs(
         get_all(plane, "clusterqueues.kueue.x-k8s.io"),
@@ -71,7 +73,7 @@ def test_one_domain_job_is_placed_in_one_domain_and_a_wider_one_waits(
         manifest = job_manifest(job)
         # The Pods run until the test has looked at them.
         manifest["spec"]["template"].setdefault("metadata", {}).setdefault("annotations", {})[
-            "realcluster.gpustack.ai/run-seconds"
+            RUN_SECONDS_ANNOTATION
         ] = "600"
         plane.kubectl_run("apply", "-f", "-", stdin=json.dumps(manifest))
 

@@ -165,7 +165,20 @@ _SCHEMAS.update(
             2: (
                 "spec",
                 _MSG,
-                {1: ("audiences", _STR, None), 4: ("expirationSeconds", _INT, None)},
+                {
+                    1: ("audiences", _STR, None),
+                    4: ("expirationSeconds", _INT, None),
+                    3: (
+                        "boundObjectRef",
+                        _MSG,
+                        {
+                            1: ("kind", _STR, None),
+                            2: ("apiVersion", _STR, None),
+                            3: ("name", _STR, None),
+                            4: ("uid", _STR, None),
+                        },
+                    ),
+                },
             ),
         },
         ("authentication.k8s.io/v1", "SelfSubjectReview"): {1: ("metadata", _MSG, _OBJECT_META)},

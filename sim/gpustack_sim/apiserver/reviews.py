@@ -95,6 +95,24 @@ def _attributes(user: UserInfo, spec: Mapping[str, Any], namespace: str = "") ->
     )
 
 
+def _bound_node(sim: SimServer, namespace: str, ref: Any) -> str | None:
+    """The node a token bound to *ref* carries as its ``authentication.kubernetes.io/node-name``
+    extra: the Node itself, or the node of a bound Pod (Kubernetes 1.32+,
+    ``pkg/serviceaccount/claims.go``, the ``ServiceAccountTokenNodeBinding`` and
+    ``ServiceAccountTokenPodNodeInfo`` features); None for other objects."""
+    if not isinstance(ref, Mapping):
+        return None
+    kind, name = ref.get("kind"), ref.get("name")
+    if kind == "Node" and isinstance(name, str) and name:
+        return name
+    if kind == "Pod" and isinstance(name, str) and name:
+        info = sim.registry.lookup("", "v1", "pods")
+        pod = sim.store.get_stored(info, namespace, name) if info is not None else None
+        node = ((pod or {}).get("spec") or {}).get("nodeName")
+        return node if isinstance(node, str) and node else None
+    return None
+
+
 def _review_answer(sim: SimServer, body: dict[str, Any], attrs: Attributes) -> web.Response:
     status = {"allowed": sim.authorizer.allowed(attrs)}  # RBAC gives no reason for a "no"
     answer = {
@@ -184,8 +202,15 @@ def add_review_routes(app: web.Application, sim: SimServer) -> None:
         spec.setdefault("audiences", [API_AUDIENCE])
         issued = secrets.token_urlsafe(32)
         if sim.authenticator is not None:
-            user = service_account_user(namespace, name, uid=account["metadata"].get("uid", ""))
-            sim.authenticator.add(issued, user.name, uid=user.uid, groups=user.groups)
+            user = service_account_user(
+                namespace,
+                name,
+                uid=account["metadata"].get("uid", ""),
+                node=_bound_node(sim, namespace, spec.get("boundObjectRef")),
+            )
+            sim.authenticator.add(
+                issued, user.name, uid=user.uid, groups=user.groups, extra=user.extra
+            )
         answer = {
             "apiVersion": "authentication.k8s.io/v1",
             "kind": "TokenRequest",

@@ -12,8 +12,11 @@ the conditions ``SuccessCriteriaMet`` and ``Complete`` and ``completionTime``
 finishes the Job's Workload and its quota is free again. Failures, retries, indexed
 completions and ``activeDeadlineSeconds`` are not simulated.
 
-``sim --serve --cluster`` runs it (``--job-run-time``); ``sim --cluster`` without ``--serve``
-does not, so the demo's Jobs stay admitted while their outcome is printed.
+A Pod annotated ``sim.gpustack.ai/run-seconds`` runs that long instead (a test that needs a
+Job to keep running, or to end soon, says so on the pod template).
+
+``sim --serve`` runs it (``--job-run-time``); ``sim --cluster`` without ``--serve`` does not,
+so the demo's Jobs stay admitted while their outcome is printed.
 """
 
 from __future__ import annotations
@@ -32,9 +35,22 @@ if TYPE_CHECKING:
     from gpustack_sim.apiserver.server import SimServer
 
 DEFAULT_RUN_SECONDS: Final = 10.0
+RUN_SECONDS_ANNOTATION: Final = "sim.gpustack.ai/run-seconds"
+"""A Pod's own run time in seconds, over the stand-in's default."""
 _TERMINAL: Final = ("Succeeded", "Failed")
 
 JobKey = tuple[str, str]
+
+
+def run_seconds_of(pod: Mapping[str, Any], default: float) -> float:
+    """How long *pod*'s containers run: its annotation when it is a number >= 0, else
+    *default*."""
+    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(RUN_SECONDS_ANNOTATION)
+    try:
+        seconds = float(value) if value is not None else default
+    except ValueError:
+        return default
+    return seconds if seconds >= 0 else default
 
 
 def _finished(job: Mapping[str, Any]) -> bool:
@@ -159,7 +175,7 @@ class JobRunnerStandIn(KeyedStandIn[JobKey]):
                 continue
             uid = str(pod["metadata"].get("uid") or name_of(pod))
             started = self._running_since.setdefault(uid, now)
-            left = started + self.run_seconds - now
+            left = started + run_seconds_of(pod, self.run_seconds) - now
             if left > 0:
                 asyncio.get_running_loop().call_later(left, self.mark, key)
                 continue

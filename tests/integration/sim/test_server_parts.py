@@ -147,6 +147,24 @@ async def test_token_request(sim: SimServer, tmp_path: Path) -> None:
         assert who["status"]["userInfo"]["username"] == "system:serviceaccount:team:bot"
 
 
+async def test_a_node_bound_token_carries_the_node_name(sim: SimServer, tmp_path: Path) -> None:
+    """A token bound to a Node authenticates with that node's name as the user's
+    ``authentication.kubernetes.io/node-name`` extra, as Kubernetes 1.32+ issues it (the claim
+    deploy/components/node-bound-agents checks)."""
+    path = "/api/v1/namespaces/team/serviceaccounts/bot/token"
+    bound = {"spec": {"boundObjectRef": {"apiVersion": "v1", "kind": "Node", "name": "gpu-1"}}}
+    async with _client(sim, tmp_path, token="admin") as admin:
+        token = (await admin.post(path, json=bound)).json()["status"]["token"]
+        plain = (await admin.post(path, json={"spec": {}})).json()["status"]["token"]
+    reviews = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
+    async with _client(sim, tmp_path, token=token) as bot:
+        who = (await bot.post(reviews, json={})).json()["status"]["userInfo"]
+        assert who["extra"] == {"authentication.kubernetes.io/node-name": ["gpu-1"]}
+    async with _client(sim, tmp_path, token=plain) as bot:
+        who = (await bot.post(reviews, json={})).json()["status"]["userInfo"]
+        assert not who.get("extra")
+
+
 async def test_scale_rejects_a_negative_count(sim: SimServer, tmp_path: Path) -> None:
     sim.store.create(
         {

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpustack_sim.standins.jobrunner import job_status, succeeded_status
+from gpustack_sim.standins.jobrunner import (
+    RUN_SECONDS_ANNOTATION,
+    job_status,
+    run_seconds_of,
+    succeeded_status,
+)
 
 NOW = "2026-01-02T03:04:05Z"
 
@@ -45,3 +50,18 @@ def test_a_job_counts_its_pods_and_completes_at_its_completions() -> None:
     assert done["completionTime"] == "end" and "active" not in done
     # Complete once: a later look changes nothing.
     assert job_status({**job, "status": done}, [pod("Succeeded"), pod("Succeeded")], "x") == done
+
+
+def test_a_pod_annotation_sets_its_own_run_time() -> None:
+    """``sim.gpustack.ai/run-seconds`` overrides ``--job-run-time``; a value that is not a
+    number >= 0 falls back to it."""
+
+    def pod(value: str | None) -> dict[str, Any]:
+        annotations = {} if value is None else {RUN_SECONDS_ANNOTATION: value}
+        return {"metadata": {"name": "p", "annotations": annotations}}
+
+    assert run_seconds_of(pod("600"), 10.0) == 600.0
+    assert run_seconds_of(pod("0.5"), 10.0) == 0.5
+    assert run_seconds_of(pod(None), 10.0) == 10.0
+    assert run_seconds_of(pod("soon"), 10.0) == 10.0
+    assert run_seconds_of(pod("-1"), 10.0) == 10.0
