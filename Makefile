@@ -70,7 +70,7 @@ demo-autoscaling: install ## the same for pools that scale from zero: a Job admi
 	$(BIN)/gpustack-operator --log-level warning sim --cluster examples/autoscaling/pools-at-zero.yaml --declared-pools examples/autoscaling/declared-pools.yaml -o table --demo-jobs
 
 demo-multikueue: install-dev ## MultiKueue on three simulated clusters: Jobs submitted once to a manager, each run in the member with its hardware
-	PYTHONPATH=. $(BIN)/python hack/demo_multikueue.py
+	$(BIN)/python hack/demo_multikueue.py
 
 real-cluster: ## build etcd, kube-apiserver, kube-controller-manager, kube-scheduler and Kueue from hack/realcluster/go.mod (cached)
 	hack/realcluster/build.sh

@@ -1,9 +1,10 @@
 """MultiKueue on simulated clusters: Jobs submitted once to a manager, each run in the member
-that has its hardware (``make demo-multikueue``; docs/multikueue-dispatch.md, "The demo").
+that has its hardware (``make demo-multikueue``; docs/multikueue.md, "The demo").
 
 Two members run the operator on examples/multikueue/ (east: H100 and CPU nodes; west: MI300X
-and CPU nodes); the manager holds the MultiKueue objects for them and runs the simulator's
-Kueue and MultiKueue stand-ins. One Job per manager queue is submitted to the manager; the
+and CPU nodes) and hold the member component; the product's worker-gateway MultiKueue mode
+writes the manager's objects for them, and the manager runs the simulator's Kueue and
+MultiKueue stand-ins. One Job per manager queue is submitted to the manager; the
 demo prints where each was admitted, which node of which member ran its Pod, and that no
 other member kept a copy. Exit 0 when every Job ran where its hardware is, 1 otherwise.
 """
@@ -21,7 +22,6 @@ import structlog
 import yaml
 
 from gpustack_sim.cluster.multikueue import MultiKueueFleet
-from tests.multikueue_objects import manager_objects
 
 REPO = Path(__file__).resolve().parents[1]
 MEMBERS = {
@@ -108,7 +108,7 @@ def _condition(obj: dict[str, Any] | None, kind: str) -> bool:
 
 async def _run(per_job: float) -> int:
     members = {name: _nodes(path) for name, path in MEMBERS.items()}
-    async with MultiKueueFleet(members, [NAMESPACE], manager_objects, run_seconds=2.0) as fleet:
+    async with MultiKueueFleet(members, [NAMESPACE], run_seconds=2.0) as fleet:
         print("Members (pools as the gateway reads them):")
         for member in fleet.inputs:
             for pool in member.pools:

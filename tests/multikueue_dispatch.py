@@ -1,7 +1,7 @@
 """What a MultiKueue dispatch looks like from the outside, checked the same way on real Kueue
 (tests/realcluster/test_multikueue.py) and on the simulator's stand-in
 (tests/integration/sim/test_multikueue_standin.py), so the stand-in is held to what real
-Kueue v0.19.2 showed (docs/multikueue-dispatch.md, "What Kueue does").
+Kueue v0.19.2 showed (docs/multikueue.md, "What Kueue does").
 
 A view is the Job, its Workload and its Pods in one cluster, read through any lister (kubectl
 on the real tier, the simulator's store); the checks return the problems found, [] when the

@@ -4,9 +4,10 @@ Each plane is a whole :class:`~tests.realcluster.controlplane.ControlPlane` (its
 kube-apiserver, kube-controller-manager, kube-scheduler and Kueue v0.19.2) on loopback; they
 start in threads side by side, so three cost about what the slowest one does. The manager's
 Kueue runs with MultiKueue's settings (:data:`MANAGER_KUEUE_CONFIGURATION`); each member
-grants the manager what Kueue's MultiKueue needs in a worker cluster through a ServiceAccount
-and a long-lived token (:func:`member_kubeconfig`), and its pools are read as the gateway
-reads them (:func:`member_pools`).
+holds the shipped deploy/components/multikueue-member, whose ServiceAccount token Kueue uses
+(:func:`member_kubeconfig`); the product's ``worker-gateway --multikueue-manager``
+(:func:`multikueue_gateway`) writes the manager's objects; the members' pools are read as the
+gateway reads them (:func:`member_pools`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -25,9 +27,11 @@ from gpustack_operator.gateway.pools import pool_entry
 from tests.realcluster.cluster import MANAGED_BY, get_all
 from tests.realcluster.controlplane import (
     DEFAULT_KUEUE_CONFIGURATION,
-    KUEUE_NAMESPACE,
+    REPO,
     Binaries,
     ControlPlane,
+    Process,
+    free_port,
     wait_until,
 )
 
@@ -48,32 +52,11 @@ MANAGER_KUEUE_CONFIGURATION: dict[str, Any] = {
 """The manager's Kueue: the tier's batch/job integration plus MultiKueue's settings
 (``apis/config/v1beta2/configuration_types.go``, ``MultiKueue``)."""
 
-MEMBER_ACCOUNT = "multikueue-manager"
-MEMBER_ROLE_RULES: list[dict[str, Any]] = [
-    {
-        "apiGroups": ["batch"],
-        "resources": ["jobs"],
-        "verbs": ["create", "delete", "get", "list", "watch"],
-    },
-    {"apiGroups": ["batch"], "resources": ["jobs/status"], "verbs": ["get"]},
-    {
-        "apiGroups": ["kueue.x-k8s.io"],
-        "resources": ["workloads"],
-        "verbs": ["create", "delete", "get", "list", "watch", "patch", "update"],
-    },
-    {
-        "apiGroups": ["kueue.x-k8s.io"],
-        "resources": ["workloads/status"],
-        "verbs": ["get", "patch", "update"],
-    },
-    {
-        "apiGroups": ["kueue.x-k8s.io"],
-        "resources": ["clusterqueues", "localqueues"],
-        "verbs": ["get", "list", "watch"],
-    },
-]
-"""What the manager's Kueue may do in a member for batch Jobs, after Kueue v0.19.2's
-``site/static/examples/multikueue/create-multikueue-kubeconfig.sh``."""
+MEMBER_COMPONENT = REPO / "deploy" / "components" / "multikueue-member"
+"""The member side the product ships: a ServiceAccount, its ClusterRole and a long-lived token."""
+MEMBER_ACCOUNT = "gpustack-multikueue-member"
+MEMBER_NAMESPACE = "gpustack-system"
+MEMBER_TOKEN_SECRET = f"{MEMBER_ACCOUNT}-token"
 
 
 @contextlib.contextmanager
@@ -115,58 +98,22 @@ def running_planes(
 
 
 def member_kubeconfig(plane: ControlPlane) -> str:
-    """A kubeconfig Kueue's MultiKueue accepts for *plane*: its CA embedded (Kueue v0.19.2
+    """A kubeconfig Kueue's MultiKueue accepts for *plane*, from the shipped
+    deploy/components/multikueue-member: the component applied as a member's overlay applies
+    it, then its ServiceAccount's long-lived token with the plane's CA embedded (Kueue v0.19.2
     refuses CA file paths, token files and insecure TLS: ``validateKubeconfig`` in
-    ``pkg/controller/admissionchecks/multikueue/multikueuecluster.go``) and the token of a
-    ServiceAccount holding :data:`MEMBER_ROLE_RULES`, from a long-lived token Secret."""
-    plane.apply(
-        [
-            {
-                "apiVersion": "v1",
-                "kind": "ServiceAccount",
-                "metadata": {"name": MEMBER_ACCOUNT, "namespace": KUEUE_NAMESPACE},
-            },
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRole",
-                "metadata": {"name": MEMBER_ACCOUNT},
-                "rules": MEMBER_ROLE_RULES,
-            },
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRoleBinding",
-                "metadata": {"name": MEMBER_ACCOUNT},
-                "roleRef": {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "ClusterRole",
-                    "name": MEMBER_ACCOUNT,
-                },
-                "subjects": [
-                    {
-                        "kind": "ServiceAccount",
-                        "name": MEMBER_ACCOUNT,
-                        "namespace": KUEUE_NAMESPACE,
-                    }
-                ],
-            },
-            {
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "type": "kubernetes.io/service-account-token",
-                "metadata": {
-                    "name": MEMBER_ACCOUNT,
-                    "namespace": KUEUE_NAMESPACE,
-                    "annotations": {"kubernetes.io/service-account.name": MEMBER_ACCOUNT},
-                },
-            },
-        ]
-    )
+    ``pkg/controller/admissionchecks/multikueue/multikueuecluster.go``)."""
+    documents = [d for d in yaml.safe_load_all((MEMBER_COMPONENT / "member.yaml").read_text()) if d]
+    plane.apply(namespaces([MEMBER_NAMESPACE]))
+    plane.apply(documents)
     token = ""
 
     def filled() -> bool:
         nonlocal token
         secret = json.loads(
-            plane.kubectl_run("get", "secret", MEMBER_ACCOUNT, "-n", KUEUE_NAMESPACE, "-o", "json")
+            plane.kubectl_run(
+                "get", "secret", MEMBER_TOKEN_SECRET, "-n", MEMBER_NAMESPACE, "-o", "json"
+            )
         )
         token = base64.b64decode((secret.get("data") or {}).get("token", "")).decode()
         return bool(token)
@@ -192,6 +139,28 @@ def member_kubeconfig(plane: ControlPlane) -> str:
             "current-context": "member",
         }
     )
+
+
+def multikueue_gateway(
+    manager: ControlPlane,
+    members: Mapping[str, ControlPlane],
+    member_kubeconfigs: Mapping[str, Path],
+    log: Path,
+) -> Process:
+    """The product's ``gpustack-operator worker-gateway --multikueue-manager``, reading each
+    member with the plane's administrator kubeconfig and handing Kueue *member_kubeconfigs*
+    (the component's token); one pass a second, so the tier waits little."""
+    argv = [sys.executable, "-m", "gpustack_operator", "worker-gateway"]
+    argv += ["--bind-address", "127.0.0.1", "--port", str(free_port())]
+    argv += ["--probe-interval", "1"]
+    for name, plane in members.items():
+        argv += ["--cluster", f"{name}={plane.admin_kubeconfig}"]
+        argv += ["--multikueue-member-kubeconfig", f"{name}={member_kubeconfigs[name]}"]
+    argv += ["--multikueue-manager", str(manager.admin_kubeconfig)]
+    argv += ["--multikueue-sync-interval", "1"]
+    process = Process("worker-gateway", argv, log, ())
+    process.start()
+    return process
 
 
 def member_pools(plane: ControlPlane, name: str) -> list[dict[str, Any]]:

@@ -3,10 +3,13 @@
 A manager and two members, each a whole control plane with Kueue v0.19.2; the members run
 the operator (its worker and device managers, as the tier runs them) on the Nodes of
 examples/multikueue/ (east: H100 and CPU nodes; west: MI300X and CPU nodes of the same CPU
-shape, so both serve that CPU pool under one LocalQueue name). The manager holds
-``tests.multikueue_objects.manager_objects`` for them. A Job submitted once to the manager
-runs (its Pod bound by the member's kube-scheduler and Succeeded) in the member that has its
-hardware, and no other member keeps a copy (docs/multikueue-dispatch.md)."""
+shape, so both serve that CPU pool under one LocalQueue name) and hold the shipped
+deploy/components/multikueue-member. The product's ``worker-gateway --multikueue-manager``
+runs against the three and writes the manager's objects; the module waits for that chain
+(one ClusterQueue per distinct pool, the summed quota, the right members in its check), then
+submits Jobs. A Job submitted once to the manager runs (its Pod bound by the member's
+kube-scheduler and Succeeded) in the member that has its hardware, and no other member keeps a
+copy (docs/multikueue.md, "Dispatch")."""
 
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ import pytest
 from anyio.from_thread import start_blocking_portal
 
 from gpustack_operator.domain.profiles import local_queue_name
+from gpustack_operator.domain.quantities import parse_quantity, sum_quantities
 from gpustack_operator.domain.simdevices import SIM_DEVICES_ANNOTATION
 from gpustack_operator.environment import load_manufacturers
 from tests.multikueue_dispatch import (
@@ -31,13 +35,13 @@ from tests.multikueue_dispatch import (
     member_view,
     running_problems,
 )
-from tests.multikueue_objects import Member, manager_objects
 from tests.realcluster.cluster import Operator, get_all, load_nodes, wait_converged
 from tests.realcluster.controlplane import (
     DEFAULT_KUEUE_CONFIGURATION,
     REPO,
     Binaries,
     ControlPlane,
+    Process,
     RealClusterError,
     port_in_use,
     shared_dir,
@@ -47,6 +51,7 @@ from tests.realcluster.multicluster import (
     MANAGER_KUEUE_CONFIGURATION,
     member_kubeconfig,
     member_pools,
+    multikueue_gateway,
     namespaces,
     running_planes,
 )
@@ -67,6 +72,7 @@ class Clusters:
     members: dict[str, ControlPlane]
     pools: dict[str, list[dict[str, Any]]]
     agents: dict[str, NodeAgents]
+    gateway: Process
 
 
 def _job(name: str, queue: str, requests: Mapping[str, str]) -> dict[str, Any]:
@@ -116,6 +122,7 @@ def clusters(binaries: Binaries) -> Iterator[Clusters]:
         for plane in planes.values():
             all_ports |= plane.all_ports
         agents: dict[str, NodeAgents] = {}
+        gateway: Process | None = None
         futures = []
         try:
             members = {name: planes[name] for name in MEMBERS}
@@ -139,16 +146,32 @@ def clusters(binaries: Binaries) -> Iterator[Clusters]:
                 wait_converged(operator.plane, operator)
             pools = {name: member_pools(plane, name) for name, plane in members.items()}
             manager = planes["manager"]
-            manager.apply(
-                manager_objects(
-                    [
-                        Member(name, member_kubeconfig(plane), pools[name], [NAMESPACE])
-                        for name, plane in members.items()
-                    ]
-                )
+            tokens = {}
+            for name, plane in members.items():
+                tokens[name] = workdir / f"{name}-multikueue.kubeconfig"
+                tokens[name].write_text(member_kubeconfig(plane))
+            gateway = multikueue_gateway(
+                manager, members, tokens, workdir / "manager" / "worker-gateway.log"
             )
-            yield Clusters(manager, members, pools, agents)
+            problems: list[str] = []
+
+            def manager_chain() -> bool:
+                problems[:] = _manager_chain_problems(manager, pools)
+                return not problems
+
+            try:
+                wait_until(
+                    manager_chain,
+                    timeout=120,
+                    what="the manager chain worker-gateway writes",
+                    process=gateway,
+                )
+            except RealClusterError as exc:
+                raise AssertionError(f"{exc}\nthe manager lacks: {problems}") from None
+            yield Clusters(manager, members, pools, agents, gateway)
         finally:
+            if gateway is not None:
+                gateway.stop()
             for operator in operators:
                 operator.stop_worker()
                 for agent in list(operator.agents):
@@ -162,6 +185,59 @@ def clusters(binaries: Binaries) -> Iterator[Clusters]:
         shutil.rmtree(workdir / name / "etcd", ignore_errors=True)
     left = [p for p in all_ports if port_in_use(p)]
     assert left == [], f"ports still open after the control planes stopped: {left}"
+
+
+def _quota(queue: Mapping[str, Any]) -> dict[str, object]:
+    return {
+        r["name"]: parse_quantity(r["nominalQuota"])
+        for group in queue["spec"]["resourceGroups"]
+        for flavor in group["flavors"]
+        for r in flavor["resources"]
+    }
+
+
+def _manager_chain_problems(
+    manager: ControlPlane, pools: Mapping[str, list[dict[str, Any]]]
+) -> list[str]:
+    """What the manager's chain lacks: per distinct pool of the members a ClusterQueue with
+    their quota summed and a check whose MultiKueueConfig lists exactly the members holding
+    it, and its LocalQueue in the Jobs' namespace."""
+    queues = {q["metadata"]["name"]: q for q in get_all(manager, "clusterqueues.kueue.x-k8s.io")}
+    checks = {c["metadata"]["name"]: c for c in get_all(manager, "admissionchecks.kueue.x-k8s.io")}
+    configs = {
+        c["metadata"]["name"]: c for c in get_all(manager, "multikueueconfigs.kueue.x-k8s.io")
+    }
+    local = {
+        q["metadata"]["name"]
+        for q in get_all(manager, "localqueues.kueue.x-k8s.io", namespaced=True)
+        if q["metadata"]["namespace"] == NAMESPACE
+    }
+    holders: dict[str, list[str]] = {}
+    quotas: dict[str, list[tuple[str, object]]] = {}
+    for member, entries in pools.items():
+        for pool in entries:
+            holders.setdefault(pool["name"], []).append(member)
+            quotas.setdefault(pool["name"], []).extend(pool["nominalQuota"].items())
+    problems = []
+    if sorted(queues) != sorted(holders):
+        problems.append(f"ClusterQueues {sorted(queues)}, wanted {sorted(holders)}")
+    for name in sorted(set(holders) & set(queues)):
+        wanted = {r: parse_quantity(q) for r, q in sum_quantities(quotas[name]).items()}
+        if _quota(queues[name]) != wanted:
+            problems.append(f"{name}: quota {_quota(queues[name])}, wanted {wanted}")
+        strategy = queues[name]["spec"].get("admissionChecksStrategy") or {}
+        names = [c["name"] for c in strategy.get("admissionChecks") or []]
+        clusters = [
+            configs.get(checks.get(c, {}).get("spec", {}).get("parameters", {}).get("name"), {})
+            .get("spec", {})
+            .get("clusters")
+            for c in names
+        ]
+        if clusters != [sorted(holders[name])]:
+            problems.append(f"{name}: check members {clusters}, wanted {sorted(holders[name])}")
+        if local_queue_name(name) not in local:
+            problems.append(f"{name}: no LocalQueue {local_queue_name(name)} in {NAMESPACE}")
+    return problems
 
 
 def _pool(clusters: Clusters, member: str, resource: str | None) -> str:

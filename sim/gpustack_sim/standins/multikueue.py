@@ -1,6 +1,6 @@
 """A stand-in for Kueue's MultiKueue controllers in a simulated manager cluster (a test double,
-not Kueue; docs/multikueue-dispatch.md lists each rule with the Kueue v0.19.2 behaviour it
-follows and where it differs).
+not Kueue; docs/multikueue.md, "In the simulator", lists each rule with the Kueue v0.19.2
+behaviour it follows and where it differs).
 
 It reads what real MultiKueue reads, in the manager: MultiKueueClusters and their kubeconfig
 Secrets in Kueue's namespace, the MultiKueueConfigs their AdmissionChecks name

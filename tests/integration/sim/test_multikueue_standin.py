@@ -1,8 +1,11 @@
-"""The simulator's MultiKueue stand-in, on the scenario the real tier runs on real Kueue
+"""MultiKueue end to end in the simulator, on the scenario the real tier runs on real Kueue
 (tests/realcluster/test_multikueue.py): a manager and two members, east with H100 and CPU
-nodes, west with MI300X and CPU nodes of the same CPU shape (examples/multikueue/). A Job
-submitted once to the manager runs in the member that has its hardware; one for the CPU pool
-both members serve runs in one of them, not both. Each step is checked by
+nodes, west with MI300X and CPU nodes of the same CPU shape (examples/multikueue/), each
+holding the product's deploy/components/multikueue-member with RBAC enforced. The product's
+worker-gateway MultiKueue mode writes the manager's objects; the manager holds one
+ClusterQueue per distinct pool with the members' quota summed and the right members in its
+check. A Job submitted once to the manager runs in the member that has its hardware; one for
+the CPU pool both members serve runs in one of them, not both. Each step is checked by
 tests/multikueue_dispatch.py, the same checks the real tier makes against Kueue v0.19.2."""
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ import anyio
 import pytest
 import yaml
 
+from gpustack_operator.domain.multikueue import secret_name
 from gpustack_operator.domain.profiles import local_queue_name
+from gpustack_operator.domain.quantities import parse_quantity, sum_quantities
 from gpustack_sim.cluster.multikueue import MultiKueueFleet
 from gpustack_sim.standins.multikueue import kubeconfig_problem
 from tests.multikueue_dispatch import (
@@ -27,7 +32,6 @@ from tests.multikueue_dispatch import (
     member_view,
     running_problems,
 )
-from tests.multikueue_objects import manager_objects, secret_name
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(240)]
 
@@ -44,7 +48,7 @@ def _nodes(path: Path) -> list[dict[str, Any]]:
 @pytest.fixture
 async def fleet() -> AsyncIterator[MultiKueueFleet]:
     members = {name: _nodes(path) for name, path in MEMBERS.items()}
-    async with MultiKueueFleet(members, [NAMESPACE], manager_objects, run_seconds=1.0) as running:
+    async with MultiKueueFleet(members, [NAMESPACE], run_seconds=1.0) as running:
         yield running
 
 
@@ -147,6 +151,41 @@ async def test_the_manager_connects_to_every_member(fleet: MultiKueueFleet) -> N
         c["metadata"]["name"] for c in fleet.manager.store.list(KUEUE_API, "AdmissionCheck")
     )
     await _until(lambda: active("AdmissionCheck") == checks, "checks Active")
+
+
+async def test_the_manager_holds_one_queue_per_distinct_pool_with_the_summed_quota(
+    fleet: MultiKueueFleet,
+) -> None:
+    store = fleet.manager.store
+    holders: dict[str, list[str]] = {}
+    quotas: dict[str, list[tuple[str, object]]] = {}
+    for member in MEMBERS:
+        for pool in fleet.pools(member):
+            holders.setdefault(pool["name"], []).append(member)
+            quotas.setdefault(pool["name"], []).extend(pool["nominalQuota"].items())
+    assert sorted(holders[_pool(fleet, "nvidia.com/gpu")]) == ["east"]
+    assert sorted(holders[_pool(fleet, None)]) == ["east", "west"]
+    queues = {q["metadata"]["name"]: q for q in store.list(KUEUE_API, "ClusterQueue")}
+    assert sorted(queues) == sorted(holders)
+    for name, queue in queues.items():
+        (group,) = queue["spec"]["resourceGroups"]
+        (flavor,) = group["flavors"]
+        quota = {r["name"]: parse_quantity(r["nominalQuota"]) for r in flavor["resources"]}
+        summed = {r: parse_quantity(q) for r, q in sum_quantities(quotas[name]).items()}
+        assert quota == summed, name
+        (check,) = queue["spec"]["admissionChecksStrategy"]["admissionChecks"]
+        admission = store.get(KUEUE_API, "AdmissionCheck", check["name"]) or {}
+        config = store.get(KUEUE_API, "MultiKueueConfig", admission["spec"]["parameters"]["name"])
+        assert config is not None and config["spec"]["clusters"] == sorted(holders[name]), name
+    # The CPU pool both members serve: the manager's quota is the two members' together.
+    cpu = _pool(fleet, None)
+    one = {p["name"]: p for p in fleet.pools("east")}[cpu]["nominalQuota"]["cpu"]
+    (resources,) = [
+        f["resources"] for g in queues[cpu]["spec"]["resourceGroups"] for f in g["flavors"]
+    ]
+    manager_cpu = next(r["nominalQuota"] for r in resources if r["name"] == "cpu")
+    summed_cpu, one_cpu = parse_quantity(manager_cpu), parse_quantity(one)
+    assert summed_cpu is not None and one_cpu is not None and summed_cpu > one_cpu
 
 
 def _pool(fleet: MultiKueueFleet, resource: str | None) -> str:

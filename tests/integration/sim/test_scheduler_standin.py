@@ -83,7 +83,7 @@ async def test_job_pods_are_named_and_labelled_as_the_job_controller_does(
 
 async def test_a_job_another_controller_manages_gets_no_pods(sim: SimServer) -> None:
     """``spec.managedBy`` other than the Job controller's (MultiKueue's on a manager): the Job
-    controller, and so the stand-in, leaves it alone (docs/multikueue-dispatch.md)."""
+    controller, and so the stand-in, leaves it alone (docs/multikueue.md, "Dispatch")."""
     async with SchedulerStandIn(sim):
         managed = _job("dispatched", indexed=False)
         managed["spec"]["managedBy"] = "kueue.x-k8s.io/multikueue"
