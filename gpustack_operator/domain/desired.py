@@ -179,7 +179,11 @@ def desired_state(
     all_nodes = merged
     merged = [n for n in merged if name_of(n) not in claimed]
     flavors = desired_resource_flavors(
-        merged, manufacturers, kueue_version, tolerations=policy.flavor_tolerations
+        merged,
+        manufacturers,
+        kueue_version,
+        tolerations=policy.flavor_tolerations,
+        topology_on=not tenant.is_tenant and policy.topology.enabled,
     )
     if tenant.is_tenant:
         members = flavor_nodes(merged, manufacturers)
