@@ -69,7 +69,7 @@ from gpustack_operator.domain.queues import (
     quota_below_usage,
     without_flavors,
 )
-from gpustack_operator.domain.teams import PoolSplit, Teams, pool_of, split_pool
+from gpustack_operator.domain.teams import PoolSplit, Teams, divides, pool_of, split_pool
 from gpustack_operator.domain.tenancy import tenant_cluster_queue
 from gpustack_operator.domain.transition import (
     held_by,
@@ -183,6 +183,7 @@ def desired_pool_queue(
         quota_resources=policy.quota_resources,
         availability=availability,
         host_counting=policy.host_counting,
+        divided=divides(caches.teams_for(policy)),
     )
     if want is not None and caches.tenant is not None:
         # docs/tenants.md, "Quota a tenant may count on"

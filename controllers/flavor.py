@@ -65,6 +65,7 @@ class FlavorReconciler:
             self.caches.kueue.version,
             profiles_of=self.caches.facts.profiles,
             tolerations=self.policy.flavor_tolerations,
+            topology_on=self.caches.facts.topology is not None,
         )
         tenant = self.caches.tenant
         if want is not None and tenant is not None:  # docs/tenants.md, "Flavors"

@@ -127,6 +127,10 @@ class Observed:
     withheld_for: Severity | None = None
     """The severity of what withheld the node (a rejoining node keeps it: a pool back from
     planned maintenance stays held, not emptied, until its nodes count again)."""
+    withheld_by: str = ""
+    """The code of the signal that withheld the node, kept through its join window (a node
+    back from a cordon is still away for maintenance: docs/node-lifecycle.md, "Team quotas
+    through maintenance")."""
 
 
 @dataclass(frozen=True)
@@ -147,10 +151,21 @@ class NodeAvailability:
     """The signal's start is unknown, so its timer was taken as run out."""
     devices: DeviceBasis = DeviceBasis.ALLOCATABLE
     signals: tuple[Signal, ...] = ()
+    rejoining_from: str = ""
+    """In the join window: the code of the signal that withheld the node."""
 
     @property
     def withheld(self) -> bool:
         return not self.counted
+
+    @property
+    def away_for_maintenance(self) -> bool:
+        """Withheld for maintenance someone planned: a driver upgrade or MIG change (with
+        their tails and join windows) or a cordon (with its join window). Team quotas hold
+        through it (docs/node-lifecycle.md, "Team quotas through maintenance")."""
+        if self.counted:
+            return False
+        return self.severity is Severity.PLANNED or CORDONED in (self.reason, self.rejoining_from)
 
     def as_dict(self) -> dict[str, Any]:
         """The shape ``plan --explain`` and ``queues`` print."""
@@ -256,7 +271,7 @@ def node_signals(node: object) -> tuple[Signal, ...]:
     if mig in MIG_IN_PROGRESS:
         signals.append(Signal("mig-change", Severity.PLANNED, f"{MIG_STATE_LABEL}={mig}"))
     if is_unschedulable(node):
-        signals.append(Signal("cordoned", Severity.SOFT, "spec.unschedulable is true"))
+        signals.append(Signal(CORDONED, Severity.SOFT, "spec.unschedulable is true"))
     # A Node without a Ready condition (a hand-written manifest) is not judged on it.
     ready = ready_condition(node)
     if ready is not None:
@@ -321,6 +336,7 @@ def availability_inputs(node: object) -> tuple[Any, ...]:
 
 
 DEVICES_SHORT: Final = "devices-short"
+CORDONED: Final = "cordoned"
 
 
 def _started(signal: Signal, observed: Observed | None) -> float | None:
@@ -473,6 +489,7 @@ def _usable(
                 since=since,
                 until=since + timers.join_window,
                 signals=signals,
+                rejoining_from=observed.withheld_by,
             )
     if short:
         known = observed.first_seen.get(DEVICES_SHORT) if observed is not None else None
@@ -551,6 +568,7 @@ def _remember(
         withheld=withheld,
         usable_since=usable_since,
         withheld_for=previous.withheld_for if previous is not None and withheld else None,
+        withheld_by=previous.withheld_by if previous is not None and withheld else "",
     )
 
 
@@ -563,4 +581,5 @@ def after_verdict(observed: Observed, verdict: NodeAvailability) -> Observed:
     severity = verdict.severity or observed.withheld_for
     if observed.withheld and severity == observed.withheld_for:
         return observed
-    return Observed(observed.first_seen, True, observed.usable_since, severity)
+    code = verdict.rejoining_from if verdict.reason == "joining" else verdict.reason
+    return Observed(observed.first_seen, True, observed.usable_since, severity, code)

@@ -38,6 +38,7 @@ from gpustack_operator.domain.teams import (
     check_teams,
     cohort_resource_groups,
     desired_local_queues_with_teams,
+    divides,
     is_team_queue,
     split_queues,
     with_cohort_quota,
@@ -179,7 +180,11 @@ def desired_state(
     all_nodes = merged
     merged = [n for n in merged if name_of(n) not in claimed]
     flavors = desired_resource_flavors(
-        merged, manufacturers, kueue_version, tolerations=policy.flavor_tolerations
+        merged,
+        manufacturers,
+        kueue_version,
+        tolerations=policy.flavor_tolerations,
+        topology_on=not tenant.is_tenant and policy.topology.enabled,
     )
     if tenant.is_tenant:
         members = flavor_nodes(merged, manufacturers)
@@ -205,6 +210,7 @@ def desired_state(
         quota_resources=policy.quota_resources,
         host_counting=policy.host_counting,
         availability=availability,
+        divided=divides(policy.teams),
     )
     if tenant.is_tenant:
         queues = {n: tenant_cluster_queue(q, tenant.quota_caps) for n, q in queues.items()}

@@ -30,6 +30,7 @@ from gpustack_operator.domain.labels import (
     SUFFIX_RAM,
     SUFFIX_STORAGE,
     TOPOLOGY_LABEL,
+    TOPOLOGY_NONE,
     accelerated_key,
     general_key,
     note,
@@ -294,12 +295,27 @@ def flavor_tolerations(
     )
 
 
-def resource_flavor(profile: Profile, tolerations: tuple[Toleration, ...] = ()) -> ResourceFlavor:
+def selects_plain_nodes(nodes: Iterable[object], topology_on: bool) -> bool:
+    """Whether a plain (non-TAS) flavor of *nodes* selects ``feature.gpustack.ai/topology=
+    none``: while TAS is on, once every one of its nodes carries it, so the selector never
+    names a label its nodes do not have yet (docs/topology.md, "Plain nodes")."""
+    if not topology_on:
+        return False
+    members = list(nodes)
+    return bool(members) and all(label_of(n, TOPOLOGY_LABEL) == TOPOLOGY_NONE for n in members)
+
+
+def resource_flavor(
+    profile: Profile, tolerations: tuple[Toleration, ...] = (), plain_nodes: bool = False
+) -> ResourceFlavor:
     """The ResourceFlavor of one profile (docs/worker.md) with *tolerations*
-    (:func:`flavor_tolerations` of its nodes)."""
+    (:func:`flavor_tolerations` of its nodes); a plain profile's flavor also selects
+    ``feature.gpustack.ai/topology=none`` with *plain_nodes* (:func:`selects_plain_nodes`)."""
     node_labels = {MANAGED_LABEL: "true", profile.queue_label: profile.queue_spec}
     if profile.pin_general:
         node_labels[general_key(profile.gkey)] = "true"
+    if plain_nodes and not profile.group:  # docs/topology.md, "Plain nodes"
+        node_labels[TOPOLOGY_LABEL] = TOPOLOGY_NONE
     if profile.group:  # docs/topology.md, "Flavors": exactly the group's nodes
         node_labels[profile.flavor_label] = profile.flavor_spec
         node_labels[TOPOLOGY_LABEL] = profile.group
@@ -331,11 +347,13 @@ def desired_resource_flavors(
     manufacturers: Mapping[str, Manufacturer],
     version: KueueVersion = KueueVersion.V1BETA2,
     tolerations: TolerationPolicy = None,
+    topology_on: bool = False,
 ) -> dict[str, dict[str, Any]]:
     """Every ResourceFlavor the managed *nodes* call for, by name (sorted).
 
     Two nodes with the same flavor name describe the same hardware; the first by node name
-    provides the notes; the tolerations come from all of them.
+    provides the notes; the tolerations come from all of them. *topology_on*: TAS is on
+    (:func:`selects_plain_nodes`).
     """
     firsts: dict[str, Profile] = {}
     members: dict[str, list[object]] = {}
@@ -345,7 +363,9 @@ def desired_resource_flavors(
             members.setdefault(profile.flavor, []).append(node)
     return {
         name: resource_flavor(
-            firsts[name], flavor_tolerations(members[name], tolerations)
+            firsts[name],
+            flavor_tolerations(members[name], tolerations),
+            selects_plain_nodes(members[name], topology_on),
         ).manifest(version)
         for name in sorted(firsts)
     }
@@ -400,6 +420,7 @@ def desired_resource_flavor(
     version: KueueVersion = KueueVersion.V1BETA2,
     profiles_of: ProfilesOf | None = None,
     tolerations: TolerationPolicy = None,
+    topology_on: bool = False,
 ) -> dict[str, Any] | None:
     """``desired_resource_flavors(nodes, ...).get(name)``: the notes from one representative
     node, the tolerations from every node of the flavor (pass the flavor's nodes, an index,
@@ -413,7 +434,11 @@ def desired_resource_flavor(
         return profiles_of(node) if profiles_of is not None else node_profiles(node, manufacturers)
 
     members = [n for n in nodes if is_managed(n) and any(p.flavor == name for p in profiles(n))]
-    return resource_flavor(profile, flavor_tolerations(members, tolerations)).manifest(version)
+    return resource_flavor(
+        profile,
+        flavor_tolerations(members, tolerations),
+        selects_plain_nodes(members, topology_on),
+    ).manifest(version)
 
 
 def flavor_nodes(

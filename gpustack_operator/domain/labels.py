@@ -26,6 +26,10 @@ labels the Node lost (docs/worker.md, "Label repair")."""
 ACCELERATABLE_LABEL: Final = "feature.gpustack.ai/acceleratable"
 TOPOLOGY_LABEL: Final = "feature.gpustack.ai/topology"
 """The node's TAS group: its level set and tolerated taints, digested (docs/topology.md)."""
+TOPOLOGY_NONE: Final = "none"
+"""``feature.gpustack.ai/topology`` of a managed node TAS does not schedule while TAS is on:
+plain flavors select it, so their Pods never land on TAS nodes of the same profile
+(docs/topology.md, "Plain nodes")."""
 NFD_CPU_VENDOR_LABEL: Final = "feature.node.kubernetes.io/cpu-model.vendor_id"
 NFD_CPU_FAMILY_LABEL: Final = "feature.node.kubernetes.io/cpu-model.family"
 NFD_CPU_ID_LABEL: Final = "feature.node.kubernetes.io/cpu-model.id"

@@ -120,6 +120,11 @@ def host_split(cpu: Fraction, memory: Fraction, pools: int) -> tuple[int, int]:
 HOST_RESOURCES: Final = ("cpu", "memory", "ephemeral-storage")
 OMITTED_FLAVORS_NOTE: Final = note("omittedFlavors")
 HOLD_NOTE: Final = note("hold")
+TEAM_HOLD_NOTE: Final = note("team-hold")
+"""Why a pool divided among teams counts nodes away for maintenance (docs/node-lifecycle.md,
+"Team quotas through maintenance")."""
+DividedAmongTeams = Callable[[Mapping[str, Any]], bool]
+"""Whether teams divide a pool's ClusterQueue (docs/teams.md)."""
 """Why the worker holds a ClusterQueue (``spec.stopPolicy: Hold``); docs/node-lifecycle.md."""
 HOLD: Final = "Hold"
 AvailabilityOf = Callable[[object], NodeAvailability]
@@ -458,6 +463,7 @@ def desired_cluster_queue(
     quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES,
     availability: AvailabilityOf | None = None,
     host_counting: HostCounting = DEFAULT_HOST_COUNTING,
+    divided: DividedAmongTeams | None = None,
 ) -> dict[str, Any] | None:
     """The ClusterQueue *name* for the ResourceFlavors targeting it (docs/worker.md).
 
@@ -470,7 +476,8 @@ def desired_cluster_queue(
     device queue covers (docs/devices.md, "Quota resources"). *availability* gives each
     node's verdict (docs/node-lifecycle.md): withheld nodes add no quota, and a queue whose
     every node is away for a planned reason keeps its quota and is held; None counts every
-    node.
+    node. *divided* says whether teams divide the queue: then nodes away for maintenance
+    still count (docs/node-lifecycle.md, "Team quotas through maintenance").
     """
     matching = queue_flavors(name, flavors)
     # A TAS queue's name may be shortened with a hash (docs/naming.md, "Derived names"):
@@ -506,6 +513,55 @@ def desired_cluster_queue(
         hold = pool_hold(list(views.values()))
         if hold:
             views = {n: NodeAvailability(n, True, devices=DeviceBasis.INSTALLED) for n in views}
+
+    def build(views: dict[str, NodeAvailability] | None, team_hold: str) -> dict[str, Any]:
+        return _pool_queue(
+            name,
+            matching,
+            index,
+            profile,
+            resources,
+            credits_source,
+            borrowing_limit,
+            cohort,
+            cohort_uid,
+            version,
+            views,
+            pools_of,
+            hold,
+            team_hold,
+        )
+
+    queue = build(views, "")
+    if views is None or hold or divided is None:
+        return queue
+    away = sorted({v.reason for v in views.values() if v.away_for_maintenance})
+    if not away or not divided(queue):
+        return queue
+    # docs/node-lifecycle.md, "Team quotas through maintenance": the teams keep their quota.
+    kept = {
+        n: NodeAvailability(n, True, devices=DeviceBasis.INSTALLED) if v.away_for_maintenance else v
+        for n, v in views.items()
+    }
+    return build(kept, f"team quotas kept through maintenance ({', '.join(away)})")
+
+
+def _pool_queue(
+    name: str,
+    matching: list[Any],
+    index: Mapping[str, list[object]],
+    profile: NodeProfile,
+    resources: tuple[str, ...],
+    credits_source: str | None,
+    borrowing_limit: str | None,
+    cohort: str,
+    cohort_uid: str,
+    version: KueueVersion,
+    views: dict[str, NodeAvailability] | None,
+    pools_of: Callable[[object], int] | None,
+    hold: str,
+    team_hold: str,
+) -> dict[str, Any]:
     quotas = [
         q
         for f in matching
@@ -532,6 +588,8 @@ def desired_cluster_queue(
     annotations.update(_notes(profile, first_nodes[0] if first_nodes else None))
     if hold:
         annotations[HOLD_NOTE] = hold
+    if team_hold:
+        annotations[TEAM_HOLD_NOTE] = team_hold
     owners: tuple[OwnerReference, ...] = ()
     if cohort_uid:
         owners = (
@@ -668,6 +726,7 @@ def desired_cluster_queues(
     quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES,
     availability: AvailabilityOf | None = None,
     host_counting: HostCounting = DEFAULT_HOST_COUNTING,
+    divided: DividedAmongTeams | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Every ClusterQueue the *flavors* target, by name (sorted)."""
     node_list = list(nodes)
@@ -691,6 +750,7 @@ def desired_cluster_queues(
             quota_resources=quota_resources,
             availability=availability,
             host_counting=host_counting,
+            divided=divided,
         )
         if queue is not None:
             result[name] = queue

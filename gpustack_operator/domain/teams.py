@@ -14,7 +14,7 @@ ones, so they cannot disagree.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final
@@ -610,6 +610,20 @@ class PoolFacts:
             model=labels.get(DEVICE_MODEL_LABEL, ""),
             manufacturer=labels.get(MANUFACTURER_LABEL, ""),
         )
+
+
+def divides(teams: Teams | None) -> Callable[[Mapping[str, Any]], bool] | None:
+    """Whether *teams* divide a pool's ClusterQueue (``None`` without teams): such a pool
+    counts nodes away for maintenance (docs/node-lifecycle.md, "Team quotas through
+    maintenance")."""
+    if teams is None or not teams.teams:
+        return None
+    declared = teams
+
+    def divided(pool_queue: Mapping[str, Any]) -> bool:
+        return any(f > 0 for _, f in declared.shares_of(PoolFacts.of(pool_queue)))
+
+    return divided
 
 
 def team_queue_name(pool: str, team: str) -> str:

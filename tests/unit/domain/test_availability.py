@@ -131,6 +131,24 @@ def test_a_cordon_counts_for_the_soft_grace_then_rejoins_after_the_join_window()
     assert clock.look(node(), NOW + 251).counted
 
 
+def test_a_cordon_is_maintenance_through_its_join_window_and_not_ready_is_not() -> None:
+    """docs/node-lifecycle.md, "Team quotas through maintenance": a node back from a cordon
+    is still away for maintenance while it rejoins; one back from NotReady is not."""
+    clock = Clocked()
+    clock.look(node(), NOW)
+    clock.look(cordoned(), NOW + 10)
+    assert clock.look(cordoned(), NOW + 111).away_for_maintenance
+    joining = clock.look(node(), NOW + 200)
+    assert joining.reason == "joining" and joining.away_for_maintenance
+    assert not clock.look(node(), NOW + 251).away_for_maintenance
+    failing = Clocked()
+    failing.look(node(), NOW)
+    assert not failing.look(not_ready("False", 0), NOW + 500).counted
+    assert not failing.look(not_ready("False", 0), NOW + 500).away_for_maintenance
+    back = failing.look(node(), NOW + 600)
+    assert back.reason == "joining" and not back.away_for_maintenance
+
+
 def test_not_ready_is_timed_from_the_conditions_transition() -> None:
     assert node_availability(not_ready("False", 99), T, NOW).counted
     late = node_availability(not_ready("False", 101), T, NOW)

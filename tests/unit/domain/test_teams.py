@@ -202,6 +202,67 @@ def test_a_joining_node_changes_each_share_in_proportion() -> None:
     assert gpus(_state(_with_h100_node(4))) == {"research": 20, "serving": 12, "cohort": 8}
 
 
+def _h100_gpus(state: DesiredState) -> dict[str, int]:
+    queues = _by_name(state.cluster_queues)
+    out = {}
+    for team in ("research", "serving"):
+        quotas = _quotas(queues[team_queue_name(H100_POOL, team)]["spec"]["resourceGroups"])
+        out[team] = int(sum(v for (_, r), v in quotas.items() if r == "nvidia.com/gpu"))
+    rest = _quotas(_by_name(state.cohorts)[H100_POOL]["spec"]["resourceGroups"])
+    out["cohort"] = int(sum(v for (_, r), v in rest.items() if r == "nvidia.com/gpu"))
+    return out
+
+
+def _second_h100(change: str) -> list[Any]:
+    nodes = _with_h100_node(1)
+    node = nodes[-1]
+    labels = node["metadata"].setdefault("labels", {})
+    if change == "driver-upgrade":
+        labels["nvidia.com/gpu-driver-upgrade-state"] = "cordon-required"
+    elif change == "mig-change":
+        labels["nvidia.com/mig.config.state"] = "pending"
+    elif change == "cordon":
+        node.setdefault("spec", {})["unschedulable"] = True
+    elif change == "not-ready":
+        node.setdefault("status", {})["conditions"] = [
+            {"type": "Ready", "status": "False", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+        ]
+    elif change == "out-of-service":
+        node.setdefault("spec", {})["taints"] = [
+            {"key": "node.kubernetes.io/out-of-service", "effect": "NoExecute"}
+        ]
+    return nodes
+
+
+@pytest.mark.parametrize("change", ["driver-upgrade", "mig-change", "cordon"])
+def test_team_quotas_hold_through_planned_maintenance(change: str) -> None:
+    """docs/node-lifecycle.md, "Team quotas through maintenance": one of two H100 nodes
+    away for maintenance leaves every team its quota, so none is above it and a target of
+    its siblings' reclaim; the team queues say why."""
+    state = _state(_second_h100(change))
+    assert _h100_gpus(state) == {"research": 8, "serving": 4, "cohort": 4}
+    queues = _by_name(state.cluster_queues)
+    note = queues[team_queue_name(H100_POOL, "research")]["metadata"]["annotations"]
+    assert "team quotas kept through maintenance" in note["note.gpustack.ai/team-hold"]
+    assert "stopPolicy" not in queues[team_queue_name(H100_POOL, "research")]["spec"]
+
+
+@pytest.mark.parametrize("change", ["not-ready", "out-of-service"])
+def test_a_failing_node_still_lowers_team_quotas(change: str) -> None:
+    """Only maintenance holds: a node that fails or leaves lowers every share as before."""
+    state = _state(_second_h100(change))
+    assert _h100_gpus(state) == {"research": 4, "serving": 2, "cohort": 2}
+    queue = _by_name(state.cluster_queues)[team_queue_name(H100_POOL, "research")]
+    assert "note.gpustack.ai/team-hold" not in queue["metadata"]["annotations"]
+
+
+def test_a_pool_without_teams_still_withholds_a_node_in_maintenance() -> None:
+    """Without teams nothing changes: the node's devices leave the pool's quota."""
+    state = plan_state(copy.deepcopy(_second_h100("driver-upgrade")), NAMESPACES, POLICY)
+    quotas = _quotas(_by_name(state.cluster_queues)[H100_POOL]["spec"]["resourceGroups"])
+    assert sum(v for (_, r), v in quotas.items() if r == "nvidia.com/gpu") == 8
+
+
 _SELECTOR = (
     "teams:\n- {{name: a, namespaceSelector: {}, "
     "shares: [{{pools: {{manufacturer: nvidia}}, share: 10%}}]}}\n"

@@ -22,8 +22,12 @@ from gpustack_operator.commands.plan import read_cluster_file
 from gpustack_operator.commands.policy_flags import topology_policy
 from gpustack_operator.commands.queues import pool_rows, queue_levels, render_table
 from gpustack_operator.domain.desired import DesiredState, desired_state
-from gpustack_operator.domain.flavors import flavor_nodes
-from gpustack_operator.domain.labels import TOPOLOGY_LABEL
+from gpustack_operator.domain.flavors import (
+    desired_resource_flavors,
+    flavor_nodes,
+    selects_plain_nodes,
+)
+from gpustack_operator.domain.labels import TOPOLOGY_LABEL, TOPOLOGY_NONE
 from gpustack_operator.domain.manufacturers import default_manufacturers
 from gpustack_operator.domain.nodeview import labels_of, name_of
 from gpustack_operator.domain.policy import ChainPolicy
@@ -181,6 +185,49 @@ def test_nodes_without_levels_keep_the_pools_of_a_chain_without_tas() -> None:
         q["metadata"]["name"] for q in off.cluster_queues
     }
     assert len(plain_queues) == 2
+
+
+def _selects(flavor: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
+    labels = labels_of(node)
+    return all(labels.get(k) == v for k, v in flavor["spec"]["nodeLabels"].items())
+
+
+def test_plain_flavors_select_only_the_plain_nodes_of_their_profile() -> None:
+    """docs/topology.md, "Plain nodes": in the mixed dump TAS and plain nodes share one
+    profile; the plain nodes carry ``feature.gpustack.ai/topology=none`` and the plain
+    flavors select it, so no plain flavor's ``nodeLabels`` match a TAS node."""
+    on = _state("topology-mixed.yaml")
+    plain = [f for f in on.resource_flavors if "topologyName" not in f["spec"]]
+    assert plain
+    for flavor in plain:
+        assert flavor["spec"]["nodeLabels"][TOPOLOGY_LABEL] == TOPOLOGY_NONE
+        selected = sorted(name_of(n) for n in on.nodes if _selects(flavor, n))
+        assert selected == ["gke-mix-5", "gke-mix-6"], flavor["metadata"]["name"]
+    tas_nodes = [n for n in on.nodes if labels_of(n).get(TOPOLOGY_LABEL) != TOPOLOGY_NONE]
+    assert len(tas_nodes) == 4
+    # Off, no node carries it and no flavor selects it.
+    off = _state(
+        "topology-mixed.yaml",
+        ChainPolicy(manufacturers=MFRS, topology=TopologyPolicy(enabled=False)),
+    )
+    assert not any(TOPOLOGY_LABEL in labels_of(n) for n in off.nodes)
+
+
+def test_a_plain_flavor_selects_the_label_only_once_all_its_nodes_carry_it() -> None:
+    """The upgrade order (docs/topology.md, "Plain nodes"): a flavor whose nodes do not all
+    carry the label yet is written without the selector, so no Pod is given a selector its
+    nodes lack; a flavor of TAS nodes never selects ``none``."""
+    on = _state("topology-mixed.yaml")
+    nodes = [copy.deepcopy(dict(n)) for n in on.nodes]
+    next(n for n in nodes if name_of(n) == "gke-mix-6")["metadata"]["labels"].pop(TOPOLOGY_LABEL)
+    flavors = desired_resource_flavors(nodes, MFRS, topology_on=True)
+    plain = [f for f in flavors.values() if "topologyName" not in f["spec"]]
+    assert plain
+    assert all(TOPOLOGY_LABEL not in f["spec"]["nodeLabels"] for f in plain)
+    tas = [f for f in flavors.values() if "topologyName" in f["spec"]]
+    assert tas
+    assert all(f["spec"]["nodeLabels"][TOPOLOGY_LABEL] != TOPOLOGY_NONE for f in tas)
+    assert not selects_plain_nodes([], topology_on=True)
 
 
 def _taint(node: Mapping[str, Any], key: str) -> dict[str, Any]:
