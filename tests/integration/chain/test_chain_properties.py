@@ -259,10 +259,10 @@ class ChainMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.good_teams is not None)
     @rule(bad=st.sampled_from(sorted(BAD_TEAMS)))
     def refuse_teams(self, bad: str) -> None:
-        before = self._refusals()
+        before = self._refused_count()
         self._put_teams(BAD_TEAMS[bad])
         self.refused += 1
-        self.portal.call(self._wait_for, lambda: len(self._refusals()) > len(before))
+        self.portal.call(self._wait_for, lambda: self._refused_count() > before)
         self.converge()  # the last good declaration's chain, unchanged
         status = statuses_of(
             self.cluster.sim.store.get("v1", "ConfigMap", STATUS_CONFIGMAP, SYSTEM)
@@ -285,6 +285,15 @@ class ChainMachine(RuleBasedStateMachine):
             for e in self.cluster.sim.store.list("v1", "Event", SYSTEM)
             if e.get("reason") == "TeamsDeclarationRefused" and e.get("type") == "Warning"
         ]
+
+    def _refused_count(self) -> int:
+        """Refusals recorded so far: a refusal with the message of an earlier one bumps that
+        Event's ``count`` instead of making a new Event."""
+        return sum(
+            int(e.get("count") or 1)
+            for e in self.cluster.sim.store.list("v1", "Event", SYSTEM)
+            if e.get("reason") == "TeamsDeclarationRefused" and e.get("type") == "Warning"
+        )
 
     async def _wait_for(self, seen: Callable[[], bool]) -> None:
         from tests.integration.worker.support import eventually
@@ -357,3 +366,20 @@ ChainMachine.TestCase.settings = settings(
 @pytest.mark.timeout(1200)
 def test_the_chain_keeps_its_invariants_through_random_changes() -> None:
     ChainMachine.TestCase().runTest()
+
+
+def test_a_refusal_repeated_after_a_good_declaration_is_recorded_again() -> None:
+    """Found by the machine: the same bad text refused again after a good one in between
+    makes no new Event (the recorder bumps the first one's ``count``); the refusal is still
+    recorded, and the last good declaration stays in force."""
+    machine = ChainMachine()
+    try:
+        machine.declare_teams(50)
+        machine.refuse_teams("over-100")
+        machine.declare_teams(50)
+        machine.refuse_teams("over-100")
+        machine.quota_never_above_the_devices()
+        machine.every_queue_is_reached()
+        machine.every_flavor_is_in_a_queue()
+    finally:
+        machine.teardown()
