@@ -110,6 +110,14 @@ class AvailabilityTracker:
         """The verdict of node *name* at its last look (None: not looked at yet)."""
         return self._verdicts.get(name)
 
+    def verdicts(self) -> list[tuple[str, NodeAvailability]]:
+        """(uid, verdict) of every node at its last look, as the worker publishes them for
+        ``queues`` (``domain/workerverdicts.py``)."""
+        return [
+            (self._memory[name][0] if name in self._memory else "", verdict)
+            for name, verdict in sorted(self._verdicts.items())
+        ]
+
     def seen(self, name: str) -> frozenset[str]:
         """The signal codes node *name* showed at its last look."""
         known = self._memory.get(name)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Final
+from typing import Any, Final
 
 import anyio
 import structlog
@@ -73,6 +73,7 @@ from gpustack_operator.domain.labels import MANAGED_BY_VALUE
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.tenancy import TenantSettings
 from gpustack_operator.domain.workertimers import TIMERS_CONFIGMAP, timers_configmap
+from gpustack_operator.domain.workerverdicts import VERDICTS_CONFIGMAP, verdicts_configmap
 from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.runtime.backoff import BackoffPolicy
 from gpustack_operator.runtime.client import ApiError, Client
@@ -119,6 +120,9 @@ class WorkerTiming:
     pool_discovery_interval: float = 30.0
     """Seconds between looks for pool kinds not served yet (a NodePool CRD installed
     later, docs/autoscaling.md "In the worker")."""
+    verdicts_interval: float = 5.0
+    """Seconds between looks for changed per-node verdicts to publish for ``queues``
+    (docs/node-lifecycle.md, "Seeing why")."""
     reserved_requeue: float = 15.0
     """Seconds before re-checking a flavorless ClusterQueue that still has reservations."""
     waiting_requeue: float = 1.0
@@ -487,6 +491,34 @@ async def publish_timers(writer: Writer, policy: ChainPolicy) -> None:
         )
 
 
+async def publish_verdicts(
+    writer: Writer, tracker: AvailabilityTracker, namespace: str, interval: float
+) -> None:
+    """Apply the ConfigMap of the per-node verdicts whenever they change, looking every
+    *interval* seconds, so ``queues`` shows what the worker's memory knows
+    (docs/node-lifecycle.md, "Seeing why"). A refusal is logged and tried again."""
+    last: dict[str, Any] | None = None
+
+    async def publish() -> bool:
+        nonlocal last
+        want = verdicts_configmap(tracker.verdicts(), namespace)
+        if want == last:
+            return False
+        try:
+            await writer.apply(CONFIGMAPS, want, existed=last is not None)
+        except Exception as exc:  # a Role without configmaps create/patch, transport errors
+            log.warning(
+                "could not publish the node verdicts; queues judges nodes without them",
+                configmap=VERDICTS_CONFIGMAP,
+                error=str(exc),
+            )
+            return False
+        last = want
+        return False  # never done: publish for as long as the worker leads
+
+    await poll_until(publish, interval)
+
+
 def setup_worker(manager: Manager, config: WorkerConfig) -> Worker:
     """Register the worker's seven reconcilers and Kueue discovery on *manager*.
 
@@ -522,6 +554,15 @@ def setup_worker(manager: Manager, config: WorkerConfig) -> Worker:
     manager.add_runnable(worker.discover_kueue, name="kueue discovery", needs_leader=False)
     manager.add_runnable(
         lambda: publish_timers(worker.writer, config.policy), name="lifecycle timers"
+    )
+    manager.add_runnable(
+        lambda: publish_verdicts(
+            worker.writer,
+            worker.availability,
+            config.policy.system_namespace,
+            config.timing.verdicts_interval,
+        ),
+        name="node verdicts",
     )
     return worker
 

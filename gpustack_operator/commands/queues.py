@@ -20,7 +20,7 @@ import asyncio
 import json
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 from fractions import Fraction
 from typing import Any
@@ -44,7 +44,7 @@ from gpustack_operator.domain.declarationstatus import (
     DeclarationStatus,
     statuses_of,
 )
-from gpustack_operator.domain.nodeview import annotations_of, labels_of, name_of
+from gpustack_operator.domain.nodeview import annotations_of, labels_of, name_of, uid_of
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.poolchain import unbounded_resources
 from gpustack_operator.domain.poolinfo import unit_text
@@ -53,6 +53,11 @@ from gpustack_operator.domain.queues import is_owned, withheld_by_queue
 from gpustack_operator.domain.teams import SHARE_ANNOTATION, TEAM_LABEL
 from gpustack_operator.domain.topology import topology_levels
 from gpustack_operator.domain.workertimers import TIMERS_CONFIGMAP, timers_from_configmap
+from gpustack_operator.domain.workerverdicts import (
+    VERDICTS_CONFIGMAP,
+    in_force,
+    verdicts_from_configmap,
+)
 from gpustack_operator.gateway.pools import pool_entry
 from gpustack_operator.kr8sobjects import list_objects, served_versions
 from gpustack_operator.kubeconfig import KubeconfigError, close_kr8s, connect_kr8s
@@ -215,8 +220,13 @@ def _levels_text(row: Mapping[str, Any]) -> str:
     return " | ".join(",".join(s) for s in row.get("levels") or []) or "-"
 
 
-def render_nodes(rows: list[dict[str, Any]], withheld: Mapping[str, list[NodeAvailability]]) -> str:
-    """Lines under the table: held pools and the nodes a pool does not count, and why."""
+def render_nodes(
+    rows: list[dict[str, Any]],
+    withheld: Mapping[str, list[NodeAvailability]],
+    by_worker: Collection[str] = (),
+) -> str:
+    """Lines under the table: held pools and the nodes a pool does not count, and why;
+    the verdicts the worker published (*by_worker*) say so."""
     lines = []
     for row in rows:
         if row["stopPolicy"] in ("Hold", "HoldAndDrain"):
@@ -224,7 +234,9 @@ def render_nodes(rows: list[dict[str, Any]], withheld: Mapping[str, list[NodeAva
         for verdict in withheld.get(row["clusterQueue"], []):
             said = explain_availability(verdict)
             if said is not None:
-                lines.append(f"{row['localQueue']}: node {verdict.node} {said[0]}: {said[1]}")
+                whose = " (the worker's verdict)" if verdict.node in by_worker else ""
+                line = f"{row['localQueue']}: node {verdict.node} {said[0]}: {said[1]}{whose}"
+                lines.append(line)
     return "".join(line + "\n" for line in lines)
 
 
@@ -269,8 +281,9 @@ async def fetch_queues(args: argparse.Namespace, policy: ChainPolicy) -> Fetched
     return fetched
 
 
-FetchResult = tuple[Fetched | str, list[Any], dict[str, Any] | None, dict[str, DeclarationStatus]]
-"""The queues (or why not), the Nodes, the worker's timers ConfigMap and its declarations."""
+FetchResult = tuple[Fetched | str, list[Any], dict[str, Any], dict[str, DeclarationStatus]]
+"""The queues (or why not), the Nodes, the worker's ConfigMaps by name (its timers, its
+per-node verdicts) and its declarations."""
 
 
 async def fetch_queues_and_nodes(
@@ -279,8 +292,8 @@ async def fetch_queues_and_nodes(
     """:func:`fetch_queues`, the cluster's Nodes (to say which a pool does not count now;
     [] if unreadable: the pools are still listed) and the worker's timers ConfigMap (None:
     absent or unreadable; docs/node-lifecycle.md, "Timers"), over one connection."""
-    fetched, nodes, timers, _ = await _fetch(args, policy, with_nodes=True)
-    return fetched, nodes, timers
+    fetched, nodes, published, _ = await _fetch(args, policy, with_nodes=True)
+    return fetched, nodes, published.get(TIMERS_CONFIGMAP)
 
 
 async def fetch_everything(args: argparse.Namespace, policy: ChainPolicy) -> FetchResult:
@@ -299,11 +312,11 @@ async def _fetch(
     try:
         api = await connect_kr8s(args.kubeconfig, args.context)
     except KubeconfigError as exc:  # one line naming the file and the fix
-        return f"cannot connect to the cluster: {exc}", [], None, {}
+        return f"cannot connect to the cluster: {exc}", [], {}, {}
     try:
         fetched = await _read_queues(api, args.namespace, policy)
         if isinstance(fetched, str) or not with_nodes:
-            return fetched, [], None, {}
+            return fetched, [], {}, {}
         try:
             nodes = await list_objects(api, NODES)
         except Exception:  # kr8s's ServerError (a role without nodes), transport errors
@@ -312,11 +325,13 @@ async def _fetch(
             found = await list_objects(api, CONFIGMAPS, policy.system_namespace)
         except Exception:  # a role without configmaps: the flags' timers stay
             found = []
-        timers = next((c for c in found if name_of(c) == TIMERS_CONFIGMAP), None)
+        published = {
+            name_of(c): c for c in found if name_of(c) in (TIMERS_CONFIGMAP, VERDICTS_CONFIGMAP)
+        }
         statuses = (
             await _read_declarations(api, policy.system_namespace) if with_declarations else {}
         )
-        return fetched, nodes, timers, statuses
+        return fetched, nodes, published, statuses
     finally:
         await close_kr8s(api)
 
@@ -408,20 +423,33 @@ def run_queues(args: argparse.Namespace) -> int:
     except ValueError as exc:
         sys.stderr.write(f"gpustack-operator queues: error: {exc}\n")
         return 2
-    fetched, nodes, timers, declarations = asyncio.run(fetch_everything(args, policy))
+    fetched, nodes, published, declarations = asyncio.run(fetch_everything(args, policy))
     if isinstance(fetched, str):
         sys.stderr.write(f"gpustack-operator queues: error: {fetched}\n")
         return 1
-    policy, note = timers_in_force(policy, timers)
+    policy, note = timers_in_force(policy, published.get(TIMERS_CONFIGMAP))
     if note:
         sys.stderr.write(f"gpustack-operator queues: warning: {note}\n")
+    verdicts, omitted = verdicts_from_configmap(published.get(VERDICTS_CONFIGMAP))
+    if omitted:
+        sys.stderr.write(
+            f"gpustack-operator queues: warning: the worker published the verdicts of some "
+            f'nodes only ({omitted} left out, docs/node-lifecycle.md "Seeing why"): those are '
+            "judged here without its memory\n"
+        )
     cluster_queues, local_queues, levels = fetched
     now = time.time()
-    withheld = withheld_by_queue(
-        nodes,
-        policy.manufacturers,
-        lambda n: node_availability(n, policy.lifecycle, now),
-    )
+    by_worker: set[str] = set()
+
+    def judge(node: object) -> NodeAvailability:
+        """The worker's verdict while it holds, else this command's own look."""
+        verdict = in_force(verdicts, name_of(node), uid_of(node), now)
+        if verdict is None:
+            return node_availability(node, policy.lifecycle, now)
+        by_worker.add(verdict.node)
+        return verdict
+
+    withheld = withheld_by_queue(nodes, policy.manufacturers, judge)
     rows = pool_rows(
         cluster_queues,
         local_queues,
@@ -429,13 +457,17 @@ def run_queues(args: argparse.Namespace) -> int:
         manufacturers=policy.manufacturers if args.manufacturer else None,
         withheld=withheld,
     )
+    for row in rows:
+        for shown in row.get("nodes") or []:
+            if shown.get("node") in by_worker:
+                shown["judgedBy"] = "worker"
     if args.output == "json":
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
     elif rows:
         sys.stdout.write(
             render_table(rows)
             + "\n"
-            + render_nodes(rows, withheld)
+            + render_nodes(rows, withheld, by_worker)
             + render_declarations(declarations)
         )
     elif args.namespace in policy.namespaces_without_queues:

@@ -38,6 +38,7 @@ import structlog
 
 from gpustack_operator.runtime import metrics
 from gpustack_operator.runtime.cache import object_key
+from gpustack_operator.runtime.churn import KeyChurn
 from gpustack_operator.runtime.client import ApiUnavailable, ServerError, TooManyRequests
 from gpustack_operator.runtime.coalesce import Coalesce, CoalescingQueue
 from gpustack_operator.runtime.fence import LeaseNotHeld
@@ -293,6 +294,7 @@ class Controller:
         drain_timeout: float = 30.0,
         recorder: EventRecorderLike | None = None,
         transient_backoff_cap: float = TRANSIENT_BACKOFF_CAP,
+        churn: KeyChurn | None = None,
     ) -> None:
         if max_concurrent_reconciles < 1:
             raise ValueError(
@@ -309,6 +311,9 @@ class Controller:
         """The longest retry delay after an answer the API server may not give again (429,
         5xx, no answer), a ``Retry-After`` aside (docs/runtime.md, "Recovery after faults")."""
         self.queue = WorkQueue(name, rate_limiter=rate_limiter)
+        self.churn = churn or KeyChurn()
+        """Keys reconciled again and again without end; the first time one churns, the
+        sources are listed again (docs/runtime.md, "Keys that never settle")."""
         self._sources: list[EventSource] = []
         self._handlers: list[tuple[EventSource, Any]] = []
         self._coalescing: dict[int, CoalescingQueue] = {}
@@ -522,6 +527,8 @@ class Controller:
         ):
             self._active.inc()
             started = time.perf_counter()
+            if self.churn.record(key):
+                self._churning(key)
             try:
                 result = await self.reconciler(Request(key))
             except TerminalError as err:
@@ -575,6 +582,21 @@ class Controller:
             finally:
                 self._active.dec()
                 self._time.observe(time.perf_counter() - started)
+
+    def _churning(self, key: str) -> None:
+        """*key* never settles: the usual cause is a cache that disagrees with the API server
+        (an object it still holds that the server deleted), so every source LISTs again."""
+        self._log.warning(
+            "a key is reconciled again and again; listing the watched kinds again",
+            churning_key=key,
+            reconciles=self.churn.limit,
+            window_seconds=self.churn.window,
+            fix="if it goes on after the new LIST, the key's reconcile undoes itself: see its log",
+        )
+        for source in self._sources:
+            relist = getattr(source, "request_relist", None)
+            if callable(relist):
+                relist()
 
     def _record_failure(self, key: str, reason: str, err: Exception) -> None:
         if self.recorder is None or self._primary is None:

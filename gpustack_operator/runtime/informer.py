@@ -19,6 +19,10 @@ event handlers synchronously on the event loop. The rules it follows (each cover
   (docs/runtime.md, "Bounds").
 - Errors back off 0.8 s -> 30 s with jitter (reset after progress); a ``Retry-After`` from
   the server is honoured when longer. ``run`` never returns on errors.
+- :meth:`Informer.request_relist` ends the watch and LISTs at ``""`` (a consistent read, not
+  the server's watch cache) at once, replacing the cache: what a controller asks for when one
+  of its keys never settles, the sign of a cache that disagrees with the API server
+  (``churn.py``; docs/runtime.md, "Keys that never settle").
 - :meth:`Informer.failing_for` says how long the informer has been unable to list or watch
   (0 while it works): from the first failed LIST or WATCH until a LIST succeeds or a watch
   delivers an event. The manager's ``/readyz`` and ``gpustack_informer_failing_seconds``
@@ -169,6 +173,8 @@ class Informer:
         self._last_rv = ""
         self._watch_events = 0
         self._failing_since: float | None = None
+        self._relist_requested = False
+        self._watch_scope: anyio.CancelScope | None = None
         # Observability (and proof in tests): how many LISTs and WATCHes this informer made.
         self.list_count = 0
         self.watch_count = 0
@@ -205,6 +211,14 @@ class Informer:
         if self._failing_since is None:
             return 0.0
         return max(0.0, self.settings.clock() - self._failing_since)
+
+    def request_relist(self) -> None:
+        """End the watch and LIST again at once at ``""``, replacing the cache (objects it
+        holds that the API server no longer has are reported deleted)."""
+        self._relist_requested = True
+        self.log.warning("relist_requested", resource_version=self._last_rv)
+        if self._watch_scope is not None:
+            self._watch_scope.cancel()
 
     def _failing(self) -> None:
         if self._failing_since is None:
@@ -284,6 +298,9 @@ class Informer:
                         backoff.reset()
                 started = s.clock()
                 await self._watch()
+                if self._relist_requested:
+                    need_list = True
+                    continue
                 if self._watch_events:
                     backoff.reset()
                     gone_in_a_row = 0
@@ -354,7 +371,7 @@ class Informer:
     async def _relist(self) -> None:
         """LIST into the cache; at the last RV first (cheap), at "" (paged) if it is gone."""
         result: ListResult | None = None
-        if self._last_rv:
+        if self._last_rv and not self._relist_requested:
             try:
                 self.list_count += 1
                 result = await self._list(self._last_rv, page_size=None)
@@ -363,6 +380,7 @@ class Informer:
         if result is None:
             self.list_count += 1
             result = await self._list(None, page_size=self.settings.page_size)
+        self._relist_requested = False
         self._replace(result)
 
     async def _list(self, resource_version: str | None, page_size: int | None) -> ListResult:
@@ -378,7 +396,17 @@ class Informer:
     async def _watch(self) -> None:
         lo, hi = self.settings.watch_timeout_range
         timeout_seconds = min(hi - 1, lo + int(self.settings.rand() * (hi - lo))) if hi > lo else lo
+        if self._relist_requested:
+            return
         self.watch_count += 1
+        with anyio.CancelScope() as scope:
+            self._watch_scope = scope
+            try:
+                await self._follow(timeout_seconds)
+            finally:
+                self._watch_scope = None
+
+    async def _follow(self, timeout_seconds: int) -> None:
         async with self.client.watch(
             self.resource,
             self.namespace,

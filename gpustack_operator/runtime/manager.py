@@ -40,6 +40,7 @@ import structlog
 from anyio.abc import TaskGroup
 
 from gpustack_operator.runtime import metrics
+from gpustack_operator.runtime.churn import KeyChurn
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.controller import (
     CacheSyncTimeoutError,
@@ -93,6 +94,12 @@ class ManagerOptions:
     informer_failure_threshold: float | None = 60.0
     """``/readyz`` fails (check ``informers-healthy``) while an informer has been unable to
     list or watch for longer than this many seconds; None disables the check."""
+    churn_limit: int = 600
+    churn_window: float = 60.0
+    """A key reconciled ``churn_limit`` times within ``churn_window`` seconds never settles:
+    its controller lists its kinds again and ``/readyz`` fails (check
+    ``reconciles-settling``) until a whole window passes below the limit (docs/runtime.md,
+    "Keys that never settle")."""
 
 
 class RunnableFailed(RuntimeError):
@@ -139,6 +146,7 @@ class Manager:
         self.readyz.add("informers-synced", self._caches_synced)
         if opts.informer_failure_threshold is not None:
             self.readyz.add("informers-healthy", self._informers_healthy)
+        self.readyz.add("reconciles-settling", self._reconciles_settling)
         self.health_server: HttpServer | None = None
         self.metrics_server: HttpServer | None = None
         self.elector: LeaderElector | None = None
@@ -222,6 +230,7 @@ class Manager:
             )
         if controller.drain_timeout > self.options.graceful_shutdown_timeout:
             controller.drain_timeout = self.options.graceful_shutdown_timeout
+        controller.churn = KeyChurn(self.options.churn_limit, self.options.churn_window)
         self.controllers.append(controller)
         if self._task_group is not None and self.elected.is_set():
             self._log.info("starting controller", controller=controller.name)
@@ -269,6 +278,22 @@ class Manager:
                 fix="check the API server's reachability and the RBAC rules (list/watch)",
             )
         return not failing
+
+    def _reconciles_settling(self) -> bool:
+        churning = {c.name: c.churn.churning() for c in self.controllers}
+        for name, keys in churning.items():
+            for key, count in sorted(keys.items())[:5]:
+                self._log.warning(
+                    "a key never settles; not ready",
+                    controller=name,
+                    churning_key=key,
+                    reconciles=count,
+                    window_seconds=self.options.churn_window,
+                    fix="the cache may disagree with the API server, or the key's reconcile "
+                    "undoes itself: see the controller's log for that key; a restart lists "
+                    "everything again",
+                )
+        return not any(churning.values())
 
     def _caches_synced(self) -> bool:
         return self.synced.is_set() and all(i.has_synced for i in self.informers.informers)

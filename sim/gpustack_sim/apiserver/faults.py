@@ -32,6 +32,8 @@ class Fault:
     cut_watch: accept the watch, send the initial events (or ``after_events`` events), then
         close the connection abruptly.
     retry_after: seconds for the Retry-After header (429 defaults to 1).
+    write_delay: watches: seconds each write to the stream waits first (events and
+        bookmarks alike), as on a congested connection or with a client slow to read.
     """
 
     verb: str = "*"
@@ -44,6 +46,7 @@ class Fault:
     retry_after: int | None = None
     message: str | None = None
     after_events: int | None = None
+    write_delay: float = 0.0
     fired: int = field(default=0)
 
     def matches(self, verb: str, kind: str) -> bool:
@@ -92,6 +95,7 @@ class Faults:
         retry_after: int | None = None,
         message: str | None = None,
         after_events: int | None = None,
+        write_delay: float = 0.0,
     ) -> Fault:
         """Inject a fault; see :class:`Fault`. Returns it (``fault.fired`` counts hits)."""
         if verb != "*" and verb not in VERBS:
@@ -99,7 +103,17 @@ class Faults:
         if share is not None and not 0.0 <= share <= 1.0:
             raise ValueError(f"share must be within 0..1, got {share}")
         fault = Fault(
-            verb, kind, status, count, share, delay, cut_watch, retry_after, message, after_events
+            verb,
+            kind,
+            status,
+            count,
+            share,
+            delay,
+            cut_watch,
+            retry_after,
+            message,
+            after_events,
+            write_delay,
         )
         self._faults.append(fault)
         return fault

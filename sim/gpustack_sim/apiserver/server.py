@@ -1059,6 +1059,7 @@ class SimServer:
             end_of_initial=snapshot_rv if initial_events else None,
             cut=fault is not None and fault.cut_watch,
             cut_after=fault.after_events if fault is not None else None,
+            write_delay=fault.write_delay if fault is not None else 0.0,
         )
         self._watches.add(queue)
         try:

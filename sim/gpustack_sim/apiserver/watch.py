@@ -96,6 +96,7 @@ class WatchStream:
     end_of_initial: int | None = None  # WatchList: RV for the initial-events-end bookmark
     cut: bool = False  # a fault: cut the connection ...
     cut_after: int | None = None  # ... after this many events (None: after the initial ones)
+    write_delay: float = 0.0  # a fault: each write waits this long first (a slow connection)
     sent: int = 0
     _table_headers_sent: bool = field(default=False, init=False)
 
@@ -119,14 +120,24 @@ class WatchStream:
                 wait = max(0.0, last_bookmark + self.bookmark_interval - now)
             if deadline is not None:
                 wait = min(wait, deadline - now)
-            try:
-                first = await asyncio.wait_for(self.queue.get(), timeout=wait)
-            except TimeoutError:
-                if self.bookmarks and loop.time() >= last_bookmark + self.bookmark_interval:
-                    # the queue is empty: every event up to the current RV has been sent
-                    await self._write(bookmark_line(self.info, self.current_rv()))
-                    last_bookmark = loop.time()
-                continue
+            if self.queue.empty():
+                try:
+                    first = await asyncio.wait_for(self.queue.get(), timeout=wait)
+                except TimeoutError:
+                    # A bookmark says every event up to its resourceVersion was sent, so it
+                    # goes out only with nothing queued: sent ahead of queued events (a wait
+                    # of 0 times out whatever the queue holds), a stream that then ended lost
+                    # them for good, the client resuming after them.
+                    if (
+                        self.bookmarks
+                        and self.queue.empty()
+                        and loop.time() >= last_bookmark + self.bookmark_interval
+                    ):
+                        await self._write(bookmark_line(self.info, self.current_rv()))
+                        last_bookmark = loop.time()
+                    continue
+            else:
+                first = self.queue.get_nowait()
             if first is None:
                 break
             batch = [first]
@@ -144,6 +155,8 @@ class WatchStream:
             await self.response.write_eof()
 
     async def _write(self, data: bytes) -> None:
+        if self.write_delay:
+            await asyncio.sleep(self.write_delay)
         await self.response.write(data)
 
     async def _send(self, events: list[Event]) -> None:

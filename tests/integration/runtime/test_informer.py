@@ -553,3 +553,35 @@ async def test_cut_watch_recovers_on_uvloop(sim: SimServer, client: Client) -> N
         sim.store.create(cm("b"))
         await eventually(lambda: rec.of("add") == ["default/a", "default/b"], "both events")
     assert sim.counters.get("list", "ConfigMap") == 1
+
+
+async def test_a_deleted_object_leaves_the_cache_whatever_the_faults(tmp_path: Path) -> None:
+    """Nodes created and deleted while the watches are cut, delayed, refused and end every
+    second, with a bookmark due whenever the server is busy: once the churn stops the cache
+    holds exactly the server's Nodes. A server that sent a bookmark while events were still
+    queued for the watch (its resourceVersion past them) and then ended the stream lost
+    them for good: the re-watch started after them (docs/simulator.md, "What it implements")."""
+    sim = SimServer(bookmark_interval=0.002, watch_history=10_000, seed=7)
+    async with sim, await Client.connect(sim.write_kubeconfig(tmp_path / "kc")) as c:
+        informer, _, _ = make(
+            c, resource=NODES, settings={"watch_timeout_range": (1, 2), "min_watch_duration": 0}
+        )
+        sim.faults.add(verb="watch", status=None, delay=0.05, write_delay=0.02, share=0.5)
+        sim.faults.add(verb="watch", status=None, cut_watch=True, after_events=7, share=0.2)
+        sim.faults.add(verb="*", status=500, share=0.1)
+        async with running(informer):
+            assert await informer.wait_for_sync(60)
+            for i in range(1500):
+                name = f"n{i}"
+                sim.store.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
+                if i % 3:
+                    sim.store.delete("v1", "Node", f"n{i - 1}")
+                if i % 5 == 0:
+                    await anyio.sleep(0.01)
+            sim.faults.clear()
+            on_server = {o["metadata"]["name"] for o in sim.store.list("v1", "Node")}
+            await eventually(
+                lambda: {o["metadata"]["name"] for o in informer.indexer.list()} == on_server,
+                "the cache to hold the server's Nodes",
+                deadline=15.0,
+            )

@@ -3,6 +3,7 @@ through real informers, Events, signals and fatal start-up errors."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from pathlib import Path
@@ -11,12 +12,18 @@ from typing import Any
 import anyio
 import pytest
 
-from gpustack_operator.runtime.client import Client
+from gpustack_operator.runtime.client import AlreadyExists, Client
 from gpustack_operator.runtime.controller import CacheSyncTimeoutError, Request, TerminalError
 from gpustack_operator.runtime.leaderelection import LeaderElectionConfig
 from gpustack_operator.runtime.manager import Manager, RunnableFailed
 from gpustack_operator.runtime.predicates import GENERATION_CHANGED
-from gpustack_operator.runtime.resources import CONFIGMAPS, DEPLOYMENTS, SECRETS, SERVICE_ACCOUNTS
+from gpustack_operator.runtime.resources import (
+    CONFIGMAPS,
+    DEPLOYMENTS,
+    NODES,
+    SECRETS,
+    SERVICE_ACCOUNTS,
+)
 from gpustack_operator.runtime.workqueue import ItemExponentialFailureRateLimiter
 from gpustack_sim.apiserver.server import SimServer
 from tests.integration.sim.helpers import deployment
@@ -477,3 +484,64 @@ async def test_a_failing_informer_turns_readyz_false_within_the_threshold(
             await client.create(CONFIGMAPS, configmap("wakes-the-watch"))
             await eventually(lambda: informer.failing_for() == 0, what="the watch to recover")
             assert (await http_get(f"{url}/readyz")).status_code == 200
+
+
+async def test_a_cache_holding_a_deleted_object_is_listed_again_and_readyz_says_so(
+    sim: SimServer, sim_kubeconfig: Path
+) -> None:
+    """A Node the cache still holds but the API server deleted: the object made for it (owned
+    by it) is deleted by the garbage collector as soon as it is made, and made again, without
+    end. Its key churns: the controller lists its kinds again, which drops the Node, and
+    ``/readyz`` fails (``reconciles-settling``) until the churn is a window behind."""
+    made: list[str] = []
+    async with connected(sim_kubeconfig) as client:
+        manager = Manager(client, options(churn_limit=15, churn_window=1.0))
+        nodes = manager.informer(NODES)
+
+        async def reconcile(req: Request) -> None:
+            node = nodes.indexer.get(req.key)
+            if node is None:
+                return
+            owner = {"apiVersion": "v1", "kind": "Node", "name": req.name}
+            owner["uid"] = node["metadata"]["uid"]
+            body = configmap(f"for-{req.name}", ownerReferences=[owner])
+            with contextlib.suppress(AlreadyExists):
+                await client.create(CONFIGMAPS, body)
+                made.append(req.name)
+
+        def for_node(cm: dict[str, Any]) -> list[Request]:
+            refs = cm["metadata"].get("ownerReferences") or []
+            return [Request.of(r["name"]) for r in refs if r.get("kind") == "Node"]
+
+        controller = (
+            manager.controller(unique("per-node"))
+            .for_(NODES)
+            .watches(CONFIGMAPS, for_node)
+            .complete(reconcile)
+        )
+        await client.create(NODES, {"metadata": {"name": "real"}})
+        async with running(manager):
+            await manager.elected.wait()
+            assert manager.health_server is not None
+            url = manager.health_server.url
+            await eventually(lambda: made == ["real"] and idle(manager), what="the steady state")
+            lists = nodes.list_count
+            ghost = {"apiVersion": "v1", "kind": "Node"}
+            ghost["metadata"] = {"name": "ghost", "uid": "a-deleted-node", "resourceVersion": "1"}
+            nodes.indexer.upsert(ghost)  # what a lost DELETED event leaves behind
+            controller.queue.add("ghost")
+            await eventually(lambda: nodes.indexer.get("ghost") is None, what="the ghost dropped")
+            assert nodes.list_count > lists
+            assert made.count("ghost") >= 15, "the loop ran until the key churned"
+            not_ready = await http_get(f"{url}/readyz")
+            assert not_ready.status_code == 500 and "reconciles-settling" in not_ready.text
+            await eventually(lambda: idle(manager), what="the loop to stop")
+            after = len(made)
+            await eventually(
+                lambda: manager.controllers[0].churn.churning() == {},
+                what="the churn a window behind",
+            )
+            assert (await http_get(f"{url}/readyz")).status_code == 200
+            assert len(made) == after
+            assert [c["metadata"]["name"] for c in sim.store.list("v1", "ConfigMap", "default")
+                    if c["metadata"]["name"].startswith("for-")] == ["for-real"]  # fmt: skip

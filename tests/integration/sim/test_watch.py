@@ -259,3 +259,45 @@ async def test_a_watch_that_falls_too_far_behind_is_ended():
             json.loads(x) for x in (await c.get("/api/v1/nodes", params=params)).text.splitlines()
         ]
         assert summary(resumed) == [("ADDED", f"n{i}") for i in range(5, 20)]
+
+
+async def test_a_bookmark_never_goes_ahead_of_queued_events():
+    """A bookmark says every event up to its resourceVersion was sent: no event after it in
+    the stream may be older. Events queued while a bookmark was due (the writer busy, a wait
+    of 0) once went out after a bookmark past them, and a stream ending between the two lost
+    them for good: the client resumed from the bookmark."""
+    async with (
+        SimServer(bookmark_interval=0.001) as fast,
+        httpx.AsyncClient(base_url=fast.url, timeout=30) as c,
+    ):
+        rv = str(fast.store.resource_version)
+        params = {
+            "watch": "1",
+            "resourceVersion": rv,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": "2",
+        }
+        lines: list[dict] = []
+
+        async def churn() -> None:
+            for burst in range(40):
+                for i in range(20):  # one burst queues events while the next bookmark is due
+                    fast.store.create(node(f"n{burst}-{i}"))
+                await anyio.sleep(0.005)
+
+        async with (
+            anyio.create_task_group() as tg,
+            c.stream("GET", "/api/v1/nodes", params=params) as resp,
+        ):
+            tg.start_soon(churn)
+            async for line in resp.aiter_lines():
+                if line.strip():
+                    lines.append(json.loads(line))
+        sent = [int(e["object"]["metadata"]["resourceVersion"]) for e in lines]
+        kinds = [e["type"] for e in lines]
+        assert "BOOKMARK" in kinds and kinds.count("ADDED") == 800
+        for i, kind in enumerate(kinds):
+            if kind == "BOOKMARK":
+                older = [rv for rv, k in zip(sent[i + 1 :], kinds[i + 1 :], strict=True)
+                         if k != "BOOKMARK" and rv <= sent[i]]  # fmt: skip
+                assert not older, f"bookmark at {sent[i]} sent ahead of events {older[:5]}"

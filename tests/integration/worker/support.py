@@ -55,6 +55,7 @@ def fast_config(**overrides: Any) -> WorkerConfig:
             "batch_window": 0.05,
             "capacity_window": 0.05,
             "cohort_deleting_requeue": 0.2,
+            "verdicts_interval": 0.05,
         }
         | {k: v for k, v in overrides.items() if k in timing_fields}
     )

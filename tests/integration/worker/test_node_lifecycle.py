@@ -313,3 +313,59 @@ async def test_the_worker_publishes_its_timers_for_queues() -> None:
             return timers_from_configmap(found) == TIMERS
 
         await life.settled(published)
+
+
+async def test_queues_shows_the_verdicts_the_worker_published(tmp_path: Any) -> None:
+    """docs/node-lifecycle.md, "Seeing why": a cordon the worker saw begin is in its grace,
+    counted; a node uncordoned is in its join window, not counted. Neither is on the Node,
+    so ``queues`` once said "not counted, timer assumed run out" for the first and nothing
+    for the second; it now shows the verdicts the worker publishes."""
+    import json
+    import sys
+
+    import anyio
+
+    from gpustack_operator.domain.workerverdicts import VERDICTS_CONFIGMAP, verdicts_from_configmap
+
+    async with lifecycle_cluster(pool) as life:
+        kubeconfig = life.cluster.sim.write_kubeconfig(tmp_path / "kubeconfig")
+        command = [sys.executable, "-m", "gpustack_operator", "queues"]
+        command += ["--kubeconfig", str(kubeconfig), "-n", "default"]
+
+        async def queues(output: str) -> str:
+            # A process of its own: the worker's logs share this one's stdout.
+            done = await anyio.run_process([*command, "-o", output], check=True)
+            return done.stdout.decode()
+
+        def published(reason: str, counted: bool) -> Callable[[], bool]:
+            def seen() -> bool:
+                found = life.cluster.sim.store.get(
+                    "v1", "ConfigMap", VERDICTS_CONFIGMAP, "gpustack-system"
+                )
+                verdicts, _ = verdicts_from_configmap(found)
+                got = verdicts.get("gpu-a")
+                return got is not None and (got[1].reason, got[1].counted) == (reason, counted)
+
+            return seen
+
+        async def shown() -> list[tuple[str, str, bool, str]]:
+            rows = json.loads(await queues("json"))
+            return [
+                (n["node"], n["reason"], n["counted"], n.get("judgedBy", ""))
+                for row in rows
+                if row["acceleratable"]
+                for n in row["nodes"]
+            ]
+
+        await show(life, cordon)
+        await life.settled(published("cordoned", True))
+        assert life.gpus() == 4
+        assert await shown() == [("gpu-a", "cordoned", True, "worker")]
+        await life.advance(SOFT + 1)
+        await life.settled(published("cordoned", False))
+        await show(life, uncordon)
+        await life.settled(published("joining", False))
+        assert life.gpus() == 2
+        assert await shown() == [("gpu-a", "joining", False, "worker")]
+        out = await queues("table")
+        assert "node gpu-a withheld-joining: " in out and "(the worker's verdict)" in out
