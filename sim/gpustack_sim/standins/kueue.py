@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import hashlib
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from fractions import Fraction
@@ -81,6 +82,7 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+CLUSTER_QUEUE_NAME_LABEL: Final = "kueue.x-k8s.io/cluster-queue-name"
 PREBUILT_WORKLOAD_ANNOTATION = "kueue.x-k8s.io/prebuilt-workload-name"
 """On a Job that runs a Workload made elsewhere (MultiKueue's copy in a member): an
 annotation in Kueue v0.19.2 (``WorkloadIdentifierAnnotations``), read as a label too
@@ -907,9 +909,14 @@ class KueueStandIn(StoreLoop):
             pod["tolerations"] = tolerations
         for placement in (placements or {}).values():  # one pod set: a Job's
             pin(job["spec"]["template"], placement)
+        cq_name = ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue", "")
+        template_meta = job["spec"]["template"].setdefault("metadata", {})
+        template_meta["labels"] = {
+            **(template_meta.get("labels") or {}),
+            **queue_labels(str((wl.get("spec") or {}).get("queueName", "")), str(cq_name)),
+        }
         job["spec"]["suspend"] = False
         job = self.sim.store.update(job, field_manager="kueue")
-        cq_name = ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue", "")
         self._job_events.record(job, NORMAL, "Started", f"Admitted by clusterQueue {cq_name}")
 
     # --- queue status ---------------------------------------------------------------------
@@ -979,3 +986,16 @@ class KueueStandIn(StoreLoop):
         status["admittedWorkloads"] = admitted
         if status != (obj.get("status") or {}):
             self.sim.store.update_status({**obj, "status": status})
+
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def queue_labels(local_queue: str, cluster_queue: str) -> dict[str, str]:
+    """The labels Kueue gives a started Job's Pods: its LocalQueue always, its ClusterQueue
+    only when that name is a DNS label (kubernetes-sigs/kueue v0.19.2,
+    pkg/controller/jobframework/reconciler.go ``assignQueueLabels``)."""
+    labels = {QUEUE_NAME_LABEL: local_queue}
+    if _DNS_LABEL.fullmatch(cluster_queue):
+        labels[CLUSTER_QUEUE_NAME_LABEL] = cluster_queue
+    return labels

@@ -76,8 +76,10 @@ async def test_metrics_endpoint_exposes_controller_runtime_names(
     name = unique("metrics")
     lease = unique("metrics-lease")
     async with connected(sim_kubeconfig) as client:
+        # A lease that outlives a busy machine's slow renewal: a lost lead stops the
+        # controller and takes its work-queue gauges off /metrics before the scrape.
         election = LeaderElectionConfig(
-            lease, "default", "me", lease_duration=2, renew_deadline=1, retry_period=0.1
+            lease, "default", "me", lease_duration=30, renew_deadline=20, retry_period=0.1
         )
         manager = Manager(client, options(leader_election=election))
 
