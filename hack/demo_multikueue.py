@@ -21,7 +21,7 @@ import anyio
 import structlog
 import yaml
 
-from gpustack_sim.cluster.multikueue import MultiKueueFleet
+from gpustack_sim.cluster.multikueue import MultiKueueFleet, queued_job
 
 REPO = Path(__file__).resolve().parents[1]
 MEMBERS = {
@@ -35,29 +35,6 @@ JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 
 def _nodes(path: Path) -> list[dict[str, Any]]:
     return [i for i in yaml.safe_load(path.read_text())["items"] if i["kind"] == "Node"]
-
-
-def _job(name: str, queue: str, requests: dict[str, str]) -> dict[str, Any]:
-    limits = {k: v for k, v in requests.items() if "/" in k}
-    resources: dict[str, Any] = {"requests": requests, **({"limits": limits} if limits else {})}
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": name,
-            "namespace": NAMESPACE,
-            "labels": {"kueue.x-k8s.io/queue-name": queue},
-        },
-        "spec": {
-            "suspend": True,
-            "template": {
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [{"name": "main", "image": "busybox", "resources": resources}],
-                }
-            },
-        },
-    }
 
 
 def _jobs(fleet: MultiKueueFleet) -> list[tuple[dict[str, Any], set[str]]]:
@@ -80,7 +57,7 @@ def _jobs(fleet: MultiKueueFleet) -> list[tuple[dict[str, Any], set[str]]]:
         name = f"demo-{kind}-{index}"
         jobs.append(
             (
-                _job(name, local[queue["metadata"]["name"]], requests),
+                queued_job(name, NAMESPACE, local[queue["metadata"]["name"]], requests),
                 holders[queue["metadata"]["name"]],
             )
         )

@@ -28,6 +28,7 @@ from gpustack_operator.domain.profiles import local_queue_name
 from gpustack_operator.domain.quantities import parse_quantity, sum_quantities
 from gpustack_operator.domain.simdevices import SIM_DEVICES_ANNOTATION
 from gpustack_operator.environment import load_manufacturers
+from gpustack_sim.cluster.multikueue import queued_job
 from tests.multikueue_dispatch import (
     DispatchView,
     finished_problems,
@@ -75,31 +76,8 @@ class Clusters:
     gateway: Process
 
 
-def _job(name: str, queue: str, requests: Mapping[str, str]) -> dict[str, Any]:
-    """A one-Pod Job for LocalQueue *queue* (devices asked as limit = request)."""
-    limits = {k: v for k, v in requests.items() if "/" in k}
-    resources: dict[str, Any] = {"requests": dict(requests)}
-    if limits:
-        resources["limits"] = limits
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": name,
-            "namespace": NAMESPACE,
-            "labels": {"kueue.x-k8s.io/queue-name": queue},
-        },
-        "spec": {
-            "suspend": True,
-            "template": {
-                "metadata": {"annotations": {RUN_SECONDS_ANNOTATION: "30"}},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [{"name": "main", "image": "busybox", "resources": resources}],
-                },
-            },
-        },
-    }
+RUN_30S = {RUN_SECONDS_ANNOTATION: "30"}
+"""The node stand-in runs each Pod for 30 s before it succeeds."""
 
 
 @pytest.fixture(scope="module")
@@ -351,11 +329,13 @@ def _run_once(clusters: Clusters, job: dict[str, Any], expected: set[str]) -> st
 
 def test_an_h100_job_runs_only_in_the_member_with_h100s(clusters: Clusters) -> None:
     queue = local_queue_name(_pool(clusters, "east", "nvidia.com/gpu"))
-    job = _job("h100-once", queue, {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"})
+    job = queued_job(
+        "h100-once", NAMESPACE, queue, {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"}, RUN_30S
+    )
     assert _run_once(clusters, job, {"east"}) == "east"
 
 
 def test_a_cpu_job_runs_in_one_member_not_both(clusters: Clusters) -> None:
     queue = local_queue_name(_pool(clusters, "east", None))
-    job = _job("cpu-once", queue, {"cpu": "1", "memory": "1Gi"})
+    job = queued_job("cpu-once", NAMESPACE, queue, {"cpu": "1", "memory": "1Gi"}, RUN_30S)
     assert _run_once(clusters, job, set(MEMBERS)) in MEMBERS

@@ -48,6 +48,7 @@ __all__ = [
     "MemberInput",
     "MultiKueueFleet",
     "member_component",
+    "queued_job",
 ]
 
 MANAGER_ORIGIN = "gpustack-manager"
@@ -65,6 +66,39 @@ MEMBER_COMPONENT = (
     / "member.yaml"
 )
 """The member side the product ships (its ServiceAccount, ClusterRole and token Secret)."""
+
+
+def queued_job(
+    name: str,
+    namespace: str,
+    queue: str,
+    requests: Mapping[str, str],
+    pod_annotations: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """A suspended one-Pod Job for LocalQueue *queue*, devices asked as limit = request (the
+    Job the MultiKueue tests and demo submit to the manager)."""
+    limits = {k: v for k, v in requests.items() if "/" in k}
+    resources: dict[str, Any] = {"requests": dict(requests)}
+    if limits:
+        resources["limits"] = limits
+    template: dict[str, Any] = {
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": "busybox", "resources": resources}],
+        }
+    }
+    if pod_annotations:
+        template = {"metadata": {"annotations": dict(pod_annotations)}, **template}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"kueue.x-k8s.io/queue-name": queue},
+        },
+        "spec": {"suspend": True, "template": template},
+    }
 
 
 @dataclass(frozen=True)

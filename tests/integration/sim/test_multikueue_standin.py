@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import base64
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ import yaml
 from gpustack_operator.domain.multikueue import secret_name
 from gpustack_operator.domain.profiles import local_queue_name
 from gpustack_operator.domain.quantities import parse_quantity, sum_quantities
-from gpustack_sim.cluster.multikueue import MultiKueueFleet
+from gpustack_sim.cluster.multikueue import MultiKueueFleet, queued_job
 from gpustack_sim.standins.multikueue import kubeconfig_problem
 from tests.multikueue_dispatch import (
     DispatchView,
@@ -50,31 +50,6 @@ async def fleet() -> AsyncIterator[MultiKueueFleet]:
     members = {name: _nodes(path) for name, path in MEMBERS.items()}
     async with MultiKueueFleet(members, [NAMESPACE], run_seconds=1.0) as running:
         yield running
-
-
-def _job(name: str, queue: str, requests: Mapping[str, str]) -> dict[str, Any]:
-    limits = {k: v for k, v in requests.items() if "/" in k}
-    resources: dict[str, Any] = {"requests": dict(requests)}
-    if limits:
-        resources["limits"] = limits
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": name,
-            "namespace": NAMESPACE,
-            "labels": {"kueue.x-k8s.io/queue-name": queue},
-        },
-        "spec": {
-            "suspend": True,
-            "template": {
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [{"name": "main", "image": "busybox", "resources": resources}],
-                }
-            },
-        },
-    }
 
 
 def _lister(sim: Any) -> Any:
@@ -201,13 +176,15 @@ def _pool(fleet: MultiKueueFleet, resource: str | None) -> str:
 
 async def test_an_h100_job_runs_only_in_the_member_with_h100s(fleet: MultiKueueFleet) -> None:
     queue = local_queue_name(_pool(fleet, "nvidia.com/gpu"))
-    job = _job("h100-once", queue, {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"})
+    job = queued_job(
+        "h100-once", NAMESPACE, queue, {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"}
+    )
     assert await _run_once(fleet, job, {"east"}) == "east"
 
 
 async def test_a_cpu_job_runs_in_one_member_not_both(fleet: MultiKueueFleet) -> None:
     queue = local_queue_name(_pool(fleet, None))
-    job = _job("cpu-once", queue, {"cpu": "1", "memory": "1Gi"})
+    job = queued_job("cpu-once", NAMESPACE, queue, {"cpu": "1", "memory": "1Gi"})
     assert await _run_once(fleet, job, set(MEMBERS)) in MEMBERS
 
 
