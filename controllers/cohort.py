@@ -43,6 +43,8 @@ from gpustack_operator.runtime.controller import Controller, ControllerBuilder, 
 from gpustack_operator.runtime.resources import NODES
 
 NAME: Final = "cohort"
+RESOURCE_GROUPS: Final = ("spec", "resourceGroups")
+"""The Cohort's own quota: what its pools' teams leave over (docs/teams.md)."""
 
 
 class CohortReconciler:
@@ -84,13 +86,19 @@ class CohortReconciler:
         )
         if want is not None:
             want, later = self._with_team_remainder(name, have, want)
-            if not is_up_to_date(have, want):
-                await self.writer.apply(
-                    self.resource,
-                    _applied(want),
-                    existed=have is not None,
-                    cache=self.caches.cohorts,
+            if is_up_to_date(have, want):
+                return later
+            if have is not None and want["spec"].get("resourceGroups") == []:
+                # Applying the spec without its one field would make it null (docs/worker.md,
+                # "Writes and ownership"): the quota is removed by a patch; anything else
+                # that differs is applied by the reconcile the Cohort's change starts.
+                await self.writer.remove(
+                    self.resource, _applied(want), RESOURCE_GROUPS, cache=self.caches.cohorts
                 )
+                return later
+            await self.writer.apply(
+                self.resource, _applied(want), existed=have is not None, cache=self.caches.cohorts
+            )
             return later
         if have is None:
             return None
@@ -141,8 +149,8 @@ class CohortReconciler:
 
 
 def _applied(want: dict[str, Any]) -> dict[str, Any]:
-    """*want* as applied: an empty ``resourceGroups`` (compared, to notice a remainder to
-    drop) is left out, so server-side apply removes the field this manager owned."""
+    """*want* as written: an empty ``resourceGroups`` (compared, to notice a remainder to
+    drop) is left out; the reconciler removes the field with a patch."""
     spec = want.get("spec") or {}
     if spec.get("resourceGroups") == []:
         return {**want, "spec": {k: v for k, v in spec.items() if k != "resourceGroups"}}

@@ -307,6 +307,54 @@ class Writer:
         )
         return result
 
+    async def remove(
+        self,
+        resource: Resource,
+        want: JSON,
+        field: tuple[str, ...],
+        *,
+        cache: Informer | None = None,
+    ) -> JSON:
+        """Remove *field* (a path of map keys) from the object *want* names, with a JSON merge
+        patch that sets it to ``null``, and log it.
+
+        For the one removal server-side apply cannot make: leaving a custom resource's map
+        with no field (``spec: {}``) makes the map ``null``, which the schema refuses
+        (docs/worker.md, "Writes and ownership"). *want* is the object as it is meant to be
+        without *field*; with *cache*, it is not sent again while *cache* has not seen this
+        writer's last write of exactly *want*, as :meth:`apply`.
+        """
+        key = _key(resource, want)
+        last = self._applied.get(key)
+        if last is not None and cache is not None and last.unseen_by(cache, want):
+            return last.result
+        patch: dict[str, Any] = {field[-1]: None}
+        for name in reversed(field[:-1]):
+            patch = {name: patch}
+        namespace = metadata(want).get("namespace") if resource.namespaced else None
+        self.fence.check(f"a removal of {'.'.join(field)} from {resource.kind} {name_of(want)}")
+        result = await self.client.patch(
+            resource,
+            name_of(want),
+            patch,
+            namespace=namespace,
+            patch_type="merge",
+            field_manager=self.field_manager,
+            fence=self.fence,
+        )
+        if cache is not None:
+            self._remember(key, _Applied(want, result, cache))
+        else:
+            self._applied.pop(key, None)
+        log.info(
+            "updated",
+            kind=resource.kind,
+            name=name_of(want),
+            namespace=namespace,
+            removed=".".join(field),
+        )
+        return result
+
     async def delete(self, resource: Resource, obj: Mapping[str, Any], reason: str) -> bool:
         """Delete *obj* if it is still the object the cache saw (uid precondition).
 

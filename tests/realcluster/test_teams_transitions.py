@@ -29,16 +29,7 @@ from tests.realcluster.controlplane import REPO, ControlPlane, wait_until
 from tests.realcluster.nodes import NodeAgents
 from tests.realcluster.test_teams import POOL_NODE, _queue_for
 
-pytestmark = [
-    pytest.mark.realcluster,
-    pytest.mark.timeout(900),
-    pytest.mark.xfail(
-        strict=True,
-        reason="on real Kueue, after teams off the pools' own queues stayed short by what had "
-        "been their Cohorts' own quota (H100 6 of 8, A10G 25 of 32) for over 120 s once the "
-        "new Job was admitted by borrowing it: the chain did not come to equal plan",
-    ),
-]
+pytestmark = [pytest.mark.realcluster, pytest.mark.timeout(900)]
 
 EXAMPLE = REPO / "examples" / "cluster.yaml"
 TEAMS = REPO / "examples" / "teams" / "teams.yaml"

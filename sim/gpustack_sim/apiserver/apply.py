@@ -13,6 +13,9 @@ A simplified model of structured-merge-diff that keeps the behaviour operators d
   before and no longer applies are removed from the object unless another manager owns them.
   A field owned by another manager whose value the apply would change is a conflict (409)
   unless ``force=true``, which moves ownership to M.
+* A removal that leaves a custom resource's map with no field (and the applied configuration
+  puts none back) makes that map ``null``, as structured-merge-diff does; a map the schema
+  does not declare ``nullable`` is then refused (422), as kube-apiserver refuses it.
 * Status is owned through the ``status`` subresource for kinds that have one.
 * ``kubectl apply --server-side`` after client-side ``kubectl apply`` takes over, without a
   conflict, the fields whose live values still equal the last-applied annotation, and keeps
@@ -29,7 +32,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from gpustack_sim.apiserver.errors import ApiError
+from gpustack_sim.apiserver.errors import ApiError, invalid
 from gpustack_sim.apiserver.patches import clone, clone_obj
 from gpustack_sim.apiserver.shapes import Shape, shape_of
 
@@ -162,18 +165,26 @@ def _set_path(obj: dict[str, Any], path: Path, value: Any) -> None:
         cur = found
 
 
-def _del_path(obj: dict[str, Any], path: Path, owned: set[Path]) -> None:
-    """Remove ``path`` and then any map or list the removal left empty and nobody owns."""
+def _del_path(obj: dict[str, Any], path: Path, owned: set[Path]) -> Path | None:
+    """Remove ``path`` and then any map or list the removal left empty and nobody owns.
+
+    Returns the path of the map that held ``path`` when the removal left it with no field
+    (never metadata, never a list entry): structured-merge-diff makes that map ``null``.
+    """
     chain: list[Any] = [obj]
     cur: Any = obj
     for elem in path[:-1]:
         cur = _child(cur, elem)
         if cur is _MISSING:
-            return
+            return None
         chain.append(cur)
     last = path[-1]
+    emptied: Path | None = None
     if last.startswith("f:") and isinstance(cur, dict):
         cur.pop(last[2:], None)
+        holder = path[:-1]
+        if not cur and holder and holder[-1].startswith("f:") and holder != ("f:metadata",):
+            emptied = holder
     elif isinstance(cur, list):
         target = _child(cur, last)
         cur[:] = [item for item in cur if item is not target]
@@ -187,6 +198,32 @@ def _del_path(obj: dict[str, Any], path: Path, owned: set[Path]) -> None:
                 parent.pop(path[depth - 1][2:], None)
         else:
             break
+    return emptied
+
+
+def _refuse_nulled_maps(new: Mapping[str, Any], emptied: Iterable[Path], info: KindInfo) -> None:
+    """422 when an apply's removals left a map of a custom resource with no field and the
+    applied configuration put none back: structured-merge-diff (v6.4.2, ``typed/remove.go``)
+    stores such a map as ``null``, which a schema that does not declare it ``nullable``
+    refuses (kubernetes/kubernetes#117447). Built-in kinds decode ``null`` as empty."""
+    if info.schema is None:
+        return
+    causes = []
+    for path in sorted(set(emptied)):
+        if get_path(new, path) not in ({}, _MISSING):
+            continue
+        schema: Any = info.schema
+        for elem in path:
+            schema = ((schema or {}).get("properties") or {}).get(elem[2:])
+        if schema is None or schema.get("nullable", False):
+            continue
+        where = ".".join(elem[2:] for elem in path)
+        kind = schema.get("type", "object")
+        causes.append(
+            (where, f'Invalid value: "null": {where} in body must be of type {kind}: "null"')
+        )
+    if causes:
+        raise invalid(info, str((new.get("metadata") or {}).get("name") or ""), causes)
 
 
 def _within(path: Path, ancestor: Path) -> bool:
@@ -397,14 +434,18 @@ def apply(
         entries = _entries(live)
         previous = entries.get((manager, "Apply", sub))
         others = [e for k, e in entries.items() if k != (manager, "Apply", sub)]
+        emptied: list[Path] = []
         for path in sorted((previous.paths if previous else set()) - applied_fields):
             if any(_within(a, path) for a in applied_fields):
                 continue  # still applied, deeper down
             if any(_within(q, path) for e in others for q in e.paths):
                 continue  # someone else owns it (or something below it)
-            _del_path(new, path, applied_fields | {q for e in others for q in e.paths})
+            holder = _del_path(new, path, applied_fields | {q for e in others for q in e.paths})
+            if holder is not None:
+                emptied.append(holder)
         for path in sorted(applied_fields, key=len):
             _set_path(new, path, clone(get_path(applied, path)))
+        _refuse_nulled_maps(new, emptied, info)
         conflicts: list[tuple[str, str, Path]] = []
         for entry in others:
             for owned in sorted(entry.paths):

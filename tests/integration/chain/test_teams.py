@@ -223,3 +223,35 @@ async def test_a_team_queue_deleted_by_hand_comes_back() -> None:
             "the team queue created again",
         )
         await cluster.converge(TIMEOUT)
+
+
+async def test_teams_off_removes_the_cohorts_own_quota_and_gives_the_pool_back() -> None:
+    """docs/teams.md, "Moving a pool to teams, and back": with teams the H100 Cohort holds
+    what research's 50% and serving's 30% leave over; once teams are off the quota is gone
+    from the Cohort and the pool's own queue has all eight cards. (Applying the Cohort's spec
+    without its one field is refused as ``spec: null`` by the API server, docs/worker.md
+    "Writes and ownership": the quota stayed and the pool's queue stayed two cards short.)"""
+    plain = _policy(with_teams=False)
+    async with SimCluster(
+        example_nodes(), NAMESPACES, worker_config=fast_config(policy=plain)
+    ) as cluster:
+        store = cluster.sim.store
+        store.create(_configmap(DECLARATION))
+        cluster.policy = _policy(with_teams=True)
+        await cluster.converge(TIMEOUT)
+        held = store.get("kueue.x-k8s.io/v1beta2", "Cohort", H100_POOL)
+        assert held is not None and held["spec"].get("resourceGroups"), held
+        store.delete("v1", "ConfigMap", TEAMS_CONFIGMAP, SYSTEM)
+        cluster.policy = plain
+        await cluster.converge(TIMEOUT)
+        cohort = store.get("kueue.x-k8s.io/v1beta2", "Cohort", H100_POOL)
+        assert cohort is not None and cohort["spec"] == {}, cohort
+        queue = store.get("kueue.x-k8s.io/v1beta2", "ClusterQueue", H100_POOL)
+        assert queue is not None
+        quotas = {
+            r["name"]: r["nominalQuota"]
+            for group in queue["spec"]["resourceGroups"]
+            for flavor in group["flavors"]
+            for r in flavor["resources"]
+        }
+        assert quotas["nvidia.com/gpu"] == "8", quotas

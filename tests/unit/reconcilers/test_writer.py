@@ -16,6 +16,7 @@ from gpustack_operator.runtime.informer import Informer
 pytestmark = [pytest.mark.anyio]
 
 LOCAL_QUEUES = kueue_resources().local_queues
+COHORTS = kueue_resources().cohorts
 
 
 class FakeClient:
@@ -24,6 +25,14 @@ class FakeClient:
     def __init__(self) -> None:
         self.revision = 10
         self.applies: list[dict[str, Any]] = []
+        self.patches: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
+
+    async def patch(
+        self, resource: object, name: str, patch: dict[str, Any], **options: Any
+    ) -> dict[str, Any]:
+        self.patches.append((name, patch, options))
+        self.revision += 1
+        return {"metadata": {"name": name, "resourceVersion": str(self.revision)}}
 
     async def apply(self, resource: object, want: dict[str, Any], **_: object) -> dict[str, Any]:
         self.applies.append(want)
@@ -100,3 +109,28 @@ async def test_a_resource_version_that_is_no_revision_never_holds_an_apply_back(
     await w.apply(LOCAL_QUEUES, queue(), existed=False, cache=informer)
     await w.apply(LOCAL_QUEUES, queue(), existed=False, cache=informer)
     assert len(client.applies) == 2
+
+
+async def test_a_removal_is_a_merge_patch_to_null_sent_once_while_the_cache_lags() -> None:
+    """docs/worker.md, "Writes and ownership": a Cohort's own quota is removed by a JSON
+    merge patch (an apply of ``spec: {}`` would be refused as ``spec: null``), as the worker's
+    field manager, and not sent again before the cache has seen it."""
+    w, client = writer()
+    cache = FakeCache("10")
+    cohort = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Cohort",
+        "metadata": {"name": "c", "labels": {"app.kubernetes.io/managed-by": "gpustack-operator"}},
+        "spec": {},
+    }
+    field = ("spec", "resourceGroups")
+    await w.remove(COHORTS, cohort, field, cache=cast(Informer, cache))
+    await w.remove(COHORTS, cohort, field, cache=cast(Informer, cache))
+    assert len(client.patches) == 1 and client.applies == []
+    name, patch, options = client.patches[0]
+    assert name == "c" and patch == {"spec": {"resourceGroups": None}}
+    assert options["patch_type"] == "merge"
+    assert options["field_manager"] == "gpustack-operator"
+    cache.last_resource_version = "11"  # seen: a quota applied again since is removed again
+    await w.remove(COHORTS, cohort, field, cache=cast(Informer, cache))
+    assert len(client.patches) == 2
