@@ -2,7 +2,7 @@
 
 Indexes make every reconcile proportional to the objects it touches: Nodes by the flavor,
 queue and cohort names of their profiles (managed nodes only: the index *is* the node count
-docs/worker.md speaks of; profiles come from the shared :class:`NodeFacts`), ResourceFlavors by
+docs/worker.md speaks of; profiles come from the shared :class:`NodeModels`), ResourceFlavors by
 their target queue and cohort annotations, ClusterQueues by cohort and team queues by pool,
 LocalQueues by namespace.
 """
@@ -15,10 +15,10 @@ from typing import Any, Final
 
 from gpustack_operator.apis import KueueResources
 from gpustack_operator.controllers.common import index_values
-from gpustack_operator.controllers.nodefacts import NodeFacts, Part
+from gpustack_operator.controllers.nodefacts import NodeModels, Part
 from gpustack_operator.controllers.teams import LiveTeams
 from gpustack_operator.controllers.tenantview import TenantView
-from gpustack_operator.domain.flavors import TolerationPolicy, is_managed
+from gpustack_operator.domain.flavors import TolerationPolicy
 from gpustack_operator.domain.labels import COHORT_ANNOTATION, QUEUE_ANNOTATION
 from gpustack_operator.domain.manufacturers import Manufacturer
 from gpustack_operator.domain.nodeview import annotations_of
@@ -28,7 +28,6 @@ from gpustack_operator.domain.teams import Teams, pool_of
 from gpustack_operator.domain.tenancy import TenantSettings
 from gpustack_operator.domain.topology import (
     TopologyPolicy,
-    node_group,
     parse_group,
     topology_name_of_digest,
 )
@@ -54,17 +53,17 @@ SETTLING_STALL: Final = 10.0
 no longer counts as settling (a node NFD never labels cannot hold the queues for good)."""
 
 
-def node_facts(
+def node_models(
     nodes: Informer,
     manufacturers: Mapping[str, Manufacturer],
     publishes_labels: bool = True,
     topology: TopologyPolicy | None = None,
     tolerations: TolerationPolicy = None,
-) -> NodeFacts:
-    """A :class:`NodeFacts` for the Node informer *nodes*, sized by its Node count. Create
+) -> NodeModels:
+    """A :class:`NodeModels` for the Node informer *nodes*, sized by its Node count. Create
     one per informer and share it: the cache pays off when every user asks the same one.
     *publishes_labels* is False in a vCluster tenant (no capacity labels to await)."""
-    return NodeFacts(
+    return NodeModels(
         manufacturers,
         size_hint=lambda: len(nodes.indexer),
         publishes_labels=publishes_labels,
@@ -73,14 +72,19 @@ def node_facts(
     )
 
 
-def add_node_indexes(nodes: Informer, facts: NodeFacts) -> None:
+def add_node_indexes(nodes: Informer, facts: NodeModels) -> None:
     """Managed Nodes by flavor, queue and cohort name, and the Nodes awaiting their capacity
     labels (idempotent)."""
     existing = set(nodes.indexer.index_names)
     if AWAITING_LABELS not in existing:
         nodes.add_index(AWAITING_LABELS, lambda obj: [_YES] if facts.awaits_labels(obj) else [])
     if BY_TOPOLOGY not in existing:
-        nodes.add_index(BY_TOPOLOGY, topology_index)
+
+        def by_topology(obj: dict[str, Any]) -> list[str]:
+            model = facts.model(obj)
+            return topology_index_of(model.group) if model.managed else []
+
+        nodes.add_index(BY_TOPOLOGY, by_topology)
     for part in (BY_FLAVOR, BY_QUEUE, BY_COHORT):
         if part in existing:
             continue
@@ -118,7 +122,7 @@ class KueueCaches:
     """Informers (with their indexes) of everything the four queue reconcilers read."""
 
     kueue: KueueResources
-    facts: NodeFacts
+    facts: NodeModels
     nodes: Informer
     namespaces: Informer
     flavors: Informer
@@ -138,11 +142,11 @@ class KueueCaches:
         cls,
         manager: Manager,
         kueue: KueueResources,
-        facts: NodeFacts,
+        facts: NodeModels,
         tenant: TenantSettings | None = None,
     ) -> KueueCaches:
         """The caches on *manager*'s shared informers; *facts* is the Node informer's
-        :class:`NodeFacts` (:func:`node_facts`); *tenant*, the tenant settings."""
+        :class:`NodeModels` (:func:`node_models`); *tenant*, the tenant settings."""
         nodes = manager.informer(NODES)
         add_node_indexes(nodes, facts)
         flavors = manager.informer(kueue.resource_flavors)
@@ -206,9 +210,9 @@ class KueueCaches:
         )
 
 
-def topology_index(obj: dict[str, Any]) -> list[str]:
-    """The Topology a managed Node's group names (none for a node without a group)."""
-    parsed = parse_group(node_group(obj)) if is_managed(obj) else None
+def topology_index_of(group: str) -> list[str]:
+    """The Topology a managed node's *group* names (none for ``""``)."""
+    parsed = parse_group(group)
     return [topology_name_of_digest(parsed[0])] if parsed else []
 
 

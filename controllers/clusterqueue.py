@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from fractions import Fraction
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import structlog
 from prometheus_client import Counter
@@ -164,7 +164,8 @@ def desired_pool_queue(
     if tracker is not None:
 
         def availability(node: object) -> NodeAvailability:
-            verdict = tracker.look(node)
+            raw = cast(Mapping[str, Any], node)  # the caches' Nodes
+            verdict = tracker.look(raw, caches.facts.model(raw))
             if verdict.until is not None:
                 untils.append(verdict.until)
             return verdict
@@ -183,6 +184,9 @@ def desired_pool_queue(
         quota_resources=policy.quota_resources,
         availability=availability,
         host_counting=policy.host_counting,
+        # A tenant's fleet is made of views of the host's Nodes (docs/tenants.md).
+        devices_of=None if caches.tenant is not None else caches.facts.devices,
+        profiles_of=None if caches.tenant is not None else caches.facts.profiles,
     )
     if want is not None and caches.tenant is not None:
         # docs/tenants.md, "Quota a tenant may count on"

@@ -35,7 +35,7 @@ from gpustack_operator.controllers.caches import (
     KueueCaches,
     add_node_indexes,
     fleet_settling,
-    node_facts,
+    node_models,
 )
 from gpustack_operator.controllers.capacity import setup_capacity
 from gpustack_operator.controllers.clusterqueue import NAME as CLUSTER_QUEUE
@@ -217,7 +217,7 @@ class Worker:
         self.queue_controllers: list[Controller] = []
         """The Kueue controllers (four queue controllers and the configuration check), once
         Kueue is discovered (they run on the leader)."""
-        self.facts = node_facts(
+        self.facts = node_models(
             manager.informer(NODES),
             config.policy.manufacturers,
             publishes_labels=not config.tenant.is_tenant,

@@ -20,8 +20,8 @@ from gpustack_operator.controllers.common import (
     is_up_to_date,
     trim_for_worker,
 )
-from gpustack_operator.controllers.nodefacts import node_view
 from gpustack_operator.controllers.worker import WorkerTiming
+from gpustack_operator.domain.nodemodel import node_view
 from gpustack_operator.domain.plan import plan_state
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.environment import load_manufacturers
