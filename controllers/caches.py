@@ -15,8 +15,8 @@ from typing import Any, Final
 
 from gpustack_operator.apis import KueueResources
 from gpustack_operator.controllers.common import index_values
+from gpustack_operator.controllers.liveteams import LiveTeams
 from gpustack_operator.controllers.nodefacts import NodeModels, Part
-from gpustack_operator.controllers.teams import LiveTeams
 from gpustack_operator.controllers.tenantview import TenantView
 from gpustack_operator.domain.flavors import TolerationPolicy
 from gpustack_operator.domain.labels import COHORT_ANNOTATION, QUEUE_ANNOTATION
@@ -35,7 +35,7 @@ from gpustack_operator.runtime.cache import namespace_index
 from gpustack_operator.runtime.coalesce import IndexHold
 from gpustack_operator.runtime.informer import Informer
 from gpustack_operator.runtime.manager import Manager
-from gpustack_operator.runtime.resources import NAMESPACES, NODES
+from gpustack_operator.runtime.resources import NAMESPACES, NODES, RESOURCE_SLICES
 
 BY_FLAVOR: Final = "flavor"
 BY_QUEUE: Final = "queue"
@@ -45,6 +45,9 @@ BY_POOL: Final = "pool"
 """ClusterQueue index: a team queue under its pool's name (docs/teams.md)."""
 BY_TOPOLOGY: Final = "topology"
 """Node index: managed Nodes by the Topology their group names (docs/topology.md)."""
+BY_SLICE_NODE: Final = "resourceslice-node"
+"""ResourceSlice index: the slices of one Node (DRA), read by the capacity and unpooled
+controllers."""
 AWAITING_LABELS: Final = "awaiting-labels"
 """Node index: the Nodes that do not carry their capacity labels yet, under "yes"."""
 _YES: Final = "yes"
@@ -219,3 +222,20 @@ def topology_index_of(group: str) -> list[str]:
 def _ensure_index(informer: Informer, name: str, fn: Any) -> None:
     if name not in informer.indexer.index_names:
         informer.add_index(name, fn)
+
+
+def slices_by_node(manager: Manager) -> Informer:
+    """*manager*'s ResourceSlice informer with its :data:`BY_SLICE_NODE` index, added by
+    whichever of the capacity and unpooled controllers is set up first (a vCluster tenant
+    runs only the second, docs/tenants.md, "Shared host nodes")."""
+    slices = manager.informer(RESOURCE_SLICES)
+    if BY_SLICE_NODE not in slices.indexer.index_names:
+        slices.add_index(BY_SLICE_NODE, slice_node)
+    return slices
+
+
+def slice_node(resource_slice: Mapping[str, Any]) -> list[str]:
+    """The Node a ResourceSlice describes (``spec.nodeName``), as an index value or key."""
+    spec = resource_slice.get("spec")
+    node = spec.get("nodeName") if isinstance(spec, Mapping) else None
+    return [node] if isinstance(node, str) and node else []

@@ -21,7 +21,7 @@ from typing import Any, Final
 import structlog
 from prometheus_client import Gauge
 
-from gpustack_operator.controllers.capacity import BY_SLICE_NODE, slice_node, slices_by_node
+from gpustack_operator.controllers.caches import BY_SLICE_NODE, slice_node, slices_by_node
 from gpustack_operator.controllers.common import NodeChanged
 from gpustack_operator.controllers.nodefacts import NodeModels
 from gpustack_operator.domain.devicesources import (

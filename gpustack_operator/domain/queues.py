@@ -650,6 +650,41 @@ def desired_cluster_queue(
     return queue.manifest(version)
 
 
+_USAGE_FIELDS: Final = ("flavorsReservation", "flavorsUsage")
+_WORKLOAD_COUNTS: Final = ("reservingWorkloads", "admittedWorkloads")
+
+
+def has_reservations(cluster_queue: Mapping[str, Any]) -> bool:
+    """Whether Kueue reports quota reserved or used in this queue, or workloads in it.
+
+    Any non-zero ``total`` or ``borrowed`` in ``status.flavorsReservation`` or
+    ``status.flavorsUsage`` counts, as does a workload holding a reservation or admitted
+    (pending workloads hold nothing: they could never be admitted without flavors). An
+    unparsable amount counts as in use: deleting a queue that may hold work is the mistake to avoid.
+    """
+    status = cluster_queue.get("status")
+    if not isinstance(status, Mapping):
+        return False
+    for field in _WORKLOAD_COUNTS:
+        count = status.get(field)
+        if isinstance(count, int) and count > 0:
+            return True
+    for field in _USAGE_FIELDS:
+        for flavor in status.get(field) or ():
+            if not isinstance(flavor, Mapping):
+                continue
+            for resource in flavor.get("resources") or ():
+                if not isinstance(resource, Mapping):
+                    continue
+                for key in ("total", "borrowed"):
+                    if key not in resource:
+                        continue
+                    amount = parse_quantity(resource[key])
+                    if amount is None or amount != 0:
+                        return True
+    return False
+
+
 def quota_below_usage(want: Mapping[str, Any], have: Mapping[str, Any] | None) -> list[str]:
     """``flavor/resource: quota < usage`` for each quota of *want* below what Kueue reports
     in use in *have* (``status.flavorsUsage``), where *have*'s own quota was not already
