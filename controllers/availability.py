@@ -27,7 +27,8 @@ from gpustack_operator.domain.availability import (
     format_time,
     look_at,
 )
-from gpustack_operator.domain.nodeview import metadata, name_of, uid_of
+from gpustack_operator.domain.nodemodel import NodeModel
+from gpustack_operator.domain.nodeview import name_of
 from gpustack_operator.runtime.clock import WALL_CLOCK, Clock
 from gpustack_operator.runtime.controller import EventRecorderLike
 from gpustack_operator.runtime.metrics import REGISTRY
@@ -63,36 +64,34 @@ class AvailabilityTracker:
         self.recorder = recorder
         self._memory: dict[str, tuple[str, Observed]] = {}
         self._verdicts: dict[str, NodeAvailability] = {}
-        self._versions: dict[str, tuple[str, str]] = {}
-        """Node name -> (uid, resourceVersion) its last verdict was computed from."""
+        self._models: dict[str, NodeModel] = {}
+        """Node name -> the model (one Node version) its last verdict was computed from."""
         self._withheld: dict[str, str] = {}
         """Node name -> reason, for the nodes withheld at their last look."""
         self._reasons: Counter[str] = Counter()
 
-    def look(self, node: object) -> NodeAvailability:
-        """*node*'s verdict now, remembering what it shows.
+    def look(self, node: Mapping[str, Any], model: NodeModel) -> NodeAvailability:
+        """*node*'s verdict now (*model* is its model), remembering what it shows.
 
-        A verdict changes only with the Node or when its ``until`` passes: the same version
-        of a Node gets the verdict it got before, until then (every queue reconcile looks at
-        each of its nodes; deriving the verdict anew each time would grow with both)."""
+        A verdict changes only with the Node or when its ``until`` passes: the same model
+        (one Node version in the worker's store) gets the verdict it got before, until then
+        (every queue reconcile looks at each of its nodes; deriving the verdict anew each
+        time would grow with both)."""
         now = self.clock()
-        name, uid = name_of(node), uid_of(node)
-        version = metadata(node).get("resourceVersion")
+        name = model.name
         last = self._verdicts.get(name)
         if (
             last is not None
-            and isinstance(version, str)
-            and version
-            and self._versions.get(name) == (uid, version)
+            and self._models.get(name) is model
             and (last.until is None or now < last.until)
         ):
             return last
         known = self._memory.get(name)
-        previous = known[1] if known is not None and known[0] == uid else None
-        verdict, kept = look_at(node, self.timers, now, previous)
-        self._memory[name] = (uid, kept)
+        previous = known[1] if known is not None and known[0] == model.uid else None
+        verdict, kept = look_at(model.lifecycle, self.timers, now, previous)
+        self._memory[name] = (model.uid, kept)
         self._verdicts[name] = verdict
-        self._versions[name] = (uid, version if isinstance(version, str) else "")
+        self._models[name] = model
         self._report(node, verdict)
         return verdict
 
@@ -101,7 +100,7 @@ class AvailabilityTracker:
         name = name_of(node)
         self._memory.pop(name, None)
         self._verdicts.pop(name, None)
-        self._versions.pop(name, None)
+        self._models.pop(name, None)
         reason = self._withheld.pop(name, None)
         if reason is not None:
             self._count(reason, -1)

@@ -2,7 +2,7 @@
 
 Indexes make every reconcile proportional to the objects it touches: Nodes by the flavor,
 queue and cohort names of their profiles (managed nodes only: the index *is* the node count
-docs/worker.md speaks of; profiles come from the shared :class:`NodeFacts`), ResourceFlavors by
+docs/worker.md speaks of; profiles come from the shared :class:`NodeModels`), ResourceFlavors by
 their target queue and cohort annotations, ClusterQueues by cohort and team queues by pool,
 LocalQueues by namespace.
 """
@@ -15,10 +15,10 @@ from typing import Any, Final
 
 from gpustack_operator.apis import KueueResources
 from gpustack_operator.controllers.common import index_values
-from gpustack_operator.controllers.nodefacts import NodeFacts, Part
-from gpustack_operator.controllers.teams import LiveTeams
+from gpustack_operator.controllers.liveteams import LiveTeams
+from gpustack_operator.controllers.nodefacts import NodeModels, Part
 from gpustack_operator.controllers.tenantview import TenantView
-from gpustack_operator.domain.flavors import TolerationPolicy, is_managed
+from gpustack_operator.domain.flavors import TolerationPolicy
 from gpustack_operator.domain.labels import COHORT_ANNOTATION, QUEUE_ANNOTATION
 from gpustack_operator.domain.manufacturers import Manufacturer
 from gpustack_operator.domain.nodeview import annotations_of
@@ -28,7 +28,6 @@ from gpustack_operator.domain.teams import Teams, pool_of
 from gpustack_operator.domain.tenancy import TenantSettings
 from gpustack_operator.domain.topology import (
     TopologyPolicy,
-    node_group,
     parse_group,
     topology_name_of_digest,
 )
@@ -36,7 +35,7 @@ from gpustack_operator.runtime.cache import namespace_index
 from gpustack_operator.runtime.coalesce import IndexHold
 from gpustack_operator.runtime.informer import Informer
 from gpustack_operator.runtime.manager import Manager
-from gpustack_operator.runtime.resources import NAMESPACES, NODES
+from gpustack_operator.runtime.resources import NAMESPACES, NODES, RESOURCE_SLICES
 
 BY_FLAVOR: Final = "flavor"
 BY_QUEUE: Final = "queue"
@@ -46,6 +45,9 @@ BY_POOL: Final = "pool"
 """ClusterQueue index: a team queue under its pool's name (docs/teams.md)."""
 BY_TOPOLOGY: Final = "topology"
 """Node index: managed Nodes by the Topology their group names (docs/topology.md)."""
+BY_SLICE_NODE: Final = "resourceslice-node"
+"""ResourceSlice index: the slices of one Node (DRA), read by the capacity and unpooled
+controllers."""
 AWAITING_LABELS: Final = "awaiting-labels"
 """Node index: the Nodes that do not carry their capacity labels yet, under "yes"."""
 _YES: Final = "yes"
@@ -54,17 +56,17 @@ SETTLING_STALL: Final = 10.0
 no longer counts as settling (a node NFD never labels cannot hold the queues for good)."""
 
 
-def node_facts(
+def node_models(
     nodes: Informer,
     manufacturers: Mapping[str, Manufacturer],
     publishes_labels: bool = True,
     topology: TopologyPolicy | None = None,
     tolerations: TolerationPolicy = None,
-) -> NodeFacts:
-    """A :class:`NodeFacts` for the Node informer *nodes*, sized by its Node count. Create
+) -> NodeModels:
+    """A :class:`NodeModels` for the Node informer *nodes*, sized by its Node count. Create
     one per informer and share it: the cache pays off when every user asks the same one.
     *publishes_labels* is False in a vCluster tenant (no capacity labels to await)."""
-    return NodeFacts(
+    return NodeModels(
         manufacturers,
         size_hint=lambda: len(nodes.indexer),
         publishes_labels=publishes_labels,
@@ -73,14 +75,19 @@ def node_facts(
     )
 
 
-def add_node_indexes(nodes: Informer, facts: NodeFacts) -> None:
+def add_node_indexes(nodes: Informer, facts: NodeModels) -> None:
     """Managed Nodes by flavor, queue and cohort name, and the Nodes awaiting their capacity
     labels (idempotent)."""
     existing = set(nodes.indexer.index_names)
     if AWAITING_LABELS not in existing:
         nodes.add_index(AWAITING_LABELS, lambda obj: [_YES] if facts.awaits_labels(obj) else [])
     if BY_TOPOLOGY not in existing:
-        nodes.add_index(BY_TOPOLOGY, topology_index)
+
+        def by_topology(obj: dict[str, Any]) -> list[str]:
+            model = facts.model(obj)
+            return topology_index_of(model.group) if model.managed else []
+
+        nodes.add_index(BY_TOPOLOGY, by_topology)
     for part in (BY_FLAVOR, BY_QUEUE, BY_COHORT):
         if part in existing:
             continue
@@ -118,7 +125,7 @@ class KueueCaches:
     """Informers (with their indexes) of everything the four queue reconcilers read."""
 
     kueue: KueueResources
-    facts: NodeFacts
+    facts: NodeModels
     nodes: Informer
     namespaces: Informer
     flavors: Informer
@@ -138,11 +145,11 @@ class KueueCaches:
         cls,
         manager: Manager,
         kueue: KueueResources,
-        facts: NodeFacts,
+        facts: NodeModels,
         tenant: TenantSettings | None = None,
     ) -> KueueCaches:
         """The caches on *manager*'s shared informers; *facts* is the Node informer's
-        :class:`NodeFacts` (:func:`node_facts`); *tenant*, the tenant settings."""
+        :class:`NodeModels` (:func:`node_models`); *tenant*, the tenant settings."""
         nodes = manager.informer(NODES)
         add_node_indexes(nodes, facts)
         flavors = manager.informer(kueue.resource_flavors)
@@ -206,12 +213,29 @@ class KueueCaches:
         )
 
 
-def topology_index(obj: dict[str, Any]) -> list[str]:
-    """The Topology a managed Node's group names (none for a node without a group)."""
-    parsed = parse_group(node_group(obj)) if is_managed(obj) else None
+def topology_index_of(group: str) -> list[str]:
+    """The Topology a managed node's *group* names (none for ``""``)."""
+    parsed = parse_group(group)
     return [topology_name_of_digest(parsed[0])] if parsed else []
 
 
 def _ensure_index(informer: Informer, name: str, fn: Any) -> None:
     if name not in informer.indexer.index_names:
         informer.add_index(name, fn)
+
+
+def slices_by_node(manager: Manager) -> Informer:
+    """*manager*'s ResourceSlice informer with its :data:`BY_SLICE_NODE` index, added by
+    whichever of the capacity and unpooled controllers is set up first (a vCluster tenant
+    runs only the second, docs/tenants.md, "Shared host nodes")."""
+    slices = manager.informer(RESOURCE_SLICES)
+    if BY_SLICE_NODE not in slices.indexer.index_names:
+        slices.add_index(BY_SLICE_NODE, slice_node)
+    return slices
+
+
+def slice_node(resource_slice: Mapping[str, Any]) -> list[str]:
+    """The Node a ResourceSlice describes (``spec.nodeName``), as an index value or key."""
+    spec = resource_slice.get("spec")
+    node = spec.get("nodeName") if isinstance(spec, Mapping) else None
+    return [node] if isinstance(node, str) and node else []

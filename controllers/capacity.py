@@ -20,9 +20,10 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from gpustack_operator.apis import NODE_FEATURES
+from gpustack_operator.controllers.caches import BY_SLICE_NODE, slice_node, slices_by_node
 from gpustack_operator.controllers.common import NodeChanged, Writer, is_up_to_date
 from gpustack_operator.controllers.labelrepair import LabelsTaken, repair_request
-from gpustack_operator.controllers.nodefacts import NodeFacts
+from gpustack_operator.controllers.nodefacts import NodeModels
 from gpustack_operator.domain.availability import in_planned_maintenance
 from gpustack_operator.domain.labels import ACCELERATABLE_PREFIX, PART_OF_LABEL, PART_OF_WORKER
 from gpustack_operator.domain.nodefeature import (
@@ -42,7 +43,6 @@ from gpustack_operator.runtime.resources import NODES, RESOURCE_SLICES
 NAME: Final = "capacity"
 PUBLISHER: Final = "worker"
 
-BY_SLICE_NODE: Final = "resourceslice-node"
 WORKER_NODE_FEATURES: Final = f"{PART_OF_LABEL}={PART_OF_WORKER}"
 
 
@@ -92,7 +92,7 @@ class CapacityReconciler:
         writer: Writer,
         *,
         system_namespace: str,
-        facts: NodeFacts,
+        facts: NodeModels,
         slices: Informer | None = None,
         applied: NotLastApplied | None = None,
         taken: LabelsTaken | None = None,
@@ -137,7 +137,7 @@ class CapacityReconciler:
             if taken:
                 await self._repair(node, want, have)
             return
-        if have is not None and in_planned_maintenance(node):
+        if have is not None and in_planned_maintenance(self.facts.model(node).lifecycle):
             # The device plugin is paused and device labels may be stale or gone: keep the
             # labels published before it, so no flavor is renamed; a NodeFeature published
             # before the node had any device view (a node first seen mid-change) gets the
@@ -183,13 +183,13 @@ def setup_capacity(
     writer: Writer,
     *,
     policy: ChainPolicy,
-    facts: NodeFacts,
+    facts: NodeModels,
     max_concurrent_reconciles: int,
     dra: bool = False,
     coalesce: Coalesce | None = None,
 ) -> None:
     """Register the capacity reconciler on *manager* (shared Node informer; *facts* is its
-    :class:`NodeFacts`). *dra*: the cluster serves ``resource.k8s.io/v1`` ResourceSlices.
+    :class:`NodeModels`). *dra*: the cluster serves ``resource.k8s.io/v1`` ResourceSlices.
     *coalesce*: the per-node preset of the Node and ResourceSlice watches (default: one
     second per node, docs/worker.md, "Flapping nodes"). The
     NodeFeatures go to *policy*'s system namespace (docs/configuration.md, "Chain policy")."""
@@ -225,20 +225,3 @@ def setup_capacity(
     if slices is not None:
         builder = builder.watches(RESOURCE_SLICES, slice_node, coalesce=per_node)
     builder.with_options(max_concurrent_reconciles=max_concurrent_reconciles).complete(reconciler)
-
-
-def slices_by_node(manager: Manager) -> Informer:
-    """*manager*'s ResourceSlice informer with its :data:`BY_SLICE_NODE` index, added by
-    whichever of the capacity and unpooled controllers is set up first (a vCluster tenant
-    runs only the second, docs/tenants.md, "Shared host nodes")."""
-    slices = manager.informer(RESOURCE_SLICES)
-    if BY_SLICE_NODE not in slices.indexer.index_names:
-        slices.add_index(BY_SLICE_NODE, slice_node)
-    return slices
-
-
-def slice_node(resource_slice: Mapping[str, Any]) -> list[str]:
-    """The Node a ResourceSlice describes (``spec.nodeName``), as an index value or key."""
-    spec = resource_slice.get("spec")
-    node = spec.get("nodeName") if isinstance(spec, Mapping) else None
-    return [node] if isinstance(node, str) and node else []

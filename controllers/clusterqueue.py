@@ -23,7 +23,6 @@ node rewrites each queue a few times, not once per window.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from fractions import Fraction
 from typing import Any, Final
 
 import structlog
@@ -32,7 +31,6 @@ from prometheus_client import Counter
 from gpustack_operator.controllers.availability import AvailabilityTracker
 from gpustack_operator.controllers.caches import (
     BY_COHORT,
-    BY_FLAVOR,
     BY_POOL,
     BY_QUEUE,
     KueueCaches,
@@ -44,8 +42,12 @@ from gpustack_operator.controllers.common import (
     is_managed_object,
     is_up_to_date,
 )
-from gpustack_operator.controllers.teams import watch_teams
-from gpustack_operator.domain.availability import NodeAvailability
+from gpustack_operator.controllers.liveteams import watch_teams
+from gpustack_operator.controllers.poolqueue import (
+    RETIRING_RELEASED,
+    desired_pool_queue,
+    new_queues,
+)
 from gpustack_operator.domain.declaredpools import is_pool_chain_object
 from gpustack_operator.domain.kueue import OwnerReference
 from gpustack_operator.domain.labels import QUEUE_ANNOTATION, UNIT_ANNOTATION
@@ -59,30 +61,23 @@ from gpustack_operator.domain.nodeview import (
 )
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.poolinfo import local_queue_metadata
-from gpustack_operator.domain.quantities import parse_quantity
 from gpustack_operator.domain.queues import (
     HOLD,
     HOLD_NOTE,
     cluster_queue_cohort,
-    desired_cluster_queue,
     devices_gone,
+    has_reservations,
     quota_below_usage,
     without_flavors,
 )
-from gpustack_operator.domain.teams import PoolSplit, Teams, divides, pool_of, split_pool
-from gpustack_operator.domain.tenancy import tenant_cluster_queue
+from gpustack_operator.domain.teams import pool_of
 from gpustack_operator.domain.transition import (
-    held_by,
-    held_in,
     lending_nothing,
-    less_held,
-    own_quota,
 )
 from gpustack_operator.runtime.client import NotFound
 from gpustack_operator.runtime.coalesce import Coalesce
 from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request, Result
 from gpustack_operator.runtime.metrics import REGISTRY
-from gpustack_operator.runtime.predicates import Predicate
 from gpustack_operator.runtime.resources import NODES
 
 log = structlog.get_logger(__name__)
@@ -97,8 +92,6 @@ QUOTA_BELOW_USAGE = Counter(
     ["clusterqueue"],
     registry=REGISTRY,
 )
-_USAGE_FIELDS: Final = ("flavorsReservation", "flavorsUsage")
-_WORKLOAD_COUNTS: Final = ("reservingWorkloads", "admittedWorkloads")
 
 
 def _without_deletion(obj: dict[str, Any]) -> dict[str, Any]:
@@ -116,143 +109,6 @@ def _sooner(a: Result | None, b: Result | None) -> Result | None:
     if a is None or b is None:
         return a or b
     return a if (a.requeue_after or 0) <= (b.requeue_after or 0) else b
-
-
-def has_reservations(cluster_queue: Mapping[str, Any]) -> bool:
-    """Whether Kueue reports quota reserved or used in this queue, or workloads in it.
-
-    Any non-zero ``total`` or ``borrowed`` in ``status.flavorsReservation`` or
-    ``status.flavorsUsage`` counts, as does a workload holding a reservation or admitted
-    (pending workloads hold nothing: they could never be admitted without flavors). An
-    unparsable amount counts as in use: deleting a queue that may hold work is the mistake to avoid.
-    """
-    status = cluster_queue.get("status")
-    if not isinstance(status, Mapping):
-        return False
-    for field in _WORKLOAD_COUNTS:
-        count = status.get(field)
-        if isinstance(count, int) and count > 0:
-            return True
-    for field in _USAGE_FIELDS:
-        for flavor in status.get(field) or ():
-            if not isinstance(flavor, Mapping):
-                continue
-            for resource in flavor.get("resources") or ():
-                if not isinstance(resource, Mapping):
-                    continue
-                for key in ("total", "borrowed"):
-                    if key not in resource:
-                        continue
-                    amount = parse_quantity(resource[key])
-                    if amount is None or amount != 0:
-                        return True
-    return False
-
-
-def desired_pool_queue(
-    caches: KueueCaches,
-    policy: ChainPolicy,
-    name: str,
-    flavors: list[dict[str, Any]],
-    tracker: AvailabilityTracker | None = None,
-) -> tuple[dict[str, Any] | None, float | None]:
-    """The ClusterQueue of pool *name* for *flavors* from the cache's managed nodes (each
-    counted as *tracker* says), before teams divide it, and when a node's verdict next
-    changes by time alone; the Cohort reconciler reads it for the Cohort's own quota."""
-    untils: list[float] = []
-    availability = None
-    if tracker is not None:
-
-        def availability(node: object) -> NodeAvailability:
-            verdict = tracker.look(node)
-            if verdict.until is not None:
-                untils.append(verdict.until)
-            return verdict
-
-    index: dict[str, list[object]] = {
-        name_of(f): list(caches.managed_nodes(BY_FLAVOR, name_of(f))) for f in flavors
-    }
-    nodes = [n for members in index.values() for n in members]
-    want = desired_cluster_queue(
-        name,
-        flavors,
-        nodes,
-        caches.manufacturers,
-        version=caches.kueue.version,
-        flavor_index=index,
-        quota_resources=policy.quota_resources,
-        availability=availability,
-        host_counting=policy.host_counting,
-        divided=divides(caches.teams_for(policy)),
-    )
-    if want is not None and caches.tenant is not None:
-        # docs/tenants.md, "Quota a tenant may count on"
-        want = tenant_cluster_queue(want, caches.tenant.settings.quota_caps)
-    return want, min(untils, default=None)
-
-
-class RetiringReleased(Predicate):
-    """Updates in which a queue the worker holds (``stopPolicy: Hold``) holds less work:
-    the queues replacing it may grow (docs/teams.md, "Moving a pool to teams, and back").
-    Kueue's status writes pass no other predicate of these controllers."""
-
-    def create(self, obj: dict[str, Any]) -> bool:
-        return False
-
-    def delete(self, obj: dict[str, Any]) -> bool:
-        return False
-
-    def update(self, old: dict[str, Any], new: dict[str, Any]) -> bool:
-        spec = new.get("spec")
-        held = isinstance(spec, Mapping) and spec.get("stopPolicy") == HOLD
-        return held and is_managed_object(new) and held_in(old) != held_in(new)
-
-    def __repr__(self) -> str:
-        return "RetiringReleased()"
-
-
-RETIRING_RELEASED: Final = RetiringReleased()
-
-
-def new_queues(
-    caches: KueueCaches, teams: Teams | None, want: dict[str, Any]
-) -> tuple[dict[str, Any], PoolSplit | None, bool]:
-    """Pool queue *want* and its split among *teams* (None: no team has a share), each given
-    only what the pool's retiring queues do not hold (docs/teams.md, "Moving a pool to
-    teams, and back"), and whether a retiring queue still holds anything.
-
-    Retiring: with teams, the pool's own queue and the team queues no team has now; without,
-    every team queue of the pool. Their usage is read from Kueue's status in the cache.
-    """
-    name = name_of(want)
-    split = split_pool(want, teams) if teams is not None else None
-    team_queues = [
-        q for q in caches.cluster_queues.indexer.by_index(BY_POOL, name) if is_managed_object(q)
-    ]
-    if split is not None:
-        kept = {name_of(q) for q in split.team_queues}
-        retiring = [q for q in team_queues if name_of(q) not in kept]
-        own = caches.cluster_queues.indexer.get(name)
-        if own is not None and is_managed_object(own) and not pool_of(own):
-            retiring.append(own)
-    else:
-        retiring = team_queues
-    held = held_by(retiring)
-    pending = bool(held)
-    if split is None:
-        # A Cohort's own quota (what teams left over) is borrowable by the pool's queue
-        # until the Cohort reconciler drops it: until then it counts as held.
-        cohort = caches.cohorts.indexer.get(cluster_queue_cohort(want))
-        for key, amount in own_quota(cohort).items():
-            held[key] = held.get(key, Fraction(0)) + amount
-    if not held:
-        return want, split, False
-    want = less_held(want, held)
-    return (
-        want,
-        split_pool(want, teams) if split is not None and teams is not None else None,
-        pending,
-    )
 
 
 class ClusterQueueReconciler:

@@ -14,11 +14,6 @@ from typing import Any, Final, cast
 
 from gpustack_operator.controllers.availability import AvailabilityTracker
 from gpustack_operator.controllers.caches import BY_COHORT, KueueCaches
-from gpustack_operator.controllers.clusterqueue import (
-    RETIRING_RELEASED,
-    desired_pool_queue,
-    new_queues,
-)
 from gpustack_operator.controllers.common import (
     METADATA_OR_SPEC_CHANGED,
     NodeChanged,
@@ -26,7 +21,12 @@ from gpustack_operator.controllers.common import (
     is_managed_object,
     is_up_to_date,
 )
-from gpustack_operator.controllers.teams import watch_teams
+from gpustack_operator.controllers.liveteams import watch_teams
+from gpustack_operator.controllers.poolqueue import (
+    RETIRING_RELEASED,
+    desired_pool_queue,
+    new_queues,
+)
 from gpustack_operator.domain.declaredpools import is_pool_chain_object
 from gpustack_operator.domain.labels import QUEUE_ANNOTATION
 from gpustack_operator.domain.nodeview import annotations_of, is_deleting

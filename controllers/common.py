@@ -13,7 +13,7 @@ from typing import Any, Final
 
 import structlog
 
-from gpustack_operator.controllers.nodefacts import NodeFacts
+from gpustack_operator.controllers.nodefacts import NodeModels
 from gpustack_operator.domain.comparison import ObjectComparison
 from gpustack_operator.domain.comparison import contains as contains
 from gpustack_operator.domain.kueue import ClusterQueue, Cohort, LocalQueue, ResourceFlavor
@@ -87,12 +87,12 @@ def trim_for_worker(obj: JSON) -> JSON:
 class NodeChanged(Predicate):
     """Passes creates and deletes, and updates that change :func:`node_view`.
 
-    Given :class:`NodeFacts` (the worker's shared one), the views come from its cache; given
+    Given :class:`NodeModels` (the worker's shared one), the views come from its cache; given
     the manufacturers alone, it keeps a cache of its own.
     """
 
-    def __init__(self, facts: NodeFacts | Mapping[str, Manufacturer]) -> None:
-        self._facts = facts if isinstance(facts, NodeFacts) else NodeFacts(facts)
+    def __init__(self, facts: NodeModels | Mapping[str, Manufacturer]) -> None:
+        self._facts = facts if isinstance(facts, NodeModels) else NodeModels(facts)
 
     def update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
         return self._facts.view(old) != self._facts.view(new)

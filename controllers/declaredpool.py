@@ -19,10 +19,7 @@ from typing import Any, Final
 
 import structlog
 
-from gpustack_operator.controllers.caches import BY_COHORT, BY_FLAVOR, BY_QUEUE, KueueCaches
-from gpustack_operator.controllers.clusterqueue import NAME as CLUSTER_QUEUE
-from gpustack_operator.controllers.clusterqueue import has_reservations
-from gpustack_operator.controllers.cohort import NAME as COHORT
+from gpustack_operator.controllers.caches import KueueCaches
 from gpustack_operator.controllers.common import (
     METADATA_OR_SPEC_CHANGED,
     NodeChanged,
@@ -35,7 +32,6 @@ from gpustack_operator.controllers.declarations import (
     LiveDeclaration,
     status_configmap_informer,
 )
-from gpustack_operator.controllers.flavor import NAME as FLAVOR
 from gpustack_operator.controllers.nodefacts import Part
 from gpustack_operator.domain.comparison import Compare, ObjectComparison
 from gpustack_operator.domain.declaredpools import (
@@ -57,6 +53,7 @@ from gpustack_operator.domain.poolchain import (
     has_stale_checks,
     without_admission_checks,
 )
+from gpustack_operator.domain.queues import has_reservations
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.clock import WALL_CLOCK, Clock
 from gpustack_operator.runtime.controller import (
@@ -453,13 +450,14 @@ async def add_pool_controller(
     writer: Writer,
     policy: ChainPolicy,
     registry: PoolRegistry,
-    queue_controllers: Sequence[Controller],
+    enqueue: Callable[[str, Iterable[str]], None],
     clock: Clock = WALL_CLOCK,
 ) -> Controller:
     """Discover the pool sources and add the declared-pool controller to *manager*;
-    *queue_controllers* are the flavor, cohort and ClusterQueue controllers it nudges.
-    Kinds served later are watched once :meth:`DeclaredPoolReconciler.rediscover` finds
-    them."""
+    ``enqueue(part, names)`` (the wiring's: it knows which controller reconciles the
+    flavors, queues or cohorts a node index part names) passes on the names a pool change
+    touches. Kinds served later are watched once :meth:`DeclaredPoolReconciler.rediscover`
+    finds them."""
     sources = await discover_pool_sources(
         manager.client, manager.informer, policy, caches.kueue.version.value
     )
@@ -474,15 +472,6 @@ async def add_pool_controller(
         policy,
         writer.recorder,
     )
-    by_name = {c.name: c for c in queue_controllers}
-    parts = {BY_FLAVOR: FLAVOR, BY_QUEUE: CLUSTER_QUEUE, BY_COHORT: COHORT}
-
-    def enqueue(part: str, names: Iterable[str]) -> None:
-        controller = by_name.get(parts[part])
-        if controller is not None:
-            for name in names:
-                controller.queue.add(name)
-
     log.info(
         "declared pools",
         sources=[f"{i.resource.kind}.{i.resource.group}" for i in sources.informers],

@@ -29,7 +29,7 @@ from gpustack_operator.controllers.common import (
     is_managed_object,
     is_up_to_date,
 )
-from gpustack_operator.controllers.teams import watch_teams
+from gpustack_operator.controllers.liveteams import watch_teams
 from gpustack_operator.domain.labels import RESOURCE_TYPE_INSTANCETYPES, RESOURCE_TYPE_LABEL
 from gpustack_operator.domain.nodeview import is_deleting, labels_of, metadata, name_of
 from gpustack_operator.domain.policy import ChainPolicy

@@ -1,76 +1,29 @@
-"""What the worker derives from one Node, computed once per Node version.
+"""The worker's one store of node models: one :class:`NodeModel` per Node version.
 
-Every Node event reaches the capacity controller and three queue controllers, each with a
-predicate (the Node's worker view), an event mapping (its flavor, queue or cohort names) and
-the Node indexes; every flavor and cohort reconcile needs the profiles of a node too, and the
-capacity reconciler and the ``awaiting-labels`` index need the node's capacity labels. All of
-them derive the same few values from the same labels, so :class:`NodeFacts` computes them
-once per Node version (uid + resourceVersion, confirmed by equality) and hands out the cached,
-immutable result. Without the cache the work per event grows with the number of controllers
-and per reconcile with the number of nodes of a profile.
+Every Node event reaches the capacity controller, the queue controllers and the unpooled
+report, each with a predicate (the Node's view), an event mapping (its flavor, queue or
+cohort names) and the Node indexes; every flavor and cohort reconcile needs the profiles of
+a node, every queue reconcile its lifecycle, and the capacity reconciler and the
+``awaiting-labels`` index its capacity labels. :class:`NodeModels` builds the model
+(``domain.nodemodel.node_model``) once per Node version, when the informer files the event,
+and every one of them reads it. Without it the work per event grows with the number of
+controllers and per reconcile with the number of nodes of a profile.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Final, Literal, Protocol
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
 
-from gpustack_operator.domain.availability import availability_inputs
-from gpustack_operator.domain.capacity import worker_capacity_labels
-from gpustack_operator.domain.devicesources.merge import (
-    VENDOR_LABEL_PREFIXES,
-    VENDOR_RESOURCE_PREFIXES,
-)
-from gpustack_operator.domain.flavors import (
-    Profile,
-    TolerationPolicy,
-    dedication_taints,
-    is_managed,
-    node_profiles,
-)
-from gpustack_operator.domain.labels import (
-    ACCELERATABLE_PREFIX,
-    ARCH_LABEL,
-    CPU_ANNOTATION_PREFIX,
-    FEATURE_PREFIX,
-    GENERAL_PREFIX,
-    NFD_CPU_FAMILY_LABEL,
-    NFD_CPU_ID_LABEL,
-    NFD_CPU_VENDOR_LABEL,
-    OS_LABEL,
-    SYSTEM_PREFIX,
-)
+from gpustack_operator.domain.flavors import Profile, TolerationPolicy, node_profiles
 from gpustack_operator.domain.manufacturers import Manufacturer
-from gpustack_operator.domain.nodefeature import can_publish_for
-from gpustack_operator.domain.nodeview import is_deleting, labels_of, metadata, name_of, uid_of
-from gpustack_operator.domain.queues import HOST_RESOURCES
-from gpustack_operator.domain.tenancy import HOST_LABELS_ANNOTATION, INSTANCE_TYPE_LABEL
-from gpustack_operator.domain.topology import TopologyPolicy, is_level_label
-from gpustack_operator.domain.topologylabels import topology_labels
-from gpustack_operator.runtime.cache import shared_strings
+from gpustack_operator.domain.nodemodel import ModelSettings, NodeModel, Part, node_model
+from gpustack_operator.domain.nodeview import metadata
+from gpustack_operator.domain.queues import NodeDevices
+from gpustack_operator.domain.topology import TopologyPolicy
 
-Part = Literal["flavor", "queue", "cohort"]
-# Node labels whose change can move a capacity profile, a flavor, a queue or its notes.
-_NODE_LABEL_PREFIXES: Final = (
-    SYSTEM_PREFIX,
-    FEATURE_PREFIX,
-    GENERAL_PREFIX,
-    ACCELERATABLE_PREFIX,
-    *VENDOR_LABEL_PREFIXES,
-)
-_NODE_LABELS: Final = frozenset(
-    {
-        NFD_CPU_VENDOR_LABEL,
-        NFD_CPU_FAMILY_LABEL,
-        NFD_CPU_ID_LABEL,
-        OS_LABEL,
-        ARCH_LABEL,
-        INSTANCE_TYPE_LABEL,
-    }
-)
-# Annotations besides NFD's CPU ones: in a vCluster tenant, which labels the host owns.
-_NODE_ANNOTATIONS: Final = frozenset({HOST_LABELS_ANNOTATION})
+__all__ = ["NodeModels", "Part", "PoolClaims"]
 
 
 class PoolClaims(Protocol):
@@ -85,84 +38,33 @@ _MIN_GENERATION: Final = 1024
 _VERSIONS: Final = 2
 
 
-def node_view(
-    node: Mapping[str, Any],
-    manufacturers: Mapping[str, Manufacturer],
-    topology: TopologyPolicy | None = None,
-) -> tuple[Any, ...]:
-    """Everything about a Node that the worker's output depends on, as a comparable value.
-
-    Two versions of a Node with the same view produce the same NodeFeature, flavors, queues
-    and notes: an update that leaves it unchanged (a heartbeat, a condition, an image) is
-    filtered out before it reaches a work queue.
-    """
-    meta = metadata(node)
-    labels = tuple(
-        sorted(
-            (k, v)
-            for k, v in labels_of(node).items()
-            if k in _NODE_LABELS
-            or k.startswith(_NODE_LABEL_PREFIXES)
-            or (topology is not None and is_level_label(k, topology))
-        )
-    )
-    raw_annotations = meta.get("annotations")
-    annotations = tuple(
-        sorted(
-            (k, str(v))
-            for k, v in (raw_annotations if isinstance(raw_annotations, Mapping) else {}).items()
-            if isinstance(k, str)
-            and (k.startswith(CPU_ANNOTATION_PREFIX) or k in _NODE_ANNOTATIONS)
-        )
-    )
-    status = node.get("status")
-    resources = set(HOST_RESOURCES) | {m.resource_name for m in manufacturers.values()}
-    amounts: list[tuple[str, str, str]] = []
-    if isinstance(status, Mapping):
-        for section in ("capacity", "allocatable"):
-            values = status.get(section)
-            if isinstance(values, Mapping):
-                amounts.extend(
-                    (section, r, str(values[r]))
-                    for r in sorted(k for k in values if isinstance(k, str))
-                    if r in resources or r.startswith(VENDOR_RESOURCE_PREFIXES)
-                )
-    return (
-        uid_of(node),
-        bool(meta.get("deletionTimestamp")),
-        labels,
-        annotations,
-        tuple(amounts),
-        tuple(sorted(dedication_taints(node))),
-        availability_inputs(node),
-    )
-
-
 @dataclass
-class _Facts:
+class _Entry:
     node: Mapping[str, Any]
-    """The version these facts are of (kept to confirm a hit by equality)."""
+    """The version this model is of (kept to confirm a hit by equality)."""
+    model: NodeModel
+    pools: int = -1
+    """The declared pools' version :attr:`profiles` was claimed under (-1: not yet)."""
+    profiles: tuple[Profile, ...] = ()
+    """The model's profiles, or none when a declared pool claims the node."""
     view: tuple[Any, ...] | None = None
-    profiles: tuple[Profile, ...] | None = None
-    awaits_labels: bool | None = None
-    capacity_labels: Mapping[str, str] | None = None
-    names: dict[str, list[str]] = field(default_factory=dict)
-    pools: int = 0
-    """The declared pools' version these facts were derived under."""
+    """The model's view with the pool claim."""
 
 
-class NodeFacts:
-    """Per-Node derived data (view, profiles, flavor/queue/cohort names), cached per version.
+class NodeModels:
+    """The worker's node models, one per Node version, shared by every Node-watching
+    controller.
 
     Keyed by uid, holding that Node's last two versions (resourceVersion): an update event
     compares the old version with the new one, and anything older is not asked for again.
-    Each entry keeps the Node object it was derived from, and a hit is confirmed by identity
+    Each entry keeps the Node object it was built from, and a hit is confirmed by identity
     or equality with it, so a hand-made object reusing a version is never mistaken for
     another; two versions per Node bound what that keeps alive. Nodes without uid or
-    resourceVersion (manifests from a file) are computed every time. Deleted Nodes drop out
+    resourceVersion (manifests from a file) are built every time. Deleted Nodes drop out
     through two generations of uids: when the current one outgrows the larger of 1,024 and
     twice *size_hint()* (the number of Nodes in the cache), it becomes the previous one, and
-    uids still in use are carried over on their next lookup.
+    uids still in use are carried over on their next lookup. :attr:`built` counts the
+    models built.
     """
 
     def __init__(
@@ -173,71 +75,90 @@ class NodeFacts:
         topology: TopologyPolicy | None = None,
         tolerations: TolerationPolicy = None,
     ) -> None:
-        self.manufacturers = manufacturers
-        self.topology = topology if topology is not None and topology.enabled else None
-        """TAS settings the topology label follows (docs/topology.md, "Groups"); ``None``:
-        off."""
-        self.tolerations = tolerations
-        self.publishes_labels = publishes_labels
-        """False in a vCluster tenant: no capacity labels are published, none awaited."""
+        self.settings = ModelSettings(manufacturers, topology, tolerations, publishes_labels)
         self._size_hint = size_hint
-        # uid -> [(resourceVersion, facts)], at most _VERSIONS, the most recent last
-        self._current: dict[str, list[tuple[str, _Facts]]] = {}
-        self._previous: dict[str, list[tuple[str, _Facts]]] = {}
+        # uid -> [(resourceVersion, entry)], at most _VERSIONS, the most recent last
+        self._current: dict[str, list[tuple[str, _Entry]]] = {}
+        self._previous: dict[str, list[tuple[str, _Entry]]] = {}
+        self.built = 0
+        """How many models this store has built (one per Node version it was asked about)."""
         self.pools: PoolClaims | None = None
         """The declared pools (docs/autoscaling.md): a node one of them selects has no
         profiles of its own; it feeds the pool's flavor."""
 
-    def _facts(self, node: Mapping[str, Any]) -> _Facts:
+    @property
+    def manufacturers(self) -> Mapping[str, Manufacturer]:
+        return self.settings.manufacturers
+
+    @property
+    def topology(self) -> TopologyPolicy | None:
+        """TAS settings the topology label follows (docs/topology.md); ``None``: off."""
+        return self.settings.topology
+
+    @property
+    def tolerations(self) -> TolerationPolicy:
+        return self.settings.tolerations
+
+    @property
+    def publishes_labels(self) -> bool:
+        return self.settings.publishes_labels
+
+    def _build(self, node: Mapping[str, Any]) -> _Entry:
+        self.built += 1
+        return _Entry(node, node_model(node, self.settings))
+
+    def _entry(self, node: Mapping[str, Any]) -> _Entry:
         meta = metadata(node)
         uid, version = meta.get("uid"), meta.get("resourceVersion")
-        pools = self.pools.version if self.pools is not None else 0
         if not isinstance(uid, str) or not isinstance(version, str) or not uid or not version:
-            return _Facts(node, pools=pools)
+            return self._claimed(self._build(node))
         versions = self._current.get(uid)
         if versions is None:
             versions = self._previous.pop(uid, None)
             if versions is None:
                 versions = []
             self._remember(uid, versions)
-        for i, (known, facts) in enumerate(versions):
-            if known == version and (facts.node is node or facts.node == node):
-                if facts.pools == pools:
-                    return facts
-                del versions[i]  # derived before the declared pools changed
-                break
-        facts = _Facts(node, pools=pools)
+        for known, entry in versions:
+            if known == version and (entry.node is node or entry.node == node):
+                return self._claimed(entry)
+        entry = self._build(node)
         if len(versions) >= _VERSIONS:
             del versions[0]
-        versions.append((version, facts))
-        return facts
+        versions.append((version, entry))
+        return self._claimed(entry)
 
-    def _remember(self, uid: str, versions: list[tuple[str, _Facts]]) -> None:
+    def _claimed(self, entry: _Entry) -> _Entry:
+        """*entry* with the declared pools' claim of its node applied (again after the
+        pools changed)."""
+        pools = self.pools.version if self.pools is not None else 0
+        if entry.pools != pools:
+            claim = self.pools.claim(entry.node) if self.pools is not None and pools else ""
+            entry.pools = pools
+            entry.profiles = () if claim else entry.model.profiles
+            entry.view = (*entry.model.view, claim) if pools else entry.model.view
+        return entry
+
+    def _remember(self, uid: str, versions: list[tuple[str, _Entry]]) -> None:
         hint = self._size_hint() if self._size_hint is not None else 0
         if len(self._current) >= max(_MIN_GENERATION, 2 * hint):
             self._previous, self._current = self._current, {}
         self._current[uid] = versions
 
+    def model(self, node: Mapping[str, Any]) -> NodeModel:
+        """The model of *node* (this version's)."""
+        return self._entry(node).model
+
     def view(self, node: Mapping[str, Any]) -> tuple[Any, ...]:
-        """:func:`node_view` of *node*."""
-        facts = self._facts(node)
-        if facts.view is None:
-            facts.view = node_view(node, self.manufacturers, self.topology)
-            if self.pools is not None and self.pools.version:
-                facts.view = (*facts.view, self.pools.claim(node))
-        return facts.view
+        """The model's view, with the declared pool that claims the node, if any."""
+        view = self._entry(node).view
+        assert view is not None  # set by _claimed
+        return view
 
     def profiles(self, node: object) -> tuple[Profile, ...]:
-        """``node_profiles`` of *node* (whether managed or not)."""
+        """The node's profiles (whether managed or not); none when a declared pool claims it."""
         if not isinstance(node, Mapping):
             return tuple(node_profiles(node, self.manufacturers))
-        facts = self._facts(node)
-        if facts.profiles is None:
-            if self.pools is not None and self.pools.version and self.pools.claim(node):
-                facts.profiles = ()
-            else:
-                facts.profiles = tuple(node_profiles(node, self.manufacturers))
-        return facts.profiles
+        return self._entry(node).profiles
 
     def names(self, node: Mapping[str, Any], part: Part) -> list[str]:
         """The flavor/queue/cohort names (*part*) of *node*'s profiles, managed or not.
@@ -245,49 +166,35 @@ class NodeFacts:
         Event mapping uses this: a node relabelled unmanaged or being deleted must still
         reach the objects it used to count for. Returns a new list.
         """
-        facts = self._facts(node)
-        names = facts.names.get(part)
-        if names is None:
-            names = sorted({getattr(p, part) for p in self.profiles(node)} - {""})
-            facts.names[part] = names
-        return list(names)
+        entry = self._entry(node)
+        if entry.profiles is entry.model.profiles:
+            return list(entry.model.names[part])
+        return sorted({getattr(p, part) for p in entry.profiles} - {""})
 
     def index_names(self, node: Mapping[str, Any], part: Part) -> list[str]:
         """What the Node indexes file *node* under: its names when managed, else none
         (``domain.flavors.node_profile_names``)."""
-        return self.names(node, part) if is_managed(node) else []
+        entry = self._entry(node)
+        return self.names(node, part) if entry.model.managed else []
+
+    def devices(self, node: object) -> NodeDevices:
+        """The model's device amounts (``domain.queues.DevicesOf``)."""
+        if not isinstance(node, Mapping):
+            raise TypeError(f"not a Node: {type(node).__name__}")
+        return self._entry(node).model.devices
 
     def capacity_labels(self, node: Mapping[str, Any]) -> Mapping[str, str]:
-        """``worker_capacity_labels`` of *node* without DRA slices (do not modify it).
-
-        The ``awaiting-labels`` index, the capacity reconciler and its resyncs all ask for
-        the same version's labels; deriving them is the worker's largest per-node cost."""
-        facts = self._facts(node)
-        if facts.capacity_labels is None:
-            # Interned: tens of labels per Node, the same keys and mostly the same values.
-            labels = worker_capacity_labels(node, self.manufacturers)
-            if self.topology is not None:
-                labels = {**labels, **topology_labels(node, self.topology, self.tolerations)}
-            facts.capacity_labels = shared_strings(labels)
-        return facts.capacity_labels
+        """The model's capacity labels (without DRA slices; do not modify them)."""
+        return self._entry(node).model.capacity_labels
 
     def awaits_labels(self, node: Mapping[str, Any]) -> bool:
         """Whether *node* does not carry the capacity labels the worker publishes for it yet
         (its NodeFeature is still to be written, or NFD has not merged it): the node's
         profiles, and so the quotas of its queues, are about to change."""
-        facts = self._facts(node)
-        if facts.awaits_labels is None:
-            if not self.publishes_labels or is_deleting(node) or not can_publish_for(name_of(node)):
-                facts.awaits_labels = False
-            else:
-                labels = labels_of(node)
-                facts.awaits_labels = any(
-                    labels.get(k) != v for k, v in self.capacity_labels(node).items()
-                )
-        return facts.awaits_labels
+        return self._entry(node).model.awaits_labels
 
     def __len__(self) -> int:
-        """How many Node versions the cache holds facts of."""
+        """How many Node versions the store holds models of."""
         return sum(len(v) for v in self._current.values()) + sum(
             len(v) for v in self._previous.values()
         )

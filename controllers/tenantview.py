@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpustack_operator.controllers.nodefacts import NodeFacts, Part
+from gpustack_operator.controllers.nodefacts import NodeModels, Part
 from gpustack_operator.domain.flavors import is_managed
 from gpustack_operator.domain.nodeview import name_of, uid_of
 from gpustack_operator.domain.tenancy import TenantSettings, tenant_fleet
@@ -35,7 +35,7 @@ class _Snapshot:
 class TenantView:
     """The tenant fleet of a Node informer, recomputed when a Node changes."""
 
-    def __init__(self, nodes: Informer, facts: NodeFacts, settings: TenantSettings) -> None:
+    def __init__(self, nodes: Informer, facts: NodeModels, settings: TenantSettings) -> None:
         self.nodes = nodes
         self.facts = facts
         self.settings = settings
@@ -45,7 +45,7 @@ class TenantView:
 
     def _snapshot(self) -> _Snapshot:
         cached = self.nodes.indexer.list()
-        # What the pools depend on (NodeFacts.view, cached per Node version): a status
+        # What the pools depend on (NodeModels.view, cached per Node version): a status
         # update that changes none of it reuses the last fleet.
         key = tuple(sorted(((uid_of(n), self.facts.view(n)) for n in cached), key=_uid))
         if key != self._key:

@@ -21,17 +21,15 @@ from typing import Any, Final
 import structlog
 from prometheus_client import Gauge
 
-from gpustack_operator.controllers.capacity import BY_SLICE_NODE, slice_node, slices_by_node
+from gpustack_operator.controllers.caches import BY_SLICE_NODE, slice_node, slices_by_node
 from gpustack_operator.controllers.common import NodeChanged
-from gpustack_operator.controllers.nodefacts import NodeFacts
+from gpustack_operator.controllers.nodefacts import NodeModels
 from gpustack_operator.domain.devicesources import (
     Diagnostic,
     judged_diagnostics,
     unpooled_devices,
 )
 from gpustack_operator.domain.flavors import is_managed
-from gpustack_operator.domain.nodeview import labels_of
-from gpustack_operator.domain.topology import missing_level
 from gpustack_operator.runtime.clock import MONOTONIC_CLOCK, Clock
 from gpustack_operator.runtime.controller import EventRecorderLike, Request, Result
 from gpustack_operator.runtime.informer import Informer
@@ -63,7 +61,7 @@ class UnpooledReconciler:
         self,
         nodes: Informer,
         recorder: EventRecorderLike | None,
-        facts: NodeFacts,
+        facts: NodeModels,
         slices: Informer | None = None,
         *,
         settling: float = 0.0,
@@ -71,6 +69,7 @@ class UnpooledReconciler:
     ) -> None:
         self.nodes = nodes
         self.recorder = recorder
+        self.models = facts
         self.manufacturers = facts.manufacturers
         self.topology = facts.topology
         self.slices = slices
@@ -86,24 +85,26 @@ class UnpooledReconciler:
     async def __call__(self, request: Request) -> Result | None:
         key = request.key
         node = self.nodes.indexer.get(key)
-        self._report_missing_level(key, node)
+        model = self.models.model(node) if node is not None else None
+        self._report_missing_level(key, node, model.missing_level if model else "")
         previous = self.reported.get(key, ())
         found: Report = ()
         retry: Result | None = None
-        if node is None:
+        if node is None or model is None:
             self.first_seen.pop(key, None)
-        elif is_managed(node):
+        elif model.managed:
             slices = (
                 self.slices.indexer.by_index(BY_SLICE_NODE, key) if self.slices is not None else ()
             )
             now = self.clock()
             found, wait = judged_diagnostics(
-                unpooled_devices(node, self.manufacturers, slices),
-                labels_of(node),
+                unpooled_devices(node, self.manufacturers, slices) if slices else model.unpooled,
+                {},
                 self.manufacturers,
                 seen_for=now - self.first_seen.setdefault(key, now),
                 settling=self.settling,
                 reported={d for d, _ in previous},
+                published=model.published,
             )
             if wait is not None:
                 retry = Result(requeue_after=wait)
@@ -141,14 +142,13 @@ class UnpooledReconciler:
             if self.recorder is not None:
                 self.recorder.event(node, "Normal", RESOLVED_REASON, message, resource=NODES)
 
-    def _report_missing_level(self, key: str, node: dict[str, Any] | None) -> None:
+    def _report_missing_level(self, key: str, node: dict[str, Any] | None, lacking: str) -> None:
         """A Warning Event ``TopologyLevelMissing`` once per node and label: the node
         carries a coarser level of a set but not this one, so it is grouped apart (its
         own Topology and flavor) from the nodes that carry it (docs/topology.md, "Seeing
         it")."""
-        lacking = ""
-        if node is not None and self.topology is not None and is_managed(node):
-            lacking = missing_level(node, self.topology)
+        if node is None or self.topology is None or not is_managed(node):
+            lacking = ""
         if lacking == self.lacking.get(key, ""):
             return
         if not lacking:
@@ -178,7 +178,7 @@ class UnpooledReconciler:
 def setup_unpooled(
     manager: Manager,
     *,
-    facts: NodeFacts,
+    facts: NodeModels,
     dra: bool = False,
     settling: float = 0.0,
 ) -> None:

@@ -22,7 +22,7 @@ Build the manager with :func:`new_worker_manager` to get the worker's informer t
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
@@ -32,10 +32,13 @@ import structlog
 from gpustack_operator.apis import KUEUE_GROUP, KueueResources, kueue_resources
 from gpustack_operator.controllers.availability import AvailabilityTracker
 from gpustack_operator.controllers.caches import (
+    BY_COHORT,
+    BY_FLAVOR,
+    BY_QUEUE,
     KueueCaches,
     add_node_indexes,
     fleet_settling,
-    node_facts,
+    node_models,
 )
 from gpustack_operator.controllers.capacity import setup_capacity
 from gpustack_operator.controllers.clusterqueue import NAME as CLUSTER_QUEUE
@@ -57,14 +60,11 @@ from gpustack_operator.controllers.kueueconfig import (
     build_kueue_config_controller,
     kueue_configmap_informer,
 )
+from gpustack_operator.controllers.liveteams import LiveTeams, teams_configmap_informer
 from gpustack_operator.controllers.localqueue import NAME as LOCAL_QUEUE
 from gpustack_operator.controllers.localqueue import build_local_queue_controller
 from gpustack_operator.controllers.teams import NAME as TEAMS
-from gpustack_operator.controllers.teams import (
-    LiveTeams,
-    build_teams_controller,
-    teams_configmap_informer,
-)
+from gpustack_operator.controllers.teams import build_teams_controller
 from gpustack_operator.controllers.topology import NAME as TOPOLOGY
 from gpustack_operator.controllers.topology import build_topology_controller
 from gpustack_operator.controllers.unpooled import setup_unpooled
@@ -221,7 +221,7 @@ class Worker:
         self.queue_controllers: list[Controller] = []
         """The Kueue controllers (four queue controllers and the configuration check), once
         Kueue is discovered (they run on the leader)."""
-        self.facts = node_facts(
+        self.facts = node_models(
             manager.informer(NODES),
             config.policy.manufacturers,
             publishes_labels=not config.tenant.is_tenant,
@@ -329,13 +329,23 @@ class Worker:
             recorder=self.manager.recorder,
         )
         self.queue_controllers = self._add_queue_controllers(self.caches)
+        by_name = {c.name: c for c in self.queue_controllers}
+        parts = {BY_FLAVOR: FLAVOR, BY_QUEUE: CLUSTER_QUEUE, BY_COHORT: COHORT}
+
+        def enqueue(part: str, names: Iterable[str]) -> None:
+            """A declared pool's change reaches the reconcilers of the names it touches."""
+            controller = by_name.get(parts[part])
+            if controller is not None:
+                for name in names:
+                    controller.queue.add(name)
+
         self.pool_controller = await add_pool_controller(
             self.manager,
             self.caches,
             self.writer,
             self.config.policy,
             self.pools,
-            self.queue_controllers,
+            enqueue,
             clock=self.config.clock,
         )
         self.kueue_found.set()

@@ -145,14 +145,6 @@ def _documents(text: str) -> list[object]:
     return [d for d in fastyaml.load_all(text) if d is not None]
 
 
-def parse_nodes_text(
-    text: str, source: str
-) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
-    """Nodes and Namespaces in *text*; :class:`PlanInputError` names *source* and the object."""
-    nodes, namespaces, _ = parse_cluster_text(text, source)
-    return nodes, namespaces
-
-
 def parse_cluster_text(
     text: str, source: str
 ) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]], list[Mapping[str, Any]]]:

@@ -286,10 +286,11 @@ def node_signals(node: object) -> tuple[Signal, ...]:
 
 
 def in_planned_maintenance(node: object) -> bool:
-    """Whether *node* shows a driver upgrade or MIG change in progress: its device facts are
-    not to be trusted now (docs/node-lifecycle.md, "Devices: identity from what is
-    installed, quota from what is healthy")."""
-    return any(s.severity is Severity.PLANNED for s in node_signals(node))
+    """Whether *node* (a Node, or its :class:`Lifecycle`) shows a driver upgrade or MIG
+    change in progress: its device facts are not to be trusted now (docs/node-lifecycle.md,
+    "Devices: identity from what is installed, quota from what is healthy")."""
+    signals = node.signals if isinstance(node, Lifecycle) else node_signals(node)
+    return any(s.severity is Severity.PLANNED for s in signals)
 
 
 def ready_since(node: object) -> float | None:
@@ -348,46 +349,69 @@ def _started(signal: Signal, observed: Observed | None) -> float | None:
     return None if started is None or started == UNKNOWN_START else started
 
 
+@dataclass(frozen=True, slots=True)
+class Lifecycle:
+    """Everything the rule reads of one Node version, read once (the node model holds it)."""
+
+    node: str
+    signals: tuple[Signal, ...]
+    devices_short: bool
+    """:func:`device_shortfall`."""
+    counted_as_today: bool
+    """The Node reports no conditions (a hand-written manifest): counted as it is."""
+    ready_since: float | None
+    """:func:`ready_since`."""
+
+
+def lifecycle_of(node: object) -> Lifecycle:
+    """:class:`Lifecycle` of *node*."""
+    return Lifecycle(
+        name_of(node),
+        node_signals(node),
+        device_shortfall(node),
+        _conditions(node) is None and bool(metadata(node)),
+        ready_since(node),
+    )
+
+
 def node_availability(
-    node: object,
+    node: object | Lifecycle,
     timers: LifecycleTimers,
     now: float | None,
     observed: Observed | None = None,
 ) -> NodeAvailability:
-    """The verdict for *node* at *now* (docs/node-lifecycle.md, "Signals").
+    """The verdict for *node* (a Node, or its :class:`Lifecycle`) at *now*
+    (docs/node-lifecycle.md, "Signals").
 
     *now* None takes every timer as run out. *observed* is the worker's memory of the node
     (``plan``: None, so a signal the Node does not date is taken as run out, and there is no
     join window).
     """
-    return _judge(node, node_signals(node), device_shortfall(node), timers, now, observed)
+    life = node if isinstance(node, Lifecycle) else lifecycle_of(node)
+    return _judge(life, timers, now, observed)
 
 
 def look_at(
-    node: object, timers: LifecycleTimers, now: float, previous: Observed | None
+    life: Lifecycle, timers: LifecycleTimers, now: float, previous: Observed | None
 ) -> tuple[NodeAvailability, Observed]:
-    """The worker's look at *node* at *now*: :func:`remember`, :func:`node_availability`
-    and :func:`after_verdict` in one, reading the Node once. *previous* None: the first
+    """The worker's look at a node (its :class:`Lifecycle`) at *now*: :func:`remember`,
+    :func:`node_availability` and :func:`after_verdict` in one. *previous* None: the first
     look. Returns the verdict and the memory to keep."""
-    signals = node_signals(node)
-    short = device_shortfall(node)
-    observed = _remember(signals, short, previous, now)
-    verdict = _judge(node, signals, short, timers, now, observed)
+    observed = _remember(life.signals, life.devices_short, previous, now)
+    verdict = _judge(life, timers, now, observed)
     return verdict, after_verdict(observed, verdict)
 
 
 def _judge(
-    node: object,
-    signals: tuple[Signal, ...],
-    short: bool,
+    life: Lifecycle,
     timers: LifecycleTimers,
     now: float | None,
     observed: Observed | None,
 ) -> NodeAvailability:
-    name = name_of(node)
+    name, signals, short = life.node, life.signals, life.devices_short
     if not signals and not short and (observed is None or not observed.withheld):
         # The common case: nothing to say (a Node without conditions says so).
-        if _conditions(node) is None and metadata(node):
+        if life.counted_as_today:
             return NodeAvailability(
                 name, True, COUNTED_AS_TODAY, message="reports no conditions: counted as it is"
             )
@@ -410,7 +434,7 @@ def _judge(
     deciding = planned or [s for s in signals if s.severity is Severity.SOFT]
     if deciding:
         return _in_grace(name, deciding, timers, now, observed, signals)
-    return _usable(node, name, timers, now, observed, signals, short)
+    return _usable(life, timers, now, observed)
 
 
 def _in_grace(
@@ -469,16 +493,14 @@ def _in_grace(
 
 
 def _usable(
-    node: object,
-    name: str,
+    life: Lifecycle,
     timers: LifecycleTimers,
     now: float | None,
     observed: Observed | None,
-    signals: tuple[Signal, ...],
-    short: bool,
 ) -> NodeAvailability:
+    name, signals, short = life.node, life.signals, life.devices_short
     if observed is not None and observed.withheld and now is not None:
-        since = max(observed.usable_since or now, ready_since(node) or UNKNOWN_START)
+        since = max(observed.usable_since or now, life.ready_since or UNKNOWN_START)
         if now < since + timers.join_window:
             return NodeAvailability(
                 name,
@@ -518,7 +540,7 @@ def _usable(
             assumed=started is None,
             signals=signals,
         )
-    reason = COUNTED_AS_TODAY if _conditions(node) is None and metadata(node) else ""
+    reason = COUNTED_AS_TODAY if life.counted_as_today else ""
     return NodeAvailability(
         name,
         True,

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from gpustack_operator.domain.devicesources.merge import effective_device_labels
+from gpustack_operator.domain.devicesources.merge import DerivedDevices, effective_device_labels
 from gpustack_operator.domain.keys import cpu_node_key
 from gpustack_operator.domain.labels import (
     ACCELERATABLE_PREFIX,
@@ -189,6 +189,20 @@ def capacity_labels(
     *ram_gi_per_cpu* > 0 sets the general view's RAM to that many GiB per CPU unless the node
     carries its own ``.ram`` label (the worker uses 2, :data:`WORKER_RAM_GI_PER_CPU`).
     """
+    return capacity_labels_and_devices(
+        node, manufacturers, ram_gi_per_cpu=ram_gi_per_cpu, slices=slices
+    )[0]
+
+
+def capacity_labels_and_devices(
+    node: object,
+    manufacturers: Mapping[str, Manufacturer],
+    *,
+    ram_gi_per_cpu: int = 0,
+    slices: Iterable[Mapping[str, Any]] = (),
+) -> tuple[dict[str, str], DerivedDevices]:
+    """:func:`capacity_labels` and the device pools and diagnostics they were derived from
+    (the node model keeps both: the unpooled report reads the diagnostics)."""
     labels, derived = effective_device_labels(
         labels_of(node),
         status_field(node, "allocatable"),
@@ -202,7 +216,7 @@ def capacity_labels(
         general_labels(labels, annotations_of(node), capacity, ram_gi_per_cpu=ram_gi_per_cpu)
     )
     result.update(accelerated_labels(labels, capacity, manufacturers))
-    return dict(sorted(result.items()))
+    return dict(sorted(result.items())), derived
 
 
 def worker_capacity_labels(

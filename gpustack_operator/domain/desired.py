@@ -21,12 +21,19 @@ from gpustack_operator.domain.declaredpools import (
 )
 from gpustack_operator.domain.devicesources.dra import node_slices
 from gpustack_operator.domain.explain import NodeExplanation
-from gpustack_operator.domain.flavors import desired_resource_flavors, flavor_nodes, is_managed
+from gpustack_operator.domain.flavors import (
+    Profile,
+    desired_resource_flavors,
+    flavor_nodes,
+    is_managed,
+)
 from gpustack_operator.domain.nodefeature import merge_node_features, worker_node_feature
+from gpustack_operator.domain.nodemodel import ModelSettings, node_model
 from gpustack_operator.domain.nodeview import name_of
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.poolchain import declared_pool_chain
 from gpustack_operator.domain.queues import (
+    NodeDevices,
     active_namespaces,
     desired_cluster_queues,
     desired_cohorts,
@@ -172,6 +179,19 @@ def desired_state(
             own = [feature] if feature is not None else []
             features.extend(own)
             merged.append(merge_node_features(node, own, owned="worker"))
+    # One model per merged Node (domain/nodemodel.py): every stage below reads its
+    # profiles, device amounts and lifecycle from it.
+    settings = ModelSettings(
+        manufacturers, policy.topology, policy.flavor_tolerations, capacity=False
+    )
+    models = {id(n): node_model(n, settings) for n in merged}
+
+    def profiles_of(node: object) -> tuple[Profile, ...]:
+        return models[id(node)].profiles
+
+    def devices_of(node: object) -> NodeDevices:
+        return models[id(node)].devices
+
     pools = pools_from_objects(
         pool_objects, policy.declared_pools, policy.manufacturers_by_resource
     )
@@ -185,20 +205,21 @@ def desired_state(
         kueue_version,
         tolerations=policy.flavor_tolerations,
         topology_on=not tenant.is_tenant and policy.topology.enabled,
+        profiles_of=profiles_of,
     )
     if tenant.is_tenant:
-        members = flavor_nodes(merged, manufacturers)
+        members = flavor_nodes(merged, manufacturers, profiles_of)
         flavors = {
             name: tenant_flavor(flavor, members.get(name, []), tenant.virtual_scheduler)
             for name, flavor in flavors.items()
         }
-    cohorts = desired_cohorts(merged, manufacturers, kueue_version)
+    cohorts = desired_cohorts(merged, manufacturers, kueue_version, profiles_of)
     verdicts: dict[str, NodeAvailability] = {}
 
     def availability(node: object) -> NodeAvailability:
         name = name_of(node)
         if name not in verdicts:
-            verdicts[name] = node_availability(node, policy.lifecycle, now)
+            verdicts[name] = node_availability(models[id(node)].lifecycle, policy.lifecycle, now)
         return verdicts[name]
 
     queues = desired_cluster_queues(
@@ -211,6 +232,8 @@ def desired_state(
         host_counting=policy.host_counting,
         availability=availability,
         divided=divides(policy.teams),
+        devices_of=devices_of,
+        profiles_of=profiles_of,
     )
     if tenant.is_tenant:
         queues = {n: tenant_cluster_queue(q, tenant.quota_caps) for n, q in queues.items()}

@@ -348,17 +348,21 @@ def desired_resource_flavors(
     version: KueueVersion = KueueVersion.V1BETA2,
     tolerations: TolerationPolicy = None,
     topology_on: bool = False,
+    profiles_of: ProfilesOf | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Every ResourceFlavor the managed *nodes* call for, by name (sorted).
 
     Two nodes with the same flavor name describe the same hardware; the first by node name
     provides the notes; the tolerations come from all of them. *topology_on*: TAS is on
-    (:func:`selects_plain_nodes`).
+    (:func:`selects_plain_nodes`). *profiles_of* defaults to :func:`node_profiles`.
     """
     firsts: dict[str, Profile] = {}
     members: dict[str, list[object]] = {}
     for node in sorted((n for n in nodes if is_managed(n)), key=name_of):
-        for profile in node_profiles(node, manufacturers):
+        profiles = (
+            profiles_of(node) if profiles_of is not None else node_profiles(node, manufacturers)
+        )
+        for profile in profiles:
             firsts.setdefault(profile.flavor, profile)
             members.setdefault(profile.flavor, []).append(node)
     return {
@@ -442,13 +446,19 @@ def desired_resource_flavor(
 
 
 def flavor_nodes(
-    nodes: Iterable[object], manufacturers: Mapping[str, Manufacturer]
+    nodes: Iterable[object],
+    manufacturers: Mapping[str, Manufacturer],
+    profiles_of: ProfilesOf | None = None,
 ) -> dict[str, list[object]]:
-    """Managed nodes per flavor name (the flavor index), in node-name order."""
+    """Managed nodes per flavor name (the flavor index), in node-name order; *profiles_of*
+    defaults to :func:`node_profiles`."""
     index: dict[str, list[object]] = {}
     managed = sorted((n for n in nodes if is_managed(n)), key=name_of)
     for node in managed:
-        for flavor in sorted({p.flavor for p in node_profiles(node, manufacturers)}):
+        profiles = (
+            profiles_of(node) if profiles_of is not None else node_profiles(node, manufacturers)
+        )
+        for flavor in sorted({p.flavor for p in profiles}):
             index.setdefault(flavor, []).append(node)
     return index
 

@@ -78,11 +78,6 @@ def is_deleting(obj: object) -> bool:
     return bool(metadata(obj).get("deletionTimestamp"))
 
 
-def creation_timestamp(obj: object) -> str:
-    value = metadata(obj).get("creationTimestamp")
-    return value if isinstance(value, str) else ""
-
-
 def status_field(obj: object, field: str) -> dict[str, object]:
     """``status.capacity`` / ``status.allocatable`` as a plain dict (values unparsed)."""
     section = _mapping(_mapping(_mapping(obj).get("status")).get(field))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from enum import StrEnum
 from fractions import Fraction
 from typing import Any, Final
@@ -163,9 +164,13 @@ def desired_cohorts(
     nodes: Iterable[object],
     manufacturers: Mapping[str, Manufacturer],
     version: KueueVersion = KueueVersion.V1BETA2,
+    profiles_of: ProfilesOf | None = None,
 ) -> dict[str, dict[str, Any]]:
     """A Cohort for every name a managed node's profile references (docs/worker.md), by name."""
-    names = sorted({p.cohort for p in managed_profiles(nodes, manufacturers)})
+    if profiles_of is None:
+        names = sorted({p.cohort for p in managed_profiles(nodes, manufacturers)})
+    else:
+        names = sorted({p.cohort for n in nodes if is_managed(n) for p in profiles_of(n)})
     return {n: Cohort(metadata=_owned_meta(n)).manifest(version) for n in names}
 
 
@@ -238,34 +243,96 @@ def _scaled(note_value: str, count: int) -> Fraction | None:
     return quantity * count
 
 
-def _credits(nodes: list[object], resource: str, section: str = "allocatable") -> int:
-    total = 0
-    for node in nodes:
-        quantity = parse_quantity(status_field(node, section).get(resource))
-        if quantity is not None and quantity.numerator > 0:
-            total += quantity.numerator // quantity.denominator  # int(), truncating
-    return total
+@dataclass(frozen=True, slots=True)
+class PoolLabels:
+    """What one device pool's labels (``<akey>.…``) say about its amount."""
+
+    resource: str
+    """The ``.resource`` label, decoded (``""``: none; the manufacturer's resource)."""
+    dra: bool
+    """A DRA pool (``.dra``): no allocatable count, its ``.count`` is the amount."""
+    installed: int
+    """The ``.count`` label (0 when absent)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeDevices:
+    """A node's device amounts as the queues read them, parsed once (the node model holds
+    them). Device resources are extended resources, whose names always hold a ``/``."""
+
+    allocatable: Mapping[str, int]
+    """Whole devices per resource in ``status.allocatable`` (positive amounts only)."""
+    capacity: Mapping[str, int]
+    """The same for ``status.capacity``."""
+    advertised: frozenset[str]
+    """Every device resource either lists, even at 0."""
+    pools: Mapping[str, PoolLabels]
+    """Per device key (``akey``) of the node's pools."""
+
+    def pool(self, akey: str) -> PoolLabels:
+        return self.pools.get(akey, _NO_POOL)
+
+
+_NO_POOL: Final = PoolLabels("", False, 0)
+
+
+def _whole(values: Mapping[str, object]) -> dict[str, int]:
+    """Positive whole amounts (truncated) of the device resources in *values*."""
+    out: dict[str, int] = {}
+    for resource, value in values.items():
+        if "/" in resource:
+            quantity = parse_quantity(value)
+            if quantity is not None and quantity.numerator > 0:
+                out[resource] = quantity.numerator // quantity.denominator  # int(), truncating
+    return out
+
+
+def node_devices(node: object, akeys: Iterable[str]) -> NodeDevices:
+    """:class:`NodeDevices` of *node* for the device pools *akeys*."""
+    if isinstance(node, NodeDevices):
+        return node
+    labels = labels_of(node)
+    allocatable = status_field(node, "allocatable")
+    capacity = status_field(node, "capacity")
+    return NodeDevices(
+        allocatable=_whole(allocatable),
+        capacity=_whole(capacity),
+        advertised=frozenset(r for r in (*allocatable, *capacity) if "/" in r),
+        pools={
+            akey: PoolLabels(
+                pool_resource_label(labels, akey),
+                labels.get(accelerated_key(akey, SUFFIX_DRA)) == "true",
+                parse_count(labels.get(accelerated_key(akey, SUFFIX_COUNT))) or 0,
+            )
+            for akey in akeys
+        },
+    )
+
+
+DevicesOf = Callable[[object], NodeDevices]
+"""Where a caller's node device amounts come from (the node model, or :func:`node_devices`)."""
 
 
 def pool_resource(node: object | None, akey: str, manufacturer: Manufacturer) -> str:
     """The extended resource a node's device pool *akey* is advertised as (docs/devices.md,
-    "Quota resources"): its ``.resource`` label, else the manufacturer's resource."""
+    "Quota resources"): its ``.resource`` label, else the manufacturer's resource. *node*: a
+    Node or its :class:`NodeDevices`."""
     if node is not None:
-        decoded = pool_resource_label(labels_of(node), akey)
+        decoded = node_devices(node, (akey,)).pool(akey).resource
         if decoded:
             return decoded
     return manufacturer.resource_name
 
 
 def pool_amount(node: object, akey: str, resource: str) -> int:
-    """Devices of pool *akey* a node adds to a quota in *resource*: its allocatable count,
-    or for a DRA pool (``.dra`` label; no allocatable count) its ``.count``."""
-    labels = labels_of(node)
-    if labels.get(accelerated_key(akey, SUFFIX_DRA)) == "true":
-        if pool_resource_label(labels, akey) != resource:
-            return 0
-        return parse_count(labels.get(accelerated_key(akey, SUFFIX_COUNT))) or 0
-    return _credits([node], resource)
+    """Devices of pool *akey* a node (or its :class:`NodeDevices`) adds to a quota in
+    *resource*: its allocatable count, or for a DRA pool (``.dra`` label; no allocatable
+    count) its ``.count``."""
+    devices = node_devices(node, (akey,))
+    pool = devices.pool(akey)
+    if pool.dra:
+        return pool.installed if pool.resource == resource else 0
+    return devices.allocatable.get(resource, 0)
 
 
 def device_amount(node: object, akey: str, resource: str, basis: DeviceBasis) -> int:
@@ -273,31 +340,37 @@ def device_amount(node: object, akey: str, resource: str, basis: DeviceBasis) ->
     installed, quota from what is healthy"): a device plugin briefly gone
     (``CAPACITY``) or planned maintenance (``INSTALLED``, also the ``.count`` label) keeps
     the node's installed devices."""
-    amount = pool_amount(node, akey, resource)
+    devices = node_devices(node, (akey,))
+    amount = pool_amount(devices, akey, resource)
     if basis is DeviceBasis.ALLOCATABLE:
         return amount
-    amount = max(amount, _credits([node], resource, "capacity"))
+    amount = max(amount, devices.capacity.get(resource, 0))
     if basis is DeviceBasis.INSTALLED:
-        installed = parse_count(labels_of(node).get(accelerated_key(akey, SUFFIX_COUNT)))
-        amount = max(amount, installed or 0)
+        amount = max(amount, devices.pool(akey).installed)
     return amount
 
 
 def advertises(node: object, akey: str, resource: str) -> bool:
-    """Whether *node* reports *resource* at all, even as 0 (``status.allocatable`` or
-    ``status.capacity``: kubelet keeps a device plugin's resource at 0 once it is gone), or
-    is a DRA pool of that resource."""
-    labels = labels_of(node)
-    if labels.get(accelerated_key(akey, SUFFIX_DRA)) == "true":
-        return pool_resource_label(labels, akey) == resource
-    return any(resource in status_field(node, s) for s in ("allocatable", "capacity"))
+    """Whether *node* (or its :class:`NodeDevices`) reports *resource* at all, even as 0
+    (``status.allocatable`` or ``status.capacity``: kubelet keeps a device plugin's resource
+    at 0 once it is gone), or is a DRA pool of that resource."""
+    devices = node_devices(node, (akey,))
+    pool = devices.pool(akey)
+    if pool.dra:
+        return pool.resource == resource
+    return resource in devices.advertised
 
 
 def pool_resource_label(labels: Mapping[str, str], akey: str) -> str:
     return decode_resource(labels.get(accelerated_key(akey, SUFFIX_RESOURCE), ""))
 
 
-def queue_pool_resource(nodes: Iterable[object], akey: str, manufacturer: Manufacturer) -> str:
+def queue_pool_resource(
+    nodes: Iterable[object],
+    akey: str,
+    manufacturer: Manufacturer,
+    devices_of: DevicesOf | None = None,
+) -> str:
     """The one device resource a queue of *akey* covers (docs/devices.md, "Quota resources").
 
     Kueue lets a ClusterQueue's flavors share one list of covered resources, so when the
@@ -308,8 +381,9 @@ def queue_pool_resource(nodes: Iterable[object], akey: str, manufacturer: Manufa
     """
     totals: dict[str, int] = {}
     for node in nodes:
-        resource = pool_resource(node, akey, manufacturer)
-        totals[resource] = totals.get(resource, 0) + pool_amount(node, akey, resource)
+        devices = devices_of(node) if devices_of is not None else node
+        resource = pool_resource(devices, akey, manufacturer)
+        totals[resource] = totals.get(resource, 0) + pool_amount(devices, akey, resource)
     if not totals:
         return manufacturer.resource_name
     return min(totals, key=lambda r: (-totals[r], r))
@@ -330,12 +404,16 @@ def _flavor_quotas(
     akey: str = "",
     views: Mapping[str, NodeAvailability] | None = None,
     pools_of: Callable[[object], int] | None = None,
+    devices_of: DevicesOf | None = None,
 ) -> FlavorQuotas | None:
     """*views* (node name -> verdict; None: every node counts on allocatable) leave withheld
     nodes out of the quota, but not the flavor out of the queue (docs/node-lifecycle.md).
     *pools_of* (a node's number of pools) counts each node's CPU and memory once across its
     pools (:attr:`HostCounting.ONCE`); None: in every pool."""
     counted = nodes if views is None else [n for n in nodes if views[name_of(n)].counted]
+
+    def devices(node: object) -> object:
+        return devices_of(node) if devices_of is not None else node
 
     def basis(node: object) -> DeviceBasis:
         return DeviceBasis.ALLOCATABLE if views is None else views[name_of(node)].devices
@@ -358,17 +436,19 @@ def _flavor_quotas(
             amounts[0] = sum(c for c, _ in parts)
             amounts[1] = sum(m for _, m in parts)
         if credits_source is not None:
-            amounts.append(sum(device_amount(n, akey, credits_source, basis(n)) for n in counted))
+            amounts.append(
+                sum(device_amount(devices(n), akey, credits_source, basis(n)) for n in counted)
+            )
     else:
         amounts = [0] * len(resources)
     offered = amounts[-1] if credits_source is not None and amounts else 0
     if credits_source is not None and views is not None and count < len(nodes):
-        offered = sum(device_amount(n, akey, credits_source, basis(n)) for n in nodes)
+        offered = sum(device_amount(devices(n), akey, credits_source, basis(n)) for n in nodes)
     if (
         credits_source is not None
         and nodes
         and offered == 0
-        and not any(advertises(n, akey, credits_source) for n in nodes)
+        and not any(advertises(devices(n), akey, credits_source) for n in nodes)
     ):
         # docs/devices.md, "Quota resources": a flavor whose nodes never advertised the
         # resource (no device plugin yet) is left out of the queue. One whose nodes report
@@ -464,6 +544,8 @@ def desired_cluster_queue(
     availability: AvailabilityOf | None = None,
     host_counting: HostCounting = DEFAULT_HOST_COUNTING,
     divided: DividedAmongTeams | None = None,
+    devices_of: DevicesOf | None = None,
+    profiles_of: ProfilesOf | None = None,
 ) -> dict[str, Any] | None:
     """The ClusterQueue *name* for the ResourceFlavors targeting it (docs/worker.md).
 
@@ -489,13 +571,25 @@ def desired_cluster_queue(
         return None
     credits_source: str | None = None
     resources: tuple[str, ...] = HOST_RESOURCES
-    index = flavor_nodes(nodes, manufacturers) if flavor_index is None else flavor_index
+    index = (
+        flavor_nodes(nodes, manufacturers, profiles_of) if flavor_index is None else flavor_index
+    )
+    akeys = (profile.akey,)
+    known: dict[int, NodeDevices] = {}
+
+    def devices(node: object) -> NodeDevices:
+        found = known.get(id(node))
+        if found is None:
+            found = devices_of(node) if devices_of is not None else node_devices(node, akeys)
+            known[id(node)] = found
+        return found
+
     if profile.acceleratable:
         mfr = manufacturers.get(profile.manufacturer)
         if mfr is None:
             return None
         members = [n for f in matching for n in index.get(name_of(f), [])]
-        credits_source = queue_pool_resource(members, profile.akey, mfr)
+        credits_source = queue_pool_resource(members, profile.akey, mfr, devices)
         resources = (*HOST_RESOURCES, quota_resource(credits_source, mfr, quota_resources))
     borrowing_limit = "0" if profile.sliced else None
     cohort = _annotation(matching[0], COHORT_ANNOTATION)
@@ -503,6 +597,8 @@ def desired_cluster_queue(
     if host_counting is HostCounting.ONCE:
 
         def pools_of(node: object) -> int:
+            if profiles_of is not None:
+                return len(tuple(profiles_of(node)))
             return len(node_profiles(node, manufacturers))
 
     views: dict[str, NodeAvailability] | None = None
@@ -528,6 +624,7 @@ def desired_cluster_queue(
             version,
             views,
             pools_of,
+            devices,
             hold,
             team_hold,
         )
@@ -559,6 +656,7 @@ def _pool_queue(
     version: KueueVersion,
     views: dict[str, NodeAvailability] | None,
     pools_of: Callable[[object], int] | None,
+    devices: DevicesOf,
     hold: str,
     team_hold: str,
 ) -> dict[str, Any]:
@@ -575,6 +673,7 @@ def _pool_queue(
                 profile.akey,
                 views,
                 pools_of,
+                devices,
             )
         )
         is not None
@@ -609,6 +708,41 @@ def _pool_queue(
         stop_policy=HOLD if hold else None,
     )
     return queue.manifest(version)
+
+
+_USAGE_FIELDS: Final = ("flavorsReservation", "flavorsUsage")
+_WORKLOAD_COUNTS: Final = ("reservingWorkloads", "admittedWorkloads")
+
+
+def has_reservations(cluster_queue: Mapping[str, Any]) -> bool:
+    """Whether Kueue reports quota reserved or used in this queue, or workloads in it.
+
+    Any non-zero ``total`` or ``borrowed`` in ``status.flavorsReservation`` or
+    ``status.flavorsUsage`` counts, as does a workload holding a reservation or admitted
+    (pending workloads hold nothing: they could never be admitted without flavors). An
+    unparsable amount counts as in use: deleting a queue that may hold work is the mistake to avoid.
+    """
+    status = cluster_queue.get("status")
+    if not isinstance(status, Mapping):
+        return False
+    for field in _WORKLOAD_COUNTS:
+        count = status.get(field)
+        if isinstance(count, int) and count > 0:
+            return True
+    for field in _USAGE_FIELDS:
+        for flavor in status.get(field) or ():
+            if not isinstance(flavor, Mapping):
+                continue
+            for resource in flavor.get("resources") or ():
+                if not isinstance(resource, Mapping):
+                    continue
+                for key in ("total", "borrowed"):
+                    if key not in resource:
+                        continue
+                    amount = parse_quantity(resource[key])
+                    if amount is None or amount != 0:
+                        return True
+    return False
 
 
 def quota_below_usage(want: Mapping[str, Any], have: Mapping[str, Any] | None) -> list[str]:
@@ -727,10 +861,12 @@ def desired_cluster_queues(
     availability: AvailabilityOf | None = None,
     host_counting: HostCounting = DEFAULT_HOST_COUNTING,
     divided: DividedAmongTeams | None = None,
+    devices_of: DevicesOf | None = None,
+    profiles_of: ProfilesOf | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Every ClusterQueue the *flavors* target, by name (sorted)."""
     node_list = list(nodes)
-    index = flavor_nodes(node_list, manufacturers)
+    index = flavor_nodes(node_list, manufacturers, profiles_of)
     by_queue: dict[str, list[object]] = {}
     for flavor in flavors.values():
         by_queue.setdefault(_annotation(flavor, QUEUE_ANNOTATION), []).append(flavor)
@@ -751,6 +887,8 @@ def desired_cluster_queues(
             availability=availability,
             host_counting=host_counting,
             divided=divided,
+            devices_of=devices_of,
+            profiles_of=profiles_of,
         )
         if queue is not None:
             result[name] = queue

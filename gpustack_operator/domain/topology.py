@@ -27,7 +27,6 @@ from gpustack_operator.domain.profiles import (
     TAS_QUEUE_SUFFIX,
     derived_name,
     fnv1a_64,
-    strip_tas_suffix,
 )
 from gpustack_operator.domain.validation import is_valid_label_key
 
@@ -251,10 +250,6 @@ def tas_queue_name(queue: str) -> str:
     wherever *queue* is one (docs/topology.md, "Names"); a queue never mixes TAS and
     non-TAS flavors."""
     return derived_name(queue, TAS_QUEUE_SUFFIX)
-
-
-def is_tas_name(name: str) -> bool:
-    return strip_tas_suffix(name) != name
 
 
 def topology_manifest(

@@ -290,11 +290,6 @@ class CoalescingQueue:
                 self._add(key)
 
 
-class _IndexSource(Protocol):
-    @property
-    def indexer(self) -> Any: ...
-
-
 @dataclass
 class IndexHold:
     """A :class:`Hold` derived from an informer index: active while the bucket *value* of

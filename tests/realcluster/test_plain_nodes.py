@@ -13,7 +13,7 @@ import pytest
 from anyio.from_thread import BlockingPortal
 
 from gpustack_operator.domain.labels import TOPOLOGY_LABEL, TOPOLOGY_NONE
-from gpustack_operator.domain.topology import is_tas_name
+from gpustack_operator.domain.topology import strip_tas_suffix
 from tests.realcluster.cluster import (
     Operator,
     device_job,
@@ -57,7 +57,7 @@ def _device_queues(plane: ControlPlane) -> tuple[str, str, str]:
         cluster_queue = local["spec"]["clusterQueue"]
         if "nvidia-h200" not in cluster_queue:
             continue
-        if is_tas_name(cluster_queue):
+        if strip_tas_suffix(cluster_queue) != cluster_queue:
             tas, tas_cq = local["metadata"]["name"], cluster_queue
         else:
             plain = local["metadata"]["name"]

@@ -232,3 +232,33 @@ def test_product_modules_need_only_the_runtime_dependencies() -> None:
 
 def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def reconciler_modules() -> set[str]:
+    """The modules of controllers/ that define a controller (a module-level ``NAME``)."""
+    found = set()
+    for module, path in MODULES.items():
+        if not module.startswith("gpustack_operator.controllers."):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in tree.body:
+            target = node.target if isinstance(node, ast.AnnAssign) else None
+            if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                target = node.targets[0]
+            if isinstance(target, ast.Name) and target.id == "NAME":
+                found.add(module)
+    return found
+
+
+def test_no_reconciler_imports_another() -> None:
+    """Reconcilers are independent (one writer per kind): what two of them share lives in a
+    module that is not a reconciler, and the wiring (``controllers.worker``) connects them
+    (docs/architecture.md, "Who does what")."""
+    reconcilers = reconciler_modules()
+    assert {
+        "gpustack_operator.controllers.clusterqueue",
+        "gpustack_operator.controllers.cohort",
+        "gpustack_operator.controllers.declaredpool",
+    } <= reconcilers
+    crossing = sorted(f"{m} -> {t}" for m in reconcilers for t in GRAPH[m] if t in reconcilers)
+    assert not crossing, "reconcilers that import another:\n" + "\n".join(crossing)

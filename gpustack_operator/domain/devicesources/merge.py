@@ -334,10 +334,18 @@ def unpooled_devices(
     """The node's devices that feed no pool, with how many each reason leaves out: the
     allocatable amount of the resource it names, else 1 (a model whose cards are not counted
     yet). Informational reasons are left out (docs/devices.md, "Why a device gets no pool")."""
-    allocatable = status_field(node, "allocatable")
+    return counted_diagnostics(
+        node_device_diagnostics(node, manufacturers, slices), status_field(node, "allocatable")
+    )
+
+
+def counted_diagnostics(
+    diagnostics: Iterable[Diagnostic], allocatable: Mapping[str, object]
+) -> tuple[tuple[Diagnostic, int], ...]:
+    """:func:`unpooled_devices` from a node's diagnostics and ``status.allocatable``."""
     return tuple(
         (d, allocatable_count(allocatable, d.resource) if d.resource else 1)
-        for d in node_device_diagnostics(node, manufacturers, slices)
+        for d in diagnostics
         if d.reason not in INFORMATIONAL_REASONS
     )
 
@@ -350,6 +358,7 @@ def judged_diagnostics(
     seen_for: float,
     settling: float,
     reported: Collection[Diagnostic] = (),
+    published: frozenset[str] | None = None,
 ) -> tuple[tuple[tuple[Diagnostic, int], ...], float | None]:
     """Which of a node's unpooled devices (*found*, from :func:`unpooled_devices`) may be
     reported now, and in how many seconds the others may (None: none waits); docs/devices.md,
@@ -359,9 +368,11 @@ def judged_diagnostics(
     labeller land some time after a device plugin advertises the devices. A reason is judged
     once the node has been seen for *settling* seconds, or at once when our agent describes
     the manufacturer whose resource it names (what the agent found is then final); one in
-    *reported* (already said) stays judged while it holds.
+    *reported* (already said) stays judged while it holds. *published*: the node's
+    :func:`agent_manufacturers`, when the caller has them.
     """
-    published = agent_manufacturers(labels, manufacturers)
+    if published is None:
+        published = agent_manufacturers(labels, manufacturers)
     by_resource = {m.resource_name: name for name, m in manufacturers.items()}
     judged = []
     waiting = False

@@ -1,4 +1,4 @@
-"""The teams declaration in force (controllers/teams.py, controllers/declarations.py;
+"""The teams declaration in force (controllers/liveteams.py, controllers/declarations.py;
 docs/teams.md, "Refused declarations"): each revision of the ConfigMap is validated once; a
 refused one (bad text, not UTF-8, the key missing) leaves the last good declaration in force
 until the ConfigMap changes; a worker that starts again takes back what its status
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from controllers.teams import LiveTeams
+from controllers.liveteams import LiveTeams
 from gpustack_operator.domain.declarationstatus import STATUS_CONFIGMAP, status_data
 from gpustack_operator.domain.plan import plan_state
 from gpustack_operator.domain.policy import ChainPolicy

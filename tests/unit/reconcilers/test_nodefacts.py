@@ -11,14 +11,15 @@ import pytest
 
 from gpustack_operator.commands.plan import read_nodes_file
 from gpustack_operator.controllers.caches import AWAITING_LABELS, add_node_indexes, fleet_settling
-from gpustack_operator.controllers.nodefacts import NodeFacts, node_view
-from gpustack_operator.domain.capacity import worker_capacity_labels
+from gpustack_operator.controllers.nodefacts import NodeModels
+from gpustack_operator.domain.capacity import capacity_labels_and_devices, worker_capacity_labels
 from gpustack_operator.domain.flavors import (
     desired_resource_flavor,
     desired_resource_flavors,
     node_profile_names,
     node_profiles,
 )
+from gpustack_operator.domain.nodemodel import node_view
 from gpustack_operator.domain.plan import plan_state
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.queues import desired_cohort, desired_cohorts
@@ -42,7 +43,7 @@ def profiled_nodes() -> list[dict[str, Any]]:
 
 def test_one_node_renders_the_same_flavors_and_cohorts_as_all() -> None:
     nodes = profiled_nodes()
-    facts = NodeFacts(MFRS)
+    facts = NodeModels(MFRS)
     flavors = desired_resource_flavors(nodes, MFRS)
     cohorts = desired_cohorts(nodes, MFRS)
     assert len(flavors) > 5 and len(cohorts) > 5
@@ -60,7 +61,7 @@ def test_facts_equal_the_domain_and_are_computed_once_per_version(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     nodes = profiled_nodes()
-    facts = NodeFacts(MFRS)
+    facts = NodeModels(MFRS)
     for node in nodes:
         assert facts.profiles(node) == tuple(node_profiles(node, MFRS))
         assert facts.view(node) == node_view(node, MFRS)
@@ -68,7 +69,7 @@ def test_facts_equal_the_domain_and_are_computed_once_per_version(
             assert facts.index_names(node, part) == node_profile_names(node, MFRS, part)
     calls = []
     monkeypatch.setattr(
-        "gpustack_operator.controllers.nodefacts.node_profiles", lambda n, m: calls.append(n) or []
+        "gpustack_operator.domain.nodemodel.node_profiles", lambda n, m: calls.append(n) or []
     )
     node = nodes[0]
     same = copy.deepcopy(node)  # a relist decodes the same version into a new object
@@ -85,16 +86,16 @@ def test_capacity_labels_equal_the_domain_and_are_derived_once_per_version(
 ) -> None:
     """The awaiting-labels index and the capacity reconciler share one derivation."""
     nodes = profiled_nodes()
-    facts = NodeFacts(MFRS)
+    facts = NodeModels(MFRS)
     for node in nodes:
         assert facts.capacity_labels(node) == worker_capacity_labels(node, MFRS)
     calls = []
 
-    def counted(node: Any, manufacturers: Any) -> dict[str, str]:
+    def counted(node: Any, manufacturers: Any, **kwargs: Any) -> Any:
         calls.append(node)
-        return worker_capacity_labels(node, manufacturers)
+        return capacity_labels_and_devices(node, manufacturers, **kwargs)
 
-    monkeypatch.setattr("gpustack_operator.controllers.nodefacts.worker_capacity_labels", counted)
+    monkeypatch.setattr("gpustack_operator.domain.nodemodel.capacity_labels_and_devices", counted)
     node = nodes[0]
     facts.awaits_labels(copy.deepcopy(node))
     facts.capacity_labels(node)
@@ -108,7 +109,7 @@ def test_capacity_labels_equal_the_domain_and_are_derived_once_per_version(
 
 
 def test_the_cache_keeps_two_versions_per_node_and_forgets_deleted_nodes() -> None:
-    facts = NodeFacts(MFRS, size_hint=lambda: 10)
+    facts = NodeModels(MFRS, size_hint=lambda: 10)
     node = profiled_nodes()[0]
     versions = [
         {**node, "metadata": {**node["metadata"], "resourceVersion": str(version)}}
@@ -157,7 +158,7 @@ def unlabelled(node: dict[str, Any], version: str = "1") -> dict[str, Any]:
 def test_fleet_settling_follows_the_awaiting_labels_index() -> None:
     nodes = profiled_nodes()
     cache = NodeCache()
-    add_node_indexes(cache, NodeFacts(MFRS))  # type: ignore[arg-type]
+    add_node_indexes(cache, NodeModels(MFRS))  # type: ignore[arg-type]
     settling = fleet_settling(cache)  # type: ignore[arg-type]
     cache.indexer.upsert(unlabelled(nodes[0]))
     assert settling.active()
@@ -171,7 +172,7 @@ def test_fleet_settling_follows_the_awaiting_labels_index() -> None:
 def test_a_node_that_is_never_labelled_does_not_keep_the_fleet_settling() -> None:
     clock = Clock()
     cache = NodeCache()
-    add_node_indexes(cache, NodeFacts(MFRS))  # type: ignore[arg-type]
+    add_node_indexes(cache, NodeModels(MFRS))  # type: ignore[arg-type]
     settling = IndexHold(cache, AWAITING_LABELS, "yes", stall=10.0, clock=clock)
     bare = copy.deepcopy(profiled_nodes()[0])
     bare["metadata"]["labels"] = {}
