@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +45,23 @@ _WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 def release_objects(plane: LoopbackPlane) -> list[dict[str, Any]]:
     """``deploy/overlays/release`` as kustomize renders it, without the worker's Deployment
     (the tier runs the worker as a local process with the same ServiceAccount)."""
-    rendered = plane.kubectl_run("kustomize", str(REPO / "deploy" / "overlays" / "release"))
+    rendered = _rendered_release(plane.kubectl)
     return [d for d in yaml.safe_load_all(rendered) if d and d.get("kind") != "Deployment"]
+
+
+@cache
+def _rendered_release(kubectl: Path) -> str:
+    """``kubectl kustomize deploy/overlays/release``, once per test process."""
+    result = subprocess.run(
+        [str(kubectl), "kustomize", str(REPO / "deploy" / "overlays" / "release")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise RealClusterError(f"kubectl kustomize failed: {result.stderr.strip()}")
+    return result.stdout
 
 
 def load_nodes(path: Path) -> list[dict[str, Any]]:
@@ -72,10 +88,8 @@ class Operator:
         self.metrics_port = 0
         self.agents: dict[str, Process] = {}
 
-    def _token_kubeconfig(self, account: str, stem: str, *bound: str) -> Path:
-        token = self.plane.kubectl_run(
-            "create", "token", account, "-n", SYSTEM_NAMESPACE, "--duration=48h", *bound
-        ).strip()
+    def _token_kubeconfig(self, account: str, stem: str, bound_node: str | None = None) -> Path:
+        token = self.plane.token(SYSTEM_NAMESPACE, account, 48 * 3600, bound_node=bound_node)
         path = self.workdir / f"{stem}.kubeconfig"
         path.write_text(token_kubeconfig_text(self.plane.server, self.plane.ca_file, token, stem))
         return path
@@ -187,11 +201,9 @@ class Operator:
 
 
 def get_all(plane: LoopbackPlane, kind: str, *, namespaced: bool = False) -> list[dict[str, Any]]:
-    """Every object of *kind* (plural resource name or kind), as the admin lists it."""
-    args = ["get", kind, "-o", "json"]
-    if namespaced:
-        args.append("--all-namespaces")
-    return list(json.loads(plane.kubectl_run(*args)).get("items") or [])
+    """Every object of *kind* (a plural resource name, ``plural.group`` beyond the core
+    group), in every namespace, as the admin lists it."""
+    return plane.list_objects(kind, namespaced=namespaced)
 
 
 def _contains(have: object, want: object) -> bool:

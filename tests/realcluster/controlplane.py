@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import copy
+import functools
 import json
 import os
 import signal
@@ -119,9 +120,18 @@ def _as_list(documents: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _load_all(path: Path) -> list[Any]:
-    """Every YAML document of *path*, with libyaml's loader where PyYAML has it."""
+    """Every YAML document of *path*, with libyaml's loader where PyYAML has it: a copy of
+    its own for each caller, which may change them (parsed once per test process: Kueue's
+    CRDs are 1.7 MB, seconds of a busy CPU for each plane)."""
+    return list(json.loads(_parsed(path, path.stat().st_mtime_ns)))
+
+
+@functools.cache
+def _parsed(path: Path, mtime_ns: int) -> str:
+    """*path*'s YAML documents as one JSON text (a fresh copy loads faster than it deep-copies);
+    *mtime_ns* keys a file changed since."""
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return list(yaml.load_all(path.read_text(), Loader=loader))
+    return json.dumps(list(yaml.load_all(path.read_text(), Loader=loader)))
 
 
 def _tail(path: Path, lines: int = 3) -> str:
@@ -416,11 +426,86 @@ class LoopbackPlane:
             "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=_as_list(documents)
         )
 
-    def token(self, namespace: str, service_account: str, seconds: int = 86400) -> str:
-        """A token of *service_account* (TokenRequest, as ``kubectl create token`` makes)."""
-        return self.kubectl_run(
-            "create", "token", service_account, "-n", namespace, f"--duration={seconds}s"
-        ).strip()
+    def token(
+        self,
+        namespace: str,
+        service_account: str,
+        seconds: int = 86400,
+        *,
+        bound_node: str | None = None,
+    ) -> str:
+        """A token of *service_account* (the TokenRequest ``kubectl create token`` sends; with
+        *bound_node*, bound to that Node as ``--bound-object-kind=Node`` binds it)."""
+        spec: dict[str, Any] = {"expirationSeconds": seconds}
+        if bound_node is not None:
+            spec["boundObjectRef"] = {"kind": "Node", "apiVersion": "v1", "name": bound_node}
+        path = f"/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token"
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
+        response = self.client().post(path, json=body)
+        if response.status_code != 201:
+            raise RealClusterError(
+                f"a token of {namespace}/{service_account}: {response.status_code} "
+                f"{response.text[:300]}"
+            )
+        return str(response.json()["status"]["token"])
+
+    # --- reading, in this process -----------------------------------------------------------
+    # The scenarios poll (convergence, Workloads) every second or so; a kubectl process per
+    # look costs more CPU on a 2-core machine than the processes under test, so reads go
+    # through one HTTP client with the admin's certificate, resolved as kubectl resolves
+    # resource names (discovery, the group's preferred version).
+
+    _client: httpx.Client | None = None
+    _resources: dict[str, tuple[str, str, bool]] | None = None
+
+    def client(self) -> httpx.Client:
+        """An HTTP client for the admin's requests to this plane's API server."""
+        if self._client is None:
+            self._client = httpx.Client(base_url=self.server, verify=self.admin_tls(), timeout=30)
+        return self._client
+
+    def close_client(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        self._resources = None
+
+    def _get(self, path: str) -> Any:
+        response = self.client().get(path)
+        if response.status_code != 200:
+            raise RealClusterError(f"GET {path}: {response.status_code} {response.text[:300]}")
+        return response.json()
+
+    def _discover(self) -> dict[str, tuple[str, str, bool]]:
+        """``plural`` (core) and ``plural.group`` -> (group/version, kind, namespaced), for
+        the core group and each group's preferred version."""
+        found: dict[str, tuple[str, str, bool]] = {}
+        versions = [("v1", "")] + [
+            (g["preferredVersion"]["groupVersion"], g["name"])
+            for g in self._get("/apis").get("groups") or []
+        ]
+        for group_version, group in versions:
+            prefix = "/api/" if group == "" else "/apis/"
+            for resource in self._get(prefix + group_version).get("resources") or []:
+                if "/" in resource["name"]:
+                    continue  # a subresource
+                key = resource["name"] if group == "" else f"{resource['name']}.{group}"
+                found[key] = (group_version, resource["kind"], bool(resource["namespaced"]))
+        return found
+
+    def list_objects(self, resource: str, *, namespaced: bool = False) -> list[dict[str, Any]]:
+        """Every object of *resource* (``nodes``, ``workloads.kueue.x-k8s.io``), in every
+        namespace, each with its ``apiVersion`` and ``kind`` as ``kubectl get -o json`` lists
+        them. *namespaced* is kept for the callers' sake; discovery says whether it is."""
+        if self._resources is None or resource not in self._resources:
+            self._resources = self._discover()  # a CRD installed since the last look
+        if resource not in self._resources:
+            raise RealClusterError(f"the server serves no resource {resource!r}")
+        group_version, kind, _ = self._resources[resource]
+        plural = resource.split(".", 1)[0]
+        prefix = "/api/" if "/" not in group_version else "/apis/"
+        items = self._get(f"{prefix}{group_version}/{plural}").get("items") or []
+        return [{"apiVersion": group_version, "kind": kind, **item} for item in items]
 
 
 class ControlPlane(LoopbackPlane):
