@@ -33,6 +33,7 @@ import httpx
 import yaml
 
 from tests.realcluster.pki import CertificateAuthority, Pair, service_account_keys
+from tests.realcluster.reaper import LOG_ENV, REAPER, left_behind
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "hack" / "realcluster" / "build.sh"
@@ -167,8 +168,9 @@ class Process:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
-                env={**os.environ, **self.env},
+                env={**os.environ, **self.env, LOG_ENV: str(self.log)},
             )
+        REAPER.guard(self.popen.pid)
 
     def exited(self) -> int | None:
         return None if self.popen is None else self.popen.poll()
@@ -181,16 +183,32 @@ class Process:
         )
 
     def stop(self, grace: float = 15.0) -> None:
-        if self.popen is None or self.popen.poll() is not None:
+        """SIGTERM to the process's group, SIGKILL after *grace*; done once the process and
+        everything it started (its session) are gone, even where it exited before."""
+        if self.popen is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.popen.pid, signal.SIGTERM)
-        try:
-            self.popen.wait(grace)
-        except subprocess.TimeoutExpired:
+        group = self.popen.pid
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            if self.popen.poll() is not None and not _group_alive(group):
+                break
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.popen.pid, signal.SIGKILL)
-            self.popen.wait(grace)
+                os.killpg(group, sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.popen.wait(grace)
+            with contextlib.suppress(RealClusterError):
+                wait_until(lambda: not _group_alive(group), timeout=grace, what="its group ended")
+        REAPER.release(group)
+
+
+def _group_alive(group: int) -> bool:
+    """Whether any process of process group *group* still runs (or awaits its parent)."""
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def wait_until(
@@ -397,6 +415,16 @@ class LoopbackPlane:
             timeout=30,
             what="every port released",
         )
+        # A process its parent left (a child of a component, a stop that missed it) carries
+        # its log's path in its environment (reaper.LOG_ENV): none of this plane's may remain.
+        try:
+            wait_until(lambda: not left_behind(self.logs), timeout=30, what="no process left")
+        except RealClusterError:
+            raise RealClusterError(
+                f"processes of the plane in {self.workdir} still run after stop: "
+                f"{'; '.join(left_behind(self.logs))}"
+            ) from None
+        self.close_client()
 
     def differs(self, row: str) -> bool:
         """True where the simulator answers otherwise than the real cluster in the way the row
