@@ -418,7 +418,7 @@ class LoopbackPlane:
         # A process its parent left (a child of a component, a stop that missed it) carries
         # its log's path in its environment (reaper.LOG_ENV): none of this plane's may remain.
         try:
-            wait_until(lambda: not left_behind(self.logs), timeout=30, what="no process left")
+            wait_until(lambda: not left_behind(self.logs), timeout=10, what="no process left")
         except RealClusterError:
             raise RealClusterError(
                 f"processes of the plane in {self.workdir} still run after stop: "
