@@ -142,17 +142,17 @@ class Operator:
             self.worker = None
 
     def start_device_managers(self, nodes: Iterable[str]) -> None:
-        """One ``device-manager serve`` per node, reading the simulated devices annotation,
-        with a ServiceAccount token bound to that Node."""
-        for node in nodes:
+        """The device managers of *nodes*: each node's agent as ``device-manager serve
+        --sim-devices-annotation`` runs it, with a ServiceAccount token bound to that Node,
+        all in one process (``agenthost.py``: one interpreter's start-up instead of one per
+        node)."""
+        argvs = []
+        names = list(nodes)
+        for node in names:
             kubeconfig = self._token_kubeconfig(
-                DEVICE_MANAGER_SA,
-                f"device-manager-{node}",
-                "--bound-object-kind=Node",
-                f"--bound-object-name={node}",
+                DEVICE_MANAGER_SA, f"device-manager-{node}", bound_node=node
             )
-            self.agents[node] = self._process(
-                f"device-manager-{node}",
+            argvs.append(
                 [
                     "--log-format=json",
                     "device-manager",
@@ -162,9 +162,23 @@ class Operator:
                     "--sim-devices-annotation",
                     "--health-probe-bind-address=0",
                     "--metrics-bind-address=0",
-                ],
-                (),
+                ]
             )
+        if not argvs:
+            return
+        agents_file = self.workdir / "device-managers.json"
+        agents_file.write_text(json.dumps({"agents": argvs}))
+        process = Process(
+            "device-managers",
+            [sys.executable, "-m", "tests.realcluster.agenthost", str(agents_file)],
+            self.plane.logs / "device-managers.log",
+            (),
+            {"PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO)},
+        )
+        self.plane.processes[process.name] = process
+        process.start()
+        for node in names:
+            self.agents[node] = process
 
     def writes(self) -> int:
         """The worker's write requests so far (``rest_client_requests_total``)."""
