@@ -437,6 +437,19 @@ class LoopbackPlane:
     def kubectl_run(
         self, *args: str, stdin: str | None = None, kubeconfig: Path | None = None
     ) -> str:
+        """kubectl's output for *args* as the admin (or *kubeconfig*'s user). A plain ``get
+        … -o json`` as the admin, which the scenarios poll, is answered from this process
+        (:meth:`get_json`, the same JSON) instead of a kubectl process per look."""
+        plain = _plain_get(args) if kubeconfig is None and stdin is None else None
+        if plain is not None:
+            resource, name = str(plain["resource"]), plain["name"]
+            got = self.get_json(  # kubectl's namespace without -n: the kubeconfig's, default
+                resource,
+                name,
+                namespace=plain["namespace"] or "default",
+                selector=plain["selector"],
+            )
+            return json.dumps(got)
         result = subprocess.run(
             [str(self.kubectl), f"--kubeconfig={kubeconfig or self.admin_kubeconfig}", *args],
             input=stdin,
@@ -484,7 +497,7 @@ class LoopbackPlane:
     # resource names (discovery, the group's preferred version).
 
     _client: httpx.Client | None = None
-    _resources: dict[str, tuple[str, str, bool]] | None = None
+    _resources: dict[str, _Resource] | None = None
 
     def client(self) -> httpx.Client:
         """An HTTP client for the admin's requests to this plane's API server."""
@@ -498,42 +511,116 @@ class LoopbackPlane:
             self._client = None
         self._resources = None
 
-    def _get(self, path: str) -> Any:
-        response = self.client().get(path)
+    def _get(self, path: str, params: Mapping[str, str] | None = None) -> Any:
+        response = self.client().get(path, params=params)
         if response.status_code != 200:
             raise RealClusterError(f"GET {path}: {response.status_code} {response.text[:300]}")
         return response.json()
 
-    def _discover(self) -> dict[str, tuple[str, str, bool]]:
-        """``plural`` (core) and ``plural.group`` -> (group/version, kind, namespaced), for
-        the core group and each group's preferred version."""
-        found: dict[str, tuple[str, str, bool]] = {}
+    def _discover(self) -> dict[str, _Resource]:
+        """Each name kubectl takes for a resource (plural, singular, short names, the kind in
+        lower case; beyond the core group also with ``.group``) -> the resource, for the core
+        group and each group's preferred version; the first group to claim a name keeps it."""
+        found: dict[str, _Resource] = {}
         versions = [("v1", "")] + [
             (g["preferredVersion"]["groupVersion"], g["name"])
             for g in self._get("/apis").get("groups") or []
         ]
         for group_version, group in versions:
             prefix = "/api/" if group == "" else "/apis/"
-            for resource in self._get(prefix + group_version).get("resources") or []:
-                if "/" in resource["name"]:
+            for entry in self._get(prefix + group_version).get("resources") or []:
+                if "/" in entry["name"]:
                     continue  # a subresource
-                key = resource["name"] if group == "" else f"{resource['name']}.{group}"
-                found[key] = (group_version, resource["kind"], bool(resource["namespaced"]))
+                resource = _Resource(
+                    f"{prefix}{group_version}",
+                    entry["name"],
+                    entry["kind"],
+                    bool(entry["namespaced"]),
+                )
+                names = {entry["name"], entry.get("singularName") or "", entry["kind"].lower()}
+                names |= set(entry.get("shortNames") or [])
+                for name in names - {""}:
+                    found.setdefault(name, resource)
+                    if group:
+                        found.setdefault(f"{name}.{group}", resource)
         return found
+
+    def _resource(self, name: str) -> _Resource:
+        if self._resources is None or name not in self._resources:
+            self._resources = self._discover()  # a CRD installed since the last look
+        if name not in self._resources:
+            raise RealClusterError(f"the server serves no resource {name!r}")
+        return self._resources[name]
+
+    def get_json(
+        self,
+        resource: str,
+        name: str | None = None,
+        *,
+        namespace: str | None = None,
+        selector: str | None = None,
+    ) -> dict[str, Any]:
+        """What ``kubectl get RESOURCE [NAME] [-n NAMESPACE] [-l SELECTOR] -o json`` prints:
+        the object, or a v1 List of the objects (of every namespace without *namespace*),
+        each with its ``apiVersion`` and ``kind``."""
+        found = self._resource(resource)
+        path = found.path
+        if namespace is not None and found.namespaced:
+            path += f"/namespaces/{namespace}"
+        path += f"/{found.plural}"
+        if name is not None:
+            return dict(self._get(f"{path}/{name}"))
+        items = self._get(path, {"labelSelector": selector} if selector else None)
+        items = items.get("items") or []
+        group_version = found.path.split("/", 2)[2]
+        return {
+            "apiVersion": "v1",
+            "kind": "List",
+            "items": [{"apiVersion": group_version, "kind": found.kind, **i} for i in items],
+        }
 
     def list_objects(self, resource: str, *, namespaced: bool = False) -> list[dict[str, Any]]:
         """Every object of *resource* (``nodes``, ``workloads.kueue.x-k8s.io``), in every
-        namespace, each with its ``apiVersion`` and ``kind`` as ``kubectl get -o json`` lists
-        them. *namespaced* is kept for the callers' sake; discovery says whether it is."""
-        if self._resources is None or resource not in self._resources:
-            self._resources = self._discover()  # a CRD installed since the last look
-        if resource not in self._resources:
-            raise RealClusterError(f"the server serves no resource {resource!r}")
-        group_version, kind, _ = self._resources[resource]
-        plural = resource.split(".", 1)[0]
-        prefix = "/api/" if "/" not in group_version else "/apis/"
-        items = self._get(f"{prefix}{group_version}/{plural}").get("items") or []
-        return [{"apiVersion": group_version, "kind": kind, **item} for item in items]
+        namespace, as ``kubectl get -o json`` lists them. *namespaced* is kept for the
+        callers' sake; discovery says whether it is."""
+        return list(self.get_json(resource)["items"])
+
+
+@dataclass(frozen=True)
+class _Resource:
+    """A resource as discovery serves it: its collection's path prefix (``/apis/<g>/<v>``)."""
+
+    path: str
+    plural: str
+    kind: str
+    namespaced: bool
+
+
+def _plain_get(args: Sequence[str]) -> dict[str, str | None] | None:
+    """The parts of ``get RESOURCE [NAME] [-n NS] [-l SELECTOR] -o json`` (flags in any
+    order), or None for any other kubectl command line."""
+    if not args or args[0] != "get":
+        return None
+    parts: dict[str, str | None] = {"namespace": None, "selector": None}
+    words, output = [], None
+    rest = list(args[1:])
+    while rest:
+        word = rest.pop(0)
+        if word in ("-n", "--namespace", "-l", "--selector", "-o", "--output") and rest:
+            value = rest.pop(0)
+            if word in ("-o", "--output"):
+                output = value
+            else:
+                parts["namespace" if word in ("-n", "--namespace") else "selector"] = value
+        elif word.startswith("-"):
+            return None
+        else:
+            words.append(word)
+    if output != "json" or not 1 <= len(words) <= 2 or "," in words[0] or "/" in words[0]:
+        return None
+    parts["resource"] = words[0]
+    parts["name"] = words[1] if len(words) == 2 else None
+    return parts
 
 
 class ControlPlane(LoopbackPlane):
