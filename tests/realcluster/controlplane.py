@@ -802,7 +802,9 @@ class ControlPlane(LoopbackPlane):
         # tens of seconds of managed-fields bookkeeping on a loaded machine.
         self.kubectl_run("create", "-f", "-", stdin=_as_list(documents))
         names = {d["metadata"]["name"] for d in documents}
-        wait_until(lambda: names <= self._established(), timeout=120, what="CRDs established")
+        wait_until(
+            lambda: names <= self._established(), timeout=120, what="CRDs established", every=0.5
+        )
         self.apply(
             kueue_webhooks(
                 self.shared / "kueue-v0.19.2-extras" / "webhook" / "manifests.yaml",
@@ -815,10 +817,9 @@ class ControlPlane(LoopbackPlane):
         )
 
     def _established(self) -> set[str]:
-        listed = json.loads(self.kubectl_run("get", "crd", "-o", "json"))
         return {
             crd["metadata"]["name"]
-            for crd in listed["items"]
+            for crd in self.list_objects("customresourcedefinitions.apiextensions.k8s.io")
             if any(
                 c["type"] == "Established" and c["status"] == "True"
                 for c in (crd.get("status") or {}).get("conditions") or []
