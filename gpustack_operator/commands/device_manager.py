@@ -19,7 +19,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 import yaml
@@ -49,6 +49,11 @@ from gpustack_operator.domain.simdevices import SIM_DEVICES_ANNOTATION
 from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.runtime import metrics as runtime_metrics
 from gpustack_operator.runtime.manager import Manager, ManagerOptions, run_async
+
+if TYPE_CHECKING:
+    from prometheus_client.registry import CollectorRegistry
+
+    from gpustack_operator.runtime.client import Client
 
 log = structlog.get_logger(__name__)
 
@@ -224,27 +229,41 @@ def run_serve(args: argparse.Namespace) -> int:
     return run_async(lambda: serve(args, detection.config))
 
 
-async def serve(args: argparse.Namespace, config: DetectionConfig) -> int:
-    """Connect, check the first detection, then run the agent until SIGTERM/SIGINT."""
+def agent_manager(
+    args: argparse.Namespace,
+    config: DetectionConfig,
+    client: Client,
+    *,
+    metrics_registry: CollectorRegistry | None = runtime_metrics.REGISTRY,
+) -> tuple[Manager, DeviceManagerAgent]:
+    """The manager running the agent of ``args.node_name`` on *client*, as ``serve`` runs it,
+    and the agent. Nothing in it is per process but *metrics_registry*, so one process can run
+    several (the real-cluster tier hosts all its nodes' agents in one: docs/realcluster.md)."""
     options = ManagerOptions(
         component="gpustack-device-manager",
         health_probe_bind_address=args.health_probe_bind_address,
         metrics_bind_address=args.metrics_bind_address,
     )
+    manager = Manager(client, options)
+    agent = DeviceManagerAgent(
+        manager,
+        config,
+        node_name=args.node_name,
+        system_namespace=args.system_namespace,
+        monitor_period=args.monitor_period,
+        simulated=args.sim_devices_annotation,
+        metrics_registry=metrics_registry,
+    )
+    return manager, agent
+
+
+async def serve(args: argparse.Namespace, config: DetectionConfig) -> int:
+    """Connect, check the first detection, then run the agent until SIGTERM/SIGINT."""
     client = await connect(args)
     if client is None:
         return 1
     try:
-        manager = Manager(client, options)
-        agent = DeviceManagerAgent(
-            manager,
-            config,
-            node_name=args.node_name,
-            system_namespace=args.system_namespace,
-            monitor_period=args.monitor_period,
-            simulated=args.sim_devices_annotation,
-            metrics_registry=runtime_metrics.REGISTRY,
-        )
+        manager, agent = agent_manager(args, config, client)
         if not args.sim_devices_annotation:
             first = await agent.detect()
             if fails_fast(first, config, args.no_fast_failed):

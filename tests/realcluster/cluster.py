@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +45,23 @@ _WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 def release_objects(plane: LoopbackPlane) -> list[dict[str, Any]]:
     """``deploy/overlays/release`` as kustomize renders it, without the worker's Deployment
     (the tier runs the worker as a local process with the same ServiceAccount)."""
-    rendered = plane.kubectl_run("kustomize", str(REPO / "deploy" / "overlays" / "release"))
+    rendered = _rendered_release(plane.kubectl)
     return [d for d in yaml.safe_load_all(rendered) if d and d.get("kind") != "Deployment"]
+
+
+@cache
+def _rendered_release(kubectl: Path) -> str:
+    """``kubectl kustomize deploy/overlays/release``, once per test process."""
+    result = subprocess.run(
+        [str(kubectl), "kustomize", str(REPO / "deploy" / "overlays" / "release")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise RealClusterError(f"kubectl kustomize failed: {result.stderr.strip()}")
+    return result.stdout
 
 
 def load_nodes(path: Path) -> list[dict[str, Any]]:
@@ -72,10 +88,8 @@ class Operator:
         self.metrics_port = 0
         self.agents: dict[str, Process] = {}
 
-    def _token_kubeconfig(self, account: str, stem: str, *bound: str) -> Path:
-        token = self.plane.kubectl_run(
-            "create", "token", account, "-n", SYSTEM_NAMESPACE, "--duration=48h", *bound
-        ).strip()
+    def _token_kubeconfig(self, account: str, stem: str, bound_node: str | None = None) -> Path:
+        token = self.plane.token(SYSTEM_NAMESPACE, account, 48 * 3600, bound_node=bound_node)
         path = self.workdir / f"{stem}.kubeconfig"
         path.write_text(token_kubeconfig_text(self.plane.server, self.plane.ca_file, token, stem))
         return path
@@ -128,17 +142,17 @@ class Operator:
             self.worker = None
 
     def start_device_managers(self, nodes: Iterable[str]) -> None:
-        """One ``device-manager serve`` per node, reading the simulated devices annotation,
-        with a ServiceAccount token bound to that Node."""
-        for node in nodes:
+        """The device managers of *nodes*: each node's agent as ``device-manager serve
+        --sim-devices-annotation`` runs it, with a ServiceAccount token bound to that Node,
+        all in one process (``agenthost.py``: one interpreter's start-up instead of one per
+        node)."""
+        argvs = []
+        names = list(nodes)
+        for node in names:
             kubeconfig = self._token_kubeconfig(
-                DEVICE_MANAGER_SA,
-                f"device-manager-{node}",
-                "--bound-object-kind=Node",
-                f"--bound-object-name={node}",
+                DEVICE_MANAGER_SA, f"device-manager-{node}", bound_node=node
             )
-            self.agents[node] = self._process(
-                f"device-manager-{node}",
+            argvs.append(
                 [
                     "--log-format=json",
                     "device-manager",
@@ -148,9 +162,23 @@ class Operator:
                     "--sim-devices-annotation",
                     "--health-probe-bind-address=0",
                     "--metrics-bind-address=0",
-                ],
-                (),
+                ]
             )
+        if not argvs:
+            return
+        agents_file = self.workdir / "device-managers.json"
+        agents_file.write_text(json.dumps({"agents": argvs}))
+        process = Process(
+            "device-managers",
+            [sys.executable, "-m", "tests.realcluster.agenthost", str(agents_file)],
+            self.plane.logs / "device-managers.log",
+            (),
+            {"PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO)},
+        )
+        self.plane.processes[process.name] = process
+        process.start()
+        for node in names:
+            self.agents[node] = process
 
     def writes(self) -> int:
         """The worker's write requests so far (``rest_client_requests_total``)."""
@@ -187,11 +215,9 @@ class Operator:
 
 
 def get_all(plane: LoopbackPlane, kind: str, *, namespaced: bool = False) -> list[dict[str, Any]]:
-    """Every object of *kind* (plural resource name or kind), as the admin lists it."""
-    args = ["get", kind, "-o", "json"]
-    if namespaced:
-        args.append("--all-namespaces")
-    return list(json.loads(plane.kubectl_run(*args)).get("items") or [])
+    """Every object of *kind* (a plural resource name, ``plural.group`` beyond the core
+    group), in every namespace, as the admin lists it."""
+    return plane.list_objects(kind, namespaced=namespaced)
 
 
 def _contains(have: object, want: object) -> bool:

@@ -32,6 +32,7 @@ from tests.realcluster.controlplane import (
     shared_dir,
 )
 from tests.realcluster.nodes import NodeAgents
+from tests.realcluster.reaper import left_behind
 from tests.realcluster.simplane import SimPlane
 
 _IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -69,8 +70,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture(scope="module")
 def plane(request: pytest.FixtureRequest) -> Iterator[LoopbackPlane]:
     """A fresh plane for the module: the real control plane or ``sim --serve``; stopping it
-    must leave no process or port. Its folder (logs, certificates) stays for a look after a
-    failure; etcd's data goes."""
+    must leave no process (``reaper.left_behind``) or port. A test run killed before this
+    teardown leaves none either: the reaper ends them (``reaper.py``). Its folder (logs,
+    certificates) stays for a look after a failure; etcd's data goes."""
     kind = getattr(request, "param", "real")
     if kind == "real":
         binaries: Binaries = request.getfixturevalue("binaries")
@@ -92,6 +94,9 @@ def plane(request: pytest.FixtureRequest) -> Iterator[LoopbackPlane]:
         assert left == [], f"ports still open after the control plane stopped: {left}"
         running = [n for n, p in control_plane.processes.items() if p.exited() is None]
         assert running == [], f"processes still running: {running}"
+        # Whatever a process started, and whatever its parent became: none of the plane's.
+        left_processes = left_behind(control_plane.logs)
+        assert left_processes == [], f"processes of the plane left behind: {left_processes}"
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import copy
+import functools
 import json
 import os
 import signal
@@ -32,6 +33,7 @@ import httpx
 import yaml
 
 from tests.realcluster.pki import CertificateAuthority, Pair, service_account_keys
+from tests.realcluster.reaper import LOG_ENV, REAPER, left_behind
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "hack" / "realcluster" / "build.sh"
@@ -119,9 +121,18 @@ def _as_list(documents: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _load_all(path: Path) -> list[Any]:
-    """Every YAML document of *path*, with libyaml's loader where PyYAML has it."""
+    """Every YAML document of *path*, with libyaml's loader where PyYAML has it: a copy of
+    its own for each caller, which may change them (parsed once per test process: Kueue's
+    CRDs are 1.7 MB, seconds of a busy CPU for each plane)."""
+    return list(json.loads(_parsed(path, path.stat().st_mtime_ns)))
+
+
+@functools.cache
+def _parsed(path: Path, mtime_ns: int) -> str:
+    """*path*'s YAML documents as one JSON text (a fresh copy loads faster than it deep-copies);
+    *mtime_ns* keys a file changed since."""
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return list(yaml.load_all(path.read_text(), Loader=loader))
+    return json.dumps(list(yaml.load_all(path.read_text(), Loader=loader)))
 
 
 def _tail(path: Path, lines: int = 3) -> str:
@@ -157,8 +168,9 @@ class Process:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
-                env={**os.environ, **self.env},
+                env={**os.environ, **self.env, LOG_ENV: str(self.log)},
             )
+        REAPER.guard(self.popen.pid)
 
     def exited(self) -> int | None:
         return None if self.popen is None else self.popen.poll()
@@ -171,16 +183,32 @@ class Process:
         )
 
     def stop(self, grace: float = 15.0) -> None:
-        if self.popen is None or self.popen.poll() is not None:
+        """SIGTERM to the process's group, SIGKILL after *grace*; done once the process and
+        everything it started (its session) are gone, even where it exited before."""
+        if self.popen is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.popen.pid, signal.SIGTERM)
-        try:
-            self.popen.wait(grace)
-        except subprocess.TimeoutExpired:
+        group = self.popen.pid
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            if self.popen.poll() is not None and not _group_alive(group):
+                break
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.popen.pid, signal.SIGKILL)
-            self.popen.wait(grace)
+                os.killpg(group, sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.popen.wait(grace)
+            with contextlib.suppress(RealClusterError):
+                wait_until(lambda: not _group_alive(group), timeout=grace, what="its group ended")
+        REAPER.release(group)
+
+
+def _group_alive(group: int) -> bool:
+    """Whether any process of process group *group* still runs (or awaits its parent)."""
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def wait_until(
@@ -387,6 +415,16 @@ class LoopbackPlane:
             timeout=30,
             what="every port released",
         )
+        # A process its parent left (a child of a component, a stop that missed it) carries
+        # its log's path in its environment (reaper.LOG_ENV): none of this plane's may remain.
+        try:
+            wait_until(lambda: not left_behind(self.logs), timeout=10, what="no process left")
+        except RealClusterError:
+            raise RealClusterError(
+                f"processes of the plane in {self.workdir} still run after stop: "
+                f"{'; '.join(left_behind(self.logs))}"
+            ) from None
+        self.close_client()
 
     def differs(self, row: str) -> bool:
         """True where the simulator answers otherwise than the real cluster in the way the row
@@ -399,6 +437,19 @@ class LoopbackPlane:
     def kubectl_run(
         self, *args: str, stdin: str | None = None, kubeconfig: Path | None = None
     ) -> str:
+        """kubectl's output for *args* as the admin (or *kubeconfig*'s user). A plain ``get
+        … -o json`` as the admin, which the scenarios poll, is answered from this process
+        (:meth:`get_json`, the same JSON) instead of a kubectl process per look."""
+        plain = _plain_get(args) if kubeconfig is None and stdin is None else None
+        if plain is not None:
+            resource, name = str(plain["resource"]), plain["name"]
+            got = self.get_json(  # kubectl's namespace without -n: the kubeconfig's, default
+                resource,
+                name,
+                namespace=plain["namespace"] or "default",
+                selector=plain["selector"],
+            )
+            return json.dumps(got)
         result = subprocess.run(
             [str(self.kubectl), f"--kubeconfig={kubeconfig or self.admin_kubeconfig}", *args],
             input=stdin,
@@ -416,11 +467,160 @@ class LoopbackPlane:
             "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=_as_list(documents)
         )
 
-    def token(self, namespace: str, service_account: str, seconds: int = 86400) -> str:
-        """A token of *service_account* (TokenRequest, as ``kubectl create token`` makes)."""
-        return self.kubectl_run(
-            "create", "token", service_account, "-n", namespace, f"--duration={seconds}s"
-        ).strip()
+    def token(
+        self,
+        namespace: str,
+        service_account: str,
+        seconds: int = 86400,
+        *,
+        bound_node: str | None = None,
+    ) -> str:
+        """A token of *service_account* (the TokenRequest ``kubectl create token`` sends; with
+        *bound_node*, bound to that Node as ``--bound-object-kind=Node`` binds it)."""
+        spec: dict[str, Any] = {"expirationSeconds": seconds}
+        if bound_node is not None:
+            spec["boundObjectRef"] = {"kind": "Node", "apiVersion": "v1", "name": bound_node}
+        path = f"/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token"
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
+        response = self.client().post(path, json=body)
+        if response.status_code != 201:
+            raise RealClusterError(
+                f"a token of {namespace}/{service_account}: {response.status_code} "
+                f"{response.text[:300]}"
+            )
+        return str(response.json()["status"]["token"])
+
+    # --- reading, in this process -----------------------------------------------------------
+    # The scenarios poll (convergence, Workloads) every second or so; a kubectl process per
+    # look costs more CPU on a 2-core machine than the processes under test, so reads go
+    # through one HTTP client with the admin's certificate, resolved as kubectl resolves
+    # resource names (discovery, the group's preferred version).
+
+    _client: httpx.Client | None = None
+    _resources: dict[str, _Resource] | None = None
+
+    def client(self) -> httpx.Client:
+        """An HTTP client for the admin's requests to this plane's API server."""
+        if self._client is None:
+            self._client = httpx.Client(base_url=self.server, verify=self.admin_tls(), timeout=30)
+        return self._client
+
+    def close_client(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        self._resources = None
+
+    def _get(self, path: str, params: Mapping[str, str] | None = None) -> Any:
+        response = self.client().get(path, params=params)
+        if response.status_code != 200:
+            raise RealClusterError(f"GET {path}: {response.status_code} {response.text[:300]}")
+        return response.json()
+
+    def _discover(self) -> dict[str, _Resource]:
+        """Each name kubectl takes for a resource (plural, singular, short names, the kind in
+        lower case; beyond the core group also with ``.group``) -> the resource, for the core
+        group and each group's preferred version; the first group to claim a name keeps it."""
+        found: dict[str, _Resource] = {}
+        versions = [("v1", "")] + [
+            (g["preferredVersion"]["groupVersion"], g["name"])
+            for g in self._get("/apis").get("groups") or []
+        ]
+        for group_version, group in versions:
+            prefix = "/api/" if group == "" else "/apis/"
+            for entry in self._get(prefix + group_version).get("resources") or []:
+                if "/" in entry["name"]:
+                    continue  # a subresource
+                resource = _Resource(
+                    f"{prefix}{group_version}",
+                    entry["name"],
+                    entry["kind"],
+                    bool(entry["namespaced"]),
+                )
+                names = {entry["name"], entry.get("singularName") or "", entry["kind"].lower()}
+                names |= set(entry.get("shortNames") or [])
+                for name in names - {""}:
+                    found.setdefault(name, resource)
+                    if group:
+                        found.setdefault(f"{name}.{group}", resource)
+        return found
+
+    def _resource(self, name: str) -> _Resource:
+        if self._resources is None or name not in self._resources:
+            self._resources = self._discover()  # a CRD installed since the last look
+        if name not in self._resources:
+            raise RealClusterError(f"the server serves no resource {name!r}")
+        return self._resources[name]
+
+    def get_json(
+        self,
+        resource: str,
+        name: str | None = None,
+        *,
+        namespace: str | None = None,
+        selector: str | None = None,
+    ) -> dict[str, Any]:
+        """What ``kubectl get RESOURCE [NAME] [-n NAMESPACE] [-l SELECTOR] -o json`` prints:
+        the object, or a v1 List of the objects (of every namespace without *namespace*),
+        each with its ``apiVersion`` and ``kind``."""
+        found = self._resource(resource)
+        path = found.path
+        if namespace is not None and found.namespaced:
+            path += f"/namespaces/{namespace}"
+        path += f"/{found.plural}"
+        if name is not None:
+            return dict(self._get(f"{path}/{name}"))
+        items = self._get(path, {"labelSelector": selector} if selector else None)
+        items = items.get("items") or []
+        group_version = found.path.split("/", 2)[2]
+        return {
+            "apiVersion": "v1",
+            "kind": "List",
+            "items": [{"apiVersion": group_version, "kind": found.kind, **i} for i in items],
+        }
+
+    def list_objects(self, resource: str, *, namespaced: bool = False) -> list[dict[str, Any]]:
+        """Every object of *resource* (``nodes``, ``workloads.kueue.x-k8s.io``), in every
+        namespace, as ``kubectl get -o json`` lists them. *namespaced* is kept for the
+        callers' sake; discovery says whether it is."""
+        return list(self.get_json(resource)["items"])
+
+
+@dataclass(frozen=True)
+class _Resource:
+    """A resource as discovery serves it: its collection's path prefix (``/apis/<g>/<v>``)."""
+
+    path: str
+    plural: str
+    kind: str
+    namespaced: bool
+
+
+def _plain_get(args: Sequence[str]) -> dict[str, str | None] | None:
+    """The parts of ``get RESOURCE [NAME] [-n NS] [-l SELECTOR] -o json`` (flags in any
+    order), or None for any other kubectl command line."""
+    if not args or args[0] != "get":
+        return None
+    parts: dict[str, str | None] = {"namespace": None, "selector": None}
+    words, output = [], None
+    rest = list(args[1:])
+    while rest:
+        word = rest.pop(0)
+        if word in ("-n", "--namespace", "-l", "--selector", "-o", "--output") and rest:
+            value = rest.pop(0)
+            if word in ("-o", "--output"):
+                output = value
+            else:
+                parts["namespace" if word in ("-n", "--namespace") else "selector"] = value
+        elif word.startswith("-"):
+            return None
+        else:
+            words.append(word)
+    if output != "json" or not 1 <= len(words) <= 2 or "," in words[0] or "/" in words[0]:
+        return None
+    parts["resource"] = words[0]
+    parts["name"] = words[1] if len(words) == 2 else None
+    return parts
 
 
 class ControlPlane(LoopbackPlane):
@@ -602,7 +802,9 @@ class ControlPlane(LoopbackPlane):
         # tens of seconds of managed-fields bookkeeping on a loaded machine.
         self.kubectl_run("create", "-f", "-", stdin=_as_list(documents))
         names = {d["metadata"]["name"] for d in documents}
-        wait_until(lambda: names <= self._established(), timeout=120, what="CRDs established")
+        wait_until(
+            lambda: names <= self._established(), timeout=120, what="CRDs established", every=0.5
+        )
         self.apply(
             kueue_webhooks(
                 self.shared / "kueue-v0.19.2-extras" / "webhook" / "manifests.yaml",
@@ -615,10 +817,9 @@ class ControlPlane(LoopbackPlane):
         )
 
     def _established(self) -> set[str]:
-        listed = json.loads(self.kubectl_run("get", "crd", "-o", "json"))
         return {
             crd["metadata"]["name"]
-            for crd in listed["items"]
+            for crd in self.list_objects("customresourcedefinitions.apiextensions.k8s.io")
             if any(
                 c["type"] == "Established" and c["status"] == "True"
                 for c in (crd.get("status") or {}).get("conditions") or []
