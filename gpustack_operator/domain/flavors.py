@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from gpustack_operator.domain.availability import is_lifecycle_taint
 from gpustack_operator.domain.capacity import device_keys
 from gpustack_operator.domain.kueue import KueueVersion, Meta, ResourceFlavor, Toleration
 from gpustack_operator.domain.labels import (
@@ -49,20 +50,6 @@ from gpustack_operator.domain.topology import (
 from gpustack_operator.domain.validation import is_valid_dns_subdomain, is_valid_label_value
 
 DEDICATION_EFFECTS: Final = frozenset({"NoSchedule", "NoExecute"})
-LIFECYCLE_TAINT_PREFIXES: Final = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/")
-LIFECYCLE_TAINT_KEYS: Final = frozenset(
-    {
-        "ToBeDeletedByClusterAutoscaler",
-        "DeletionCandidateOfClusterAutoscaler",
-        "karpenter.sh/disrupted",
-        "cloud.google.com/impending-node-termination",
-    }
-)
-"""Taints Kubernetes and its autoscalers set on a node's condition (not-ready, unreachable,
-unschedulable, pressure, shutdown, scale-down, Karpenter's disruption, a spot notice; see
-docs/node-lifecycle.md): a flavor never tolerates them
-(docs/worker.md, "Tolerations")."""
-
 TolerationPolicy = tuple[str, ...] | None
 """Which dedication taints flavors tolerate: ``None`` every one common to the flavor's nodes
 (the default), else only those with one of these keys (``()``: none)."""
@@ -254,11 +241,6 @@ def managed_profiles(
     """Profiles of all managed nodes, in node-name order."""
     managed = sorted((n for n in nodes if is_managed(n)), key=name_of)
     return [p for n in managed for p in node_profiles(n, manufacturers)]
-
-
-def is_lifecycle_taint(key: str) -> bool:
-    """A taint that says something about the node's health or life, not its purpose."""
-    return key.startswith(LIFECYCLE_TAINT_PREFIXES) or key in LIFECYCLE_TAINT_KEYS
 
 
 def dedication_taints(node: object) -> frozenset[tuple[str, str, str]]:
