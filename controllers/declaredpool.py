@@ -35,11 +35,14 @@ from gpustack_operator.controllers.declarations import (
 from gpustack_operator.controllers.nodefacts import Part
 from gpustack_operator.domain.comparison import Compare, ObjectComparison
 from gpustack_operator.domain.declaredpools import (
+    CAPI_GROUP,
     CAPI_INFRASTRUCTURE_GROUP,
     DECLARED_POOLS_CONFIGMAP,
     DECLARED_POOLS_KEY,
+    POOL_KINDS,
     POOL_LABEL,
     DeclaredPool,
+    PoolKind,
     PoolRejection,
     PoolResult,
     pools_from_objects,
@@ -80,9 +83,6 @@ _PARTS: Final[tuple[Part, ...]] = ("flavor", "queue", "cohort")
 """The node indexes (``BY_FLAVOR``, ``BY_QUEUE``, ``BY_COHORT``) a pool change refiles."""
 RESERVED_REQUEUE: Final = 15.0
 """Seconds before looking again at a pool queue no pool wants that still holds work."""
-NODEPOOLS: Final = Resource("karpenter.sh", "v1", "NodePool", "nodepools", namespaced=False)
-CAPI_GROUP: Final = "cluster.x-k8s.io"
-CAPI_VERSIONS: Final = ("v1beta2", "v1beta1")
 INFRASTRUCTURE_KIND_SUFFIXES: Final = ("MachineTemplate", "MachinePool")
 """What a node group's ``infrastructureRef`` names (``DockerMachineTemplate``,
 ``AWSMachinePool``)."""
@@ -121,11 +121,9 @@ def _created(obj: Mapping[str, Any], now: float) -> float:
         return now
 
 
-def capi_resources(version: str) -> tuple[Resource, Resource]:
-    return (
-        Resource(CAPI_GROUP, version, "MachineDeployment", "machinedeployments", namespaced=True),
-        Resource(CAPI_GROUP, version, "MachinePool", "machinepools", namespaced=True),
-    )
+def pool_resource(kind: PoolKind, version: str) -> Resource:
+    """The API resource of a pool kind (``domain.declaredpools.POOL_KINDS``) at *version*."""
+    return Resource(kind.group, version, kind.kind, kind.plural, namespaced=kind.namespaced)
 
 
 def provisioning_resources(version: str) -> tuple[Resource, Resource]:
@@ -182,15 +180,21 @@ class PoolSources:
 
 
 async def served_pool_kinds(client: Client) -> list[Resource]:
-    """The pool kinds the cluster serves now: NodePools; MachineDeployments and
-    MachinePools of the first Cluster API version served (v1beta2, else v1beta1); and the
-    infrastructure providers' machine templates and machine pools (their ``status.capacity``
-    sizes a node group, docs/autoscaling.md)."""
-    kinds = [NODEPOOLS] if await _serves(client, NODEPOOLS) else []
-    served = await _served_versions(client, CAPI_GROUP)
-    version = next((v for v in CAPI_VERSIONS if v in served), None)
-    if version is not None:
-        kinds.extend([r for r in capi_resources(version) if await _serves(client, r)])
+    """The pool kinds the cluster serves now, each at the first of its versions served
+    (``domain.declaredpools.POOL_KINDS``); with a Cluster API kind, the infrastructure
+    providers' machine templates and machine pools too (their ``status.capacity`` sizes a
+    node group, docs/autoscaling.md)."""
+    versions: dict[str, list[str]] = {}
+    kinds: list[Resource] = []
+    for kind in POOL_KINDS:
+        if kind.group not in versions:
+            versions[kind.group] = await _served_versions(client, kind.group)
+        for version in (v for v in kind.versions if v in versions[kind.group]):
+            resource = pool_resource(kind, version)
+            if await _serves(client, resource):
+                kinds.append(resource)
+            break
+    if any(r.group == CAPI_GROUP for r in kinds):
         infra = await _served_versions(client, CAPI_INFRASTRUCTURE_GROUP)
         if infra:
             try:
@@ -204,7 +208,7 @@ async def served_pool_kinds(client: Client) -> list[Resource]:
 
 def all_pool_kinds() -> list[Resource]:
     """Every pool kind the worker can read, at every version."""
-    return [NODEPOOLS, *(r for v in CAPI_VERSIONS for r in capi_resources(v))]
+    return [pool_resource(k, v) for k in POOL_KINDS for v in k.versions]
 
 
 async def discover_pool_sources(
