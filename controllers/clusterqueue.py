@@ -50,6 +50,7 @@ from gpustack_operator.controllers.poolqueue import (
 )
 from gpustack_operator.domain.declaredpools import is_pool_chain_object
 from gpustack_operator.domain.kueue import OwnerReference
+from gpustack_operator.domain.kueueusage import has_reservations
 from gpustack_operator.domain.labels import QUEUE_ANNOTATION, UNIT_ANNOTATION
 from gpustack_operator.domain.nodeview import (
     annotations_of,
@@ -66,7 +67,6 @@ from gpustack_operator.domain.queues import (
     HOLD_NOTE,
     cluster_queue_cohort,
     devices_gone,
-    has_reservations,
     quota_below_usage,
     without_flavors,
 )

@@ -49,6 +49,7 @@ from gpustack_operator.domain.declaredpools import (
     validate_declared_pools,
 )
 from gpustack_operator.domain.kueue import KUEUE_GROUP
+from gpustack_operator.domain.kueueusage import has_reservations
 from gpustack_operator.domain.nodeview import is_deleting, labels_of, name_of
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.poolchain import (
@@ -56,7 +57,6 @@ from gpustack_operator.domain.poolchain import (
     has_stale_checks,
     without_admission_checks,
 )
-from gpustack_operator.domain.queues import has_reservations
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.clock import WALL_CLOCK, Clock
 from gpustack_operator.runtime.controller import (

@@ -23,7 +23,7 @@ from gpustack_operator.controllers.worker import WorkerTiming
 from gpustack_operator.domain.nodemodel import node_view
 from gpustack_operator.domain.plan import plan_state
 from gpustack_operator.domain.policy import ChainPolicy
-from gpustack_operator.domain.queues import has_reservations
+from gpustack_operator.domain.kueueusage import has_reservations
 from gpustack_operator.environment import load_manufacturers
 
 MFRS = load_manufacturers({})
