@@ -47,6 +47,7 @@ from gpustack_operator.domain.quantities import (
     parse_count,
     parse_quantity,
 )
+from gpustack_operator.domain.selectors import labels_match
 from gpustack_operator.domain.validation import (
     is_valid_dns_label,
     is_valid_label_key,
@@ -128,8 +129,7 @@ class DeclaredPool:
         return f"pool-{self.source.value}-{self.name}"
 
     def matches(self, node: object) -> bool:
-        labels = labels_of(node)
-        return all(labels.get(k) == v for k, v in self.node_selector.items())
+        return labels_match(self.node_selector, labels_of(node))
 
     def host_quota(self, resource: str, nodes: int) -> int | None:
         """cpu (cores, rounded up) or memory (bytes) for the pool at its maximum, or *nodes*
@@ -165,8 +165,7 @@ class PoolRejection:
         return f"{self.source.value}.{self.name}"
 
     def matches(self, node: object) -> bool:
-        labels = labels_of(node)
-        return bool(self.node_selector) and all(labels.get(k) == v for k, v in self.node_selector)
+        return bool(self.node_selector) and labels_match(self.node_selector, labels_of(node))
 
 
 PoolResult = DeclaredPool | PoolRejection
