@@ -23,18 +23,27 @@ SIMULATOR = ("gpustack_sim",)
 SIMULATOR_COMMANDS = ("gpustack_operator.commands.sim",)
 
 
+def package_dirs() -> list[tuple[Path, str]]:
+    """Each source directory with the package name it is imported as: the product's package,
+    the directories the wheel places inside it (pyproject.toml's force-include, read here so
+    that a mapped directory's imports are seen: controllers/) and the simulator's package."""
+    wheel = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["hatch"]["build"]
+    mapped = wheel["targets"]["wheel"].get("force-include", {})
+    dirs = [(PACKAGE, "gpustack_operator")]
+    dirs += [(REPO / source, target.replace("/", ".")) for source, target in mapped.items()]
+    return [*dirs, (SIMULATOR_PACKAGE, "gpustack_sim")]
+
+
 def module_files() -> dict[str, Path]:
     """The product's modules and the simulator's (its own distribution, sim/), by name."""
     modules = {}
-    # controllers/ is a symbolic link into the package: rglob does not follow it.
-    paths = {*PACKAGE.rglob("*.py"), *(PACKAGE / "controllers").rglob("*.py")}
-    roots = [(path, PACKAGE, "gpustack_operator") for path in paths]
-    roots += [(path, SIMULATOR_PACKAGE, "gpustack_sim") for path in SIMULATOR_PACKAGE.rglob("*.py")]
-    for path, root, name in sorted(roots):
-        parts = [name, *path.relative_to(root).with_suffix("").parts]
-        if parts[-1] == "__init__":
-            parts.pop()
-        modules[".".join(parts)] = path
+    for root, name in package_dirs():
+        assert not any(p.is_symlink() for p in root.rglob("*")), f"{root}: a link hides files"
+        for path in sorted(root.rglob("*.py")):
+            parts = [name, *path.relative_to(root).with_suffix("").parts]
+            if parts[-1] == "__init__":
+                parts.pop()
+            modules[".".join(parts)] = path
     return modules
 
 
@@ -89,7 +98,9 @@ def is_simulator(module: str) -> bool:
 
 def test_the_graph_is_read() -> None:
     assert "gpustack_operator.controllers.worker" in GRAPH
+    assert MODULES["gpustack_operator.controllers.worker"] == REPO / "controllers" / "worker.py"
     assert "gpustack_operator.runtime.manager" in GRAPH["gpustack_operator.controllers.worker"]
+    assert "gpustack_operator.controllers.worker" in GRAPH["gpustack_operator.commands.worker"]
     assert "gpustack_sim.apiserver.store" in GRAPH["gpustack_sim.apiserver.server"]
 
 

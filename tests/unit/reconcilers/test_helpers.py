@@ -20,10 +20,10 @@ from gpustack_operator.controllers.common import (
     trim_for_worker,
 )
 from gpustack_operator.controllers.worker import WorkerTiming
+from gpustack_operator.domain.kueueusage import has_reservations
 from gpustack_operator.domain.nodemodel import node_view
 from gpustack_operator.domain.plan import plan_state
 from gpustack_operator.domain.policy import ChainPolicy
-from gpustack_operator.domain.kueueusage import has_reservations
 from gpustack_operator.environment import load_manufacturers
 
 MFRS = load_manufacturers({})
