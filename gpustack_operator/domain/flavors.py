@@ -41,7 +41,10 @@ from gpustack_operator.domain.nodeview import label_of, labels_of, metadata, nam
 from gpustack_operator.domain.profiles import GENERIC_GKEY, format_node_profile
 from gpustack_operator.domain.quantities import floor_gi, parse_count, parse_quantity
 from gpustack_operator.domain.topology import (
+    TopologyPolicy,
+    group_value,
     node_group,
+    node_levels,
     parse_group,
     tas_flavor_name,
     tas_queue_name,
@@ -455,3 +458,22 @@ def node_profile_names(
     if not is_managed(node):
         return []
     return sorted({getattr(p, part) for p in node_profiles(node, manufacturers)})
+
+
+def topology_labels(
+    node: object, policy: TopologyPolicy | None, tolerations: TolerationPolicy = None
+) -> dict[str, str]:
+    """``{feature.gpustack.ai/topology: <group>}`` for a node TAS schedules,
+    ``{feature.gpustack.ai/topology: none}`` for another managed node while TAS is on (the
+    plain flavors select it: docs/topology.md, "Plain nodes"), else ``{}``.
+
+    The group digests the node's level set and the dedication taints its flavor will
+    tolerate (the node's own, filtered by *tolerations*): nodes of one group share every
+    frozen field of a TAS flavor, and a change of either moves the node to a new flavor.
+    """
+    if policy is None or not policy.enabled:
+        return {}
+    levels = node_levels(node, policy)
+    if not levels:
+        return {TOPOLOGY_LABEL: TOPOLOGY_NONE} if is_managed(node) else {}
+    return {TOPOLOGY_LABEL: group_value(levels, flavor_tolerations([node], tolerations))}

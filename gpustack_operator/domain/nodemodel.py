@@ -33,6 +33,7 @@ from gpustack_operator.domain.flavors import (
     dedication_taints,
     is_managed,
     node_profiles,
+    topology_labels,
 )
 from gpustack_operator.domain.labels import (
     ACCELERATABLE_PREFIX,
@@ -64,7 +65,6 @@ from gpustack_operator.domain.topology import (
     missing_level,
     node_group,
 )
-from gpustack_operator.domain.topologylabels import topology_labels
 
 Part = Literal["flavor", "queue", "cohort"]
 PARTS: Final[tuple[Part, ...]] = ("flavor", "queue", "cohort")
