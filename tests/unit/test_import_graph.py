@@ -97,10 +97,10 @@ def is_simulator(module: str) -> bool:
 
 
 def test_the_graph_is_read() -> None:
-    assert "gpustack_operator.controllers.worker" in GRAPH
-    assert MODULES["gpustack_operator.controllers.worker"] == REPO / "controllers" / "worker.py"
-    assert "gpustack_operator.runtime.manager" in GRAPH["gpustack_operator.controllers.worker"]
-    assert "gpustack_operator.controllers.worker" in GRAPH["gpustack_operator.commands.worker"]
+    cluster_queues = "gpustack_operator.controllers.clusterqueue"
+    assert MODULES[cluster_queues] == REPO / "controllers" / "clusterqueue.py"
+    assert "gpustack_operator.runtime.controller" in GRAPH[cluster_queues]
+    assert "gpustack_operator.domain.queues" in GRAPH[cluster_queues]
     assert "gpustack_sim.apiserver.store" in GRAPH["gpustack_sim.apiserver.server"]
 
 
