@@ -113,11 +113,15 @@ def rewrites() -> list[tuple[re.Pattern[str], str]]:
         old_module, new_module = module_of(old), module_of(new)
         if old_module and new_module and not old.startswith("tests/"):
             found.append((rf"(?<![\w.]){re.escape(old_module)}(?!\w)", new_module))
-        # Paths, also as the package spells them (gpustack_operator/controllers/...).
+        # Paths, also as the package spells them (gpustack_operator/controllers/...); a
+        # mapped folder's modules also as the source tree names them (controllers.liveteams).
         spellings = {old}
         for source, target in mapped_dirs().items():
             if old.startswith(source.rstrip("/") + "/"):
                 spellings.add(target.rstrip("/") + old[len(source.rstrip("/")) :])
+                bare = old[: -len(".py")].replace("/", ".")
+                if new_module:
+                    found.append((rf"(?<![\w.]){re.escape(bare)}(?![\w/])", new_module))
         for spelling in spellings:
             found.append((rf"(?<![\w/.]){re.escape(spelling)}(?![\w])", new))
     found.sort(key=lambda pair: -len(pair[0]))
