@@ -28,26 +28,6 @@ from typing import Any, Final
 import structlog
 from prometheus_client import Counter
 
-from gpustack_operator.controllers.availability import AvailabilityTracker
-from gpustack_operator.controllers.caches import (
-    BY_COHORT,
-    BY_POOL,
-    BY_QUEUE,
-    KueueCaches,
-)
-from gpustack_operator.controllers.common import (
-    METADATA_OR_SPEC_CHANGED,
-    NodeChanged,
-    Writer,
-    is_managed_object,
-    is_up_to_date,
-)
-from gpustack_operator.controllers.liveteams import watch_teams
-from gpustack_operator.controllers.poolqueue import (
-    RETIRING_RELEASED,
-    desired_pool_queue,
-    new_queues,
-)
 from gpustack_operator.domain.declaredpools import is_pool_chain_object
 from gpustack_operator.domain.kueue import OwnerReference
 from gpustack_operator.domain.kueueusage import has_reservations
@@ -79,6 +59,26 @@ from gpustack_operator.runtime.coalesce import Coalesce
 from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request, Result
 from gpustack_operator.runtime.metrics import REGISTRY
 from gpustack_operator.runtime.resources import NODES
+from gpustack_operator.worker.availability import AvailabilityTracker
+from gpustack_operator.worker.caches import (
+    BY_COHORT,
+    BY_POOL,
+    BY_QUEUE,
+    KueueCaches,
+)
+from gpustack_operator.worker.common import (
+    METADATA_OR_SPEC_CHANGED,
+    NodeChanged,
+    Writer,
+    is_managed_object,
+    is_up_to_date,
+)
+from gpustack_operator.worker.liveteams import watch_teams
+from gpustack_operator.worker.poolqueue import (
+    RETIRING_RELEASED,
+    desired_pool_queue,
+    new_queues,
+)
 
 log = structlog.get_logger(__name__)
 

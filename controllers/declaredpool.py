@@ -19,20 +19,6 @@ from typing import Any, Final
 
 import structlog
 
-from gpustack_operator.controllers.caches import KueueCaches
-from gpustack_operator.controllers.common import (
-    METADATA_OR_SPEC_CHANGED,
-    NodeChanged,
-    Writer,
-    is_managed_object,
-    is_up_to_date,
-)
-from gpustack_operator.controllers.declarations import (
-    Ignore,
-    LiveDeclaration,
-    status_configmap_informer,
-)
-from gpustack_operator.controllers.nodefacts import Part
 from gpustack_operator.domain.comparison import Compare, ObjectComparison
 from gpustack_operator.domain.declaredpools import (
     CAPI_GROUP,
@@ -71,6 +57,20 @@ from gpustack_operator.runtime.errors import ApiError
 from gpustack_operator.runtime.informer import Informer
 from gpustack_operator.runtime.manager import Manager
 from gpustack_operator.runtime.resources import CONFIGMAPS, NODES, Resource
+from gpustack_operator.worker.caches import KueueCaches
+from gpustack_operator.worker.common import (
+    METADATA_OR_SPEC_CHANGED,
+    NodeChanged,
+    Writer,
+    is_managed_object,
+    is_up_to_date,
+)
+from gpustack_operator.worker.declarations import (
+    Ignore,
+    LiveDeclaration,
+    status_configmap_informer,
+)
+from gpustack_operator.worker.nodemodels import Part
 
 log = structlog.get_logger(__name__)
 
@@ -311,9 +311,10 @@ class DeclaredPoolReconciler:
             self.controller.queue.add(KEY)
 
     async def _declared(self) -> tuple[DeclaredPool, ...]:
-        """The pools of the declarations ConfigMap in force (controllers/declarations.py:
-        each revision validated once, off the loop; a refused one leaves the last good
-        pools in force, with a Warning Event), published in ``gpustack-declarations``."""
+        """The pools of the declarations ConfigMap in force
+        (gpustack_operator/worker/declarations.py: each revision validated once, off the loop;
+        a refused one leaves the last good pools in force, with a Warning Event), published in
+        ``gpustack-declarations``."""
         live = self.sources.live
         if live is None:
             return ()

@@ -18,14 +18,6 @@ from typing import Any, Final
 
 import structlog
 
-from gpustack_operator.controllers.caches import BY_FLAVOR, BY_QUEUE, BY_TOPOLOGY, KueueCaches
-from gpustack_operator.controllers.common import (
-    METADATA_OR_SPEC_CHANGED,
-    NodeChanged,
-    Writer,
-    is_managed_object,
-    is_up_to_date,
-)
 from gpustack_operator.domain.declaredpools import is_pool_chain_object
 from gpustack_operator.domain.flavors import desired_resource_flavor
 from gpustack_operator.domain.kueueusage import flavor_in_use, queue_usage, usage_fields
@@ -39,6 +31,14 @@ from gpustack_operator.runtime.coalesce import Coalesce
 from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request
 from gpustack_operator.runtime.predicates import Predicate
 from gpustack_operator.runtime.resources import NODES
+from gpustack_operator.worker.caches import BY_FLAVOR, BY_QUEUE, BY_TOPOLOGY, KueueCaches
+from gpustack_operator.worker.common import (
+    METADATA_OR_SPEC_CHANGED,
+    NodeChanged,
+    Writer,
+    is_managed_object,
+    is_up_to_date,
+)
 
 NAME: Final = "resourceflavor"
 

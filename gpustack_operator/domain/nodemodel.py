@@ -6,7 +6,7 @@ publish for it, which dedication taints does it carry, what do its lifecycle sig
 and how many devices does it advertise. :func:`node_model` answers all of them at once, from
 the raw Node, into an immutable :class:`NodeModel`; raw-dict access to Nodes for these
 questions lives here and in the functions it calls. The worker keeps one model per Node
-version (``controllers.nodefacts.NodeModels``), ``plan`` builds one per Node.
+version (``gpustack_operator.worker.nodemodels.NodeModels``), ``plan`` builds one per Node.
 
 Pure: the model depends on the Node and on :class:`ModelSettings` alone.
 """

@@ -263,7 +263,7 @@ def reconciler_modules() -> set[str]:
 
 def test_no_reconciler_imports_another() -> None:
     """Reconcilers are independent (one writer per kind): what two of them share lives in a
-    module that is not a reconciler, and the wiring (``controllers.worker``) connects them
+    module that is not a reconciler, and the wiring (``gpustack_operator.wiring``) connects them
     (docs/architecture.md, "Who does what")."""
     reconcilers = reconciler_modules()
     assert {

@@ -18,12 +18,6 @@ import yaml
 
 from gpustack_operator.apis import NODE_FEATURE_RULES
 from gpustack_operator.commands.bootstrap_flags import start_bootstrap
-from gpustack_operator.controllers.worker import (
-    WorkerConfig,
-    new_worker_manager,
-    serves_dra,
-    setup_worker,
-)
 from gpustack_operator.domain.bootstrap import (
     render_nfd_crds,
 )
@@ -37,6 +31,12 @@ from gpustack_operator.runtime.resources import (
     DAEMONSETS,
     DEPLOYMENTS,
     Resource,
+)
+from gpustack_operator.wiring import (
+    WorkerConfig,
+    new_worker_manager,
+    serves_dra,
+    setup_worker,
 )
 from gpustack_sim.apiserver.authn import TokenAuthenticator
 from gpustack_sim.cluster.cluster import SimCluster
