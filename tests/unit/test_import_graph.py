@@ -273,3 +273,51 @@ def test_no_reconciler_imports_another() -> None:
     } <= reconcilers
     crossing = sorted(f"{m} -> {t}" for m in reconcilers for t in GRAPH[m] if t in reconcilers)
     assert not crossing, "reconcilers that import another:\n" + "\n".join(crossing)
+
+
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("gpustack_operator", "gpustack_operator.domain"),
+    ("gpustack_operator.runtime",),
+    (
+        "gpustack_operator.apis",
+        "gpustack_operator.environment",
+        "gpustack_operator.fastyaml",
+        "gpustack_operator.kr8sobjects",
+        "gpustack_operator.kubeconfig",
+        "gpustack_operator.labelrepair",
+        "gpustack_operator.render",
+    ),
+    ("gpustack_operator.worker", "gpustack_operator.devicemanager", "gpustack_operator.gateway"),
+    ("gpustack_operator.controllers",),
+    ("gpustack_operator.wiring",),
+    ("gpustack_operator.commands",),
+    ("gpustack_operator.cli", "gpustack_operator.__main__"),
+)
+"""The product's layers, bottom first (docs/architecture.md, "The house"): the pure domain;
+the controller runtime; the adapters and shared helpers; the worker's state, the device
+manager and the gateway; the reconcilers; the worker's wiring; the commands; the console
+script. A module imports its own layer or those below it, never one above."""
+
+
+def layer_of(module: str) -> int:
+    """The index in :data:`LAYERS` of the longest package prefix of *module*."""
+    best, found = -1, -1
+    for index, layer in enumerate(LAYERS):
+        for prefix in layer:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
+                best, found = len(prefix), index
+    return found
+
+
+def test_no_import_up_the_layers() -> None:
+    """Every product module sits in a layer, and none imports a layer above its own."""
+    product = sorted(m for m in GRAPH if not is_simulator(m))
+    unplaced = [m for m in product if layer_of(m) < 0]
+    assert not unplaced, "modules in no layer (add them to LAYERS):\n" + "\n".join(unplaced)
+    upward = sorted(
+        f"{m} (layer {layer_of(m)}) -> {t} (layer {layer_of(t)})"
+        for m in product
+        for t in GRAPH[m]
+        if not is_simulator(t) and layer_of(t) > layer_of(m)
+    )
+    assert not upward, "imports up the layers:\n" + "\n".join(upward)
