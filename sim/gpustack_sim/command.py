@@ -1,5 +1,8 @@
 """``gpustack-operator sim``: a simulated Kubernetes cluster, for demos, people and kubectl.
 
+The product's entry (``gpustack_operator/commands/sim.py``) hands the subcommand to this
+module where the simulator is installed.
+
 The simulator is a test double and a demo: an in-process stand-in for kube-apiserver (plus
 NFD-master and kubelet stand-ins) that keeps everything in memory. It is never a production
 cluster.
@@ -16,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib.util
 import signal
 import sys
 import tempfile
@@ -205,33 +207,8 @@ def _error(message: str, code: int) -> int:
     return code
 
 
-def missing_simulator() -> str | None:
-    """Why the simulator cannot run in this installation, or None when it can: it is a
-    distribution of its own (gpustack-sim, ``sim/`` in the repository), which neither the
-    wheel nor the production image holds (docs/simulator.md, "Where it runs")."""
-    missing = [
-        name
-        for name, module in (
-            ("the gpustack-sim distribution", "gpustack_sim"),
-            ("the CEL binding (common-expression-language)", "cel"),
-        )
-        if importlib.util.find_spec(module) is None
-    ]
-    if not missing:
-        return None
-    return (
-        f"this installation has no simulator ({' and '.join(missing)} missing): it is a "
-        "distribution of its own, which the production image and the wheel leave out. Run it "
-        "from a clone of the repository: `make demo`, or `make install` then "
-        "`.venv/bin/gpustack-operator sim ...` (or `pip install ./sim` beside this install)"
-    )
-
-
 def run(args: argparse.Namespace) -> int:
     """``sim``: check the flags (exit 2), then run the cluster and/or serve it."""
-    why = missing_simulator()
-    if why is not None:
-        return _error(why, EXIT_BAD_INPUT)
     if args.cluster is None and not args.serve:
         return _error(
             "give --cluster FILE (run the operator on simulated nodes), --serve (an empty "
