@@ -53,7 +53,7 @@ test: install-dev ## run the test suite (with the real-cluster tier where Go is 
 lint: install-dev ## ruff check, ruff format --check, mypy
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy
+	$(BIN)/python hack/typecheck.py
 
 fmt: install-dev ## apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix .

@@ -43,12 +43,6 @@ from typing import Any, Final
 import structlog
 
 from gpustack_operator.apis import NODE_FEATURE_RULES
-from gpustack_operator.controllers.common import (
-    METADATA_OR_SPEC_CHANGED,
-    Writer,
-    is_managed_object,
-    is_up_to_date,
-)
 from gpustack_operator.domain.bootstrap import (
     DEFAULT_NFD_IMAGE,
     DEVICE_MANAGER,
@@ -89,6 +83,12 @@ from gpustack_operator.runtime.resources import (
     RUNTIME_CLASSES,
     SERVICE_ACCOUNTS,
     Resource,
+)
+from gpustack_operator.worker.common import (
+    METADATA_OR_SPEC_CHANGED,
+    Writer,
+    is_managed_object,
+    is_up_to_date,
 )
 
 log = structlog.get_logger(__name__)

@@ -20,10 +20,6 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from gpustack_operator.apis import NODE_FEATURES
-from gpustack_operator.controllers.caches import BY_SLICE_NODE, slice_node, slices_by_node
-from gpustack_operator.controllers.common import NodeChanged, Writer, is_up_to_date
-from gpustack_operator.controllers.labelrepair import LabelsTaken, repair_request
-from gpustack_operator.controllers.nodefacts import NodeModels
 from gpustack_operator.domain.availability import in_planned_maintenance
 from gpustack_operator.domain.labels import ACCELERATABLE_PREFIX, PART_OF_LABEL, PART_OF_WORKER
 from gpustack_operator.domain.nodefeature import (
@@ -33,12 +29,16 @@ from gpustack_operator.domain.nodefeature import (
 )
 from gpustack_operator.domain.nodeview import metadata, name_of
 from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.labelrepair import LabelsTaken, repair_request
 from gpustack_operator.runtime.coalesce import Coalesce, CoalescePresets
 from gpustack_operator.runtime.controller import Request
 from gpustack_operator.runtime.informer import Informer
 from gpustack_operator.runtime.manager import Manager
 from gpustack_operator.runtime.predicates import Predicate
 from gpustack_operator.runtime.resources import NODES, RESOURCE_SLICES
+from gpustack_operator.worker.caches import BY_SLICE_NODE, slice_node, slices_by_node
+from gpustack_operator.worker.common import NodeChanged, Writer, is_up_to_date
+from gpustack_operator.worker.nodemodels import NodeModels
 
 NAME: Final = "capacity"
 PUBLISHER: Final = "worker"

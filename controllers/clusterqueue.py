@@ -28,28 +28,9 @@ from typing import Any, Final
 import structlog
 from prometheus_client import Counter
 
-from gpustack_operator.controllers.availability import AvailabilityTracker
-from gpustack_operator.controllers.caches import (
-    BY_COHORT,
-    BY_POOL,
-    BY_QUEUE,
-    KueueCaches,
-)
-from gpustack_operator.controllers.common import (
-    METADATA_OR_SPEC_CHANGED,
-    NodeChanged,
-    Writer,
-    is_managed_object,
-    is_up_to_date,
-)
-from gpustack_operator.controllers.liveteams import watch_teams
-from gpustack_operator.controllers.poolqueue import (
-    RETIRING_RELEASED,
-    desired_pool_queue,
-    new_queues,
-)
 from gpustack_operator.domain.declaredpools import is_pool_chain_object
 from gpustack_operator.domain.kueue import OwnerReference
+from gpustack_operator.domain.kueueusage import has_reservations
 from gpustack_operator.domain.labels import QUEUE_ANNOTATION, UNIT_ANNOTATION
 from gpustack_operator.domain.nodeview import (
     annotations_of,
@@ -66,7 +47,6 @@ from gpustack_operator.domain.queues import (
     HOLD_NOTE,
     cluster_queue_cohort,
     devices_gone,
-    has_reservations,
     quota_below_usage,
     without_flavors,
 )
@@ -79,6 +59,26 @@ from gpustack_operator.runtime.coalesce import Coalesce
 from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request, Result
 from gpustack_operator.runtime.metrics import REGISTRY
 from gpustack_operator.runtime.resources import NODES
+from gpustack_operator.worker.availability import AvailabilityTracker
+from gpustack_operator.worker.caches import (
+    BY_COHORT,
+    BY_POOL,
+    BY_QUEUE,
+    KueueCaches,
+)
+from gpustack_operator.worker.common import (
+    METADATA_OR_SPEC_CHANGED,
+    NodeChanged,
+    Writer,
+    is_managed_object,
+    is_up_to_date,
+)
+from gpustack_operator.worker.liveteams import watch_teams
+from gpustack_operator.worker.poolqueue import (
+    RETIRING_RELEASED,
+    desired_pool_queue,
+    new_queues,
+)
 
 log = structlog.get_logger(__name__)
 

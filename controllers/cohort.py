@@ -12,21 +12,6 @@ from __future__ import annotations
 
 from typing import Any, Final, cast
 
-from gpustack_operator.controllers.availability import AvailabilityTracker
-from gpustack_operator.controllers.caches import BY_COHORT, KueueCaches
-from gpustack_operator.controllers.common import (
-    METADATA_OR_SPEC_CHANGED,
-    NodeChanged,
-    Writer,
-    is_managed_object,
-    is_up_to_date,
-)
-from gpustack_operator.controllers.liveteams import watch_teams
-from gpustack_operator.controllers.poolqueue import (
-    RETIRING_RELEASED,
-    desired_pool_queue,
-    new_queues,
-)
 from gpustack_operator.domain.declaredpools import is_pool_chain_object
 from gpustack_operator.domain.labels import QUEUE_ANNOTATION
 from gpustack_operator.domain.nodeview import annotations_of, is_deleting
@@ -41,6 +26,21 @@ from gpustack_operator.domain.teams import cohort_resource_groups, with_cohort_q
 from gpustack_operator.runtime.coalesce import Coalesce
 from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request, Result
 from gpustack_operator.runtime.resources import NODES
+from gpustack_operator.worker.availability import AvailabilityTracker
+from gpustack_operator.worker.caches import BY_COHORT, KueueCaches
+from gpustack_operator.worker.common import (
+    METADATA_OR_SPEC_CHANGED,
+    NodeChanged,
+    Writer,
+    is_managed_object,
+    is_up_to_date,
+)
+from gpustack_operator.worker.liveteams import watch_teams
+from gpustack_operator.worker.poolqueue import (
+    RETIRING_RELEASED,
+    desired_pool_queue,
+    new_queues,
+)
 
 NAME: Final = "cohort"
 RESOURCE_GROUPS: Final = ("spec", "resourceGroups")

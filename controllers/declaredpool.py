@@ -19,33 +19,23 @@ from typing import Any, Final
 
 import structlog
 
-from gpustack_operator.controllers.caches import KueueCaches
-from gpustack_operator.controllers.common import (
-    METADATA_OR_SPEC_CHANGED,
-    NodeChanged,
-    Writer,
-    is_managed_object,
-    is_up_to_date,
-)
-from gpustack_operator.controllers.declarations import (
-    Ignore,
-    LiveDeclaration,
-    status_configmap_informer,
-)
-from gpustack_operator.controllers.nodefacts import Part
 from gpustack_operator.domain.comparison import Compare, ObjectComparison
 from gpustack_operator.domain.declaredpools import (
+    CAPI_GROUP,
     CAPI_INFRASTRUCTURE_GROUP,
     DECLARED_POOLS_CONFIGMAP,
     DECLARED_POOLS_KEY,
+    POOL_KINDS,
     POOL_LABEL,
     DeclaredPool,
+    PoolKind,
     PoolRejection,
     PoolResult,
     pools_from_objects,
     validate_declared_pools,
 )
 from gpustack_operator.domain.kueue import KUEUE_GROUP
+from gpustack_operator.domain.kueueusage import has_reservations
 from gpustack_operator.domain.nodeview import is_deleting, labels_of, name_of
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.poolchain import (
@@ -53,7 +43,6 @@ from gpustack_operator.domain.poolchain import (
     has_stale_checks,
     without_admission_checks,
 )
-from gpustack_operator.domain.queues import has_reservations
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.clock import WALL_CLOCK, Clock
 from gpustack_operator.runtime.controller import (
@@ -68,6 +57,20 @@ from gpustack_operator.runtime.errors import ApiError
 from gpustack_operator.runtime.informer import Informer
 from gpustack_operator.runtime.manager import Manager
 from gpustack_operator.runtime.resources import CONFIGMAPS, NODES, Resource
+from gpustack_operator.worker.caches import KueueCaches
+from gpustack_operator.worker.common import (
+    METADATA_OR_SPEC_CHANGED,
+    NodeChanged,
+    Writer,
+    is_managed_object,
+    is_up_to_date,
+)
+from gpustack_operator.worker.declarations import (
+    Ignore,
+    LiveDeclaration,
+    status_configmap_informer,
+)
+from gpustack_operator.worker.nodemodels import Part
 
 log = structlog.get_logger(__name__)
 
@@ -80,9 +83,6 @@ _PARTS: Final[tuple[Part, ...]] = ("flavor", "queue", "cohort")
 """The node indexes (``BY_FLAVOR``, ``BY_QUEUE``, ``BY_COHORT``) a pool change refiles."""
 RESERVED_REQUEUE: Final = 15.0
 """Seconds before looking again at a pool queue no pool wants that still holds work."""
-NODEPOOLS: Final = Resource("karpenter.sh", "v1", "NodePool", "nodepools", namespaced=False)
-CAPI_GROUP: Final = "cluster.x-k8s.io"
-CAPI_VERSIONS: Final = ("v1beta2", "v1beta1")
 INFRASTRUCTURE_KIND_SUFFIXES: Final = ("MachineTemplate", "MachinePool")
 """What a node group's ``infrastructureRef`` names (``DockerMachineTemplate``,
 ``AWSMachinePool``)."""
@@ -121,11 +121,9 @@ def _created(obj: Mapping[str, Any], now: float) -> float:
         return now
 
 
-def capi_resources(version: str) -> tuple[Resource, Resource]:
-    return (
-        Resource(CAPI_GROUP, version, "MachineDeployment", "machinedeployments", namespaced=True),
-        Resource(CAPI_GROUP, version, "MachinePool", "machinepools", namespaced=True),
-    )
+def pool_resource(kind: PoolKind, version: str) -> Resource:
+    """The API resource of a pool kind (``domain.declaredpools.POOL_KINDS``) at *version*."""
+    return Resource(kind.group, version, kind.kind, kind.plural, namespaced=kind.namespaced)
 
 
 def provisioning_resources(version: str) -> tuple[Resource, Resource]:
@@ -182,15 +180,21 @@ class PoolSources:
 
 
 async def served_pool_kinds(client: Client) -> list[Resource]:
-    """The pool kinds the cluster serves now: NodePools; MachineDeployments and
-    MachinePools of the first Cluster API version served (v1beta2, else v1beta1); and the
-    infrastructure providers' machine templates and machine pools (their ``status.capacity``
-    sizes a node group, docs/autoscaling.md)."""
-    kinds = [NODEPOOLS] if await _serves(client, NODEPOOLS) else []
-    served = await _served_versions(client, CAPI_GROUP)
-    version = next((v for v in CAPI_VERSIONS if v in served), None)
-    if version is not None:
-        kinds.extend([r for r in capi_resources(version) if await _serves(client, r)])
+    """The pool kinds the cluster serves now, each at the first of its versions served
+    (``domain.declaredpools.POOL_KINDS``); with a Cluster API kind, the infrastructure
+    providers' machine templates and machine pools too (their ``status.capacity`` sizes a
+    node group, docs/autoscaling.md)."""
+    versions: dict[str, list[str]] = {}
+    kinds: list[Resource] = []
+    for kind in POOL_KINDS:
+        if kind.group not in versions:
+            versions[kind.group] = await _served_versions(client, kind.group)
+        for version in (v for v in kind.versions if v in versions[kind.group]):
+            resource = pool_resource(kind, version)
+            if await _serves(client, resource):
+                kinds.append(resource)
+            break
+    if any(r.group == CAPI_GROUP for r in kinds):
         infra = await _served_versions(client, CAPI_INFRASTRUCTURE_GROUP)
         if infra:
             try:
@@ -204,7 +208,7 @@ async def served_pool_kinds(client: Client) -> list[Resource]:
 
 def all_pool_kinds() -> list[Resource]:
     """Every pool kind the worker can read, at every version."""
-    return [NODEPOOLS, *(r for v in CAPI_VERSIONS for r in capi_resources(v))]
+    return [pool_resource(k, v) for k in POOL_KINDS for v in k.versions]
 
 
 async def discover_pool_sources(
@@ -307,9 +311,10 @@ class DeclaredPoolReconciler:
             self.controller.queue.add(KEY)
 
     async def _declared(self) -> tuple[DeclaredPool, ...]:
-        """The pools of the declarations ConfigMap in force (controllers/declarations.py:
-        each revision validated once, off the loop; a refused one leaves the last good
-        pools in force, with a Warning Event), published in ``gpustack-declarations``."""
+        """The pools of the declarations ConfigMap in force
+        (gpustack_operator/worker/declarations.py: each revision validated once, off the loop;
+        a refused one leaves the last good pools in force, with a Warning Event), published in
+        ``gpustack-declarations``."""
         live = self.sources.live
         if live is None:
             return ()

@@ -18,27 +18,27 @@ from typing import Any, Final
 
 import structlog
 
-from gpustack_operator.controllers.caches import BY_FLAVOR, BY_QUEUE, BY_TOPOLOGY, KueueCaches
-from gpustack_operator.controllers.common import (
-    METADATA_OR_SPEC_CHANGED,
-    NodeChanged,
-    Writer,
-    is_managed_object,
-    is_up_to_date,
-)
 from gpustack_operator.domain.declaredpools import is_pool_chain_object
 from gpustack_operator.domain.flavors import desired_resource_flavor
+from gpustack_operator.domain.kueueusage import flavor_in_use, queue_usage, usage_fields
 from gpustack_operator.domain.labels import QUEUE_ANNOTATION, TOPOLOGY_LABEL
 from gpustack_operator.domain.nodeview import annotations_of, is_deleting, name_of
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.profiles import strip_tas_suffix
-from gpustack_operator.domain.quantities import parse_quantity
 from gpustack_operator.domain.tenancy import tenant_flavor
 from gpustack_operator.domain.topology import manifests_digest, parse_group, tas_queue_name
 from gpustack_operator.runtime.coalesce import Coalesce
 from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request
 from gpustack_operator.runtime.predicates import Predicate
 from gpustack_operator.runtime.resources import NODES
+from gpustack_operator.worker.caches import BY_FLAVOR, BY_QUEUE, BY_TOPOLOGY, KueueCaches
+from gpustack_operator.worker.common import (
+    METADATA_OR_SPEC_CHANGED,
+    NodeChanged,
+    Writer,
+    is_managed_object,
+    is_up_to_date,
+)
 
 NAME: Final = "resourceflavor"
 
@@ -134,24 +134,6 @@ def _log_frozen(name: str) -> bool:
     return True
 
 
-def flavor_in_use(cluster_queue: Mapping[str, Any], flavor: str) -> bool:
-    """Whether *cluster_queue*'s status reports anything reserved or used in *flavor*."""
-    status = cluster_queue.get("status")
-    if not isinstance(status, Mapping):
-        return False
-    for field in ("flavorsReservation", "flavorsUsage"):
-        for entry in status.get(field) or ():
-            if not isinstance(entry, Mapping) or entry.get("name") != flavor:
-                continue
-            for resource in entry.get("resources") or ():
-                if not isinstance(resource, Mapping):
-                    continue
-                amount = parse_quantity(resource.get("total", "0"))
-                if amount is None or amount != 0:
-                    return True
-    return False
-
-
 def build_flavor_controller(
     builder: ControllerBuilder,
     caches: KueueCaches,
@@ -171,14 +153,7 @@ def build_flavor_controller(
 
     def by_queue(queue: dict[str, Any]) -> list[str]:
         """A queue's usage reaching zero lets the flavors it no longer needs go."""
-        status = queue.get("status") or {}
-        names = {
-            str(entry.get("name"))
-            for field in ("flavorsReservation", "flavorsUsage")
-            for entry in status.get(field) or ()
-            if isinstance(entry, Mapping) and entry.get("name")
-        }
-        return sorted(names)
+        return sorted(queue_usage(queue).flavors)
 
     def by_topology(topology: dict[str, Any]) -> list[str]:
         """A Topology's creation lets the TAS flavors that name it be written."""
@@ -207,8 +182,4 @@ class UsageChanged(Predicate):
     """ClusterQueue updates that change what Kueue reports reserved or used per flavor."""
 
     def update(self, old: dict[str, Any], new: dict[str, Any]) -> bool:
-        def usage(obj: Mapping[str, Any]) -> tuple[object, object]:
-            status = obj.get("status") or {}
-            return status.get("flavorsReservation"), status.get("flavorsUsage")
-
-        return usage(old) != usage(new)
+        return usage_fields(old) != usage_fields(new)

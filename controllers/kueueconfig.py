@@ -17,7 +17,6 @@ from typing import Any, Final
 import structlog
 from prometheus_client import Gauge
 
-from gpustack_operator.controllers.caches import KueueCaches
 from gpustack_operator.domain.kueueconfig import (
     FairSharing,
     Finding,
@@ -36,6 +35,7 @@ from gpustack_operator.runtime.informer import Informer
 from gpustack_operator.runtime.manager import Manager
 from gpustack_operator.runtime.metrics import REGISTRY
 from gpustack_operator.runtime.resources import CONFIGMAPS
+from gpustack_operator.worker.caches import KueueCaches
 
 NAME: Final = "kueueconfig"
 REASON: Final = "KueueConfigurationIncomplete"

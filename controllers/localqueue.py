@@ -22,14 +22,6 @@ from typing import Any, Final
 
 import structlog
 
-from gpustack_operator.controllers.caches import BY_NAMESPACE, KueueCaches
-from gpustack_operator.controllers.common import (
-    METADATA_OR_SPEC_CHANGED,
-    Writer,
-    is_managed_object,
-    is_up_to_date,
-)
-from gpustack_operator.controllers.liveteams import watch_teams
 from gpustack_operator.domain.labels import RESOURCE_TYPE_INSTANCETYPES, RESOURCE_TYPE_LABEL
 from gpustack_operator.domain.nodeview import is_deleting, labels_of, metadata, name_of
 from gpustack_operator.domain.policy import ChainPolicy
@@ -40,6 +32,14 @@ from gpustack_operator.runtime.coalesce import Coalesce
 from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request
 from gpustack_operator.runtime.predicates import Predicate
 from gpustack_operator.runtime.resources import NAMESPACES
+from gpustack_operator.worker.caches import BY_NAMESPACE, KueueCaches
+from gpustack_operator.worker.common import (
+    METADATA_OR_SPEC_CHANGED,
+    Writer,
+    is_managed_object,
+    is_up_to_date,
+)
+from gpustack_operator.worker.liveteams import watch_teams
 
 NAME: Final = "localqueue"
 

@@ -1,19 +1,19 @@
 """The ``teams`` controller: reads each new revision of the teams ConfigMap and publishes
 what is in force (docs/teams.md, "Where the declaration lives"); the declaration in force
-itself is :class:`~gpustack_operator.controllers.liveteams.LiveTeams`.
+itself is :class:`~gpustack_operator.worker.liveteams.LiveTeams`.
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
 
-from gpustack_operator.controllers.common import Writer
-from gpustack_operator.controllers.liveteams import LiveTeams
 from gpustack_operator.domain.declarationstatus import STATUS_CONFIGMAP
 from gpustack_operator.domain.nodeview import name_of
 from gpustack_operator.domain.teams import TEAMS_CONFIGMAP
 from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request
 from gpustack_operator.runtime.resources import CONFIGMAPS, NAMESPACES
+from gpustack_operator.worker.common import Writer
+from gpustack_operator.worker.liveteams import LiveTeams
 
 NAME: Final = "teams"
 

@@ -13,13 +13,6 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from gpustack_operator.controllers.caches import BY_TOPOLOGY, KueueCaches
-from gpustack_operator.controllers.common import (
-    METADATA_OR_SPEC_CHANGED,
-    NodeChanged,
-    Writer,
-    is_managed_object,
-)
 from gpustack_operator.domain.nodeview import is_deleting
 from gpustack_operator.domain.topology import (
     TopologyPolicy,
@@ -32,6 +25,13 @@ from gpustack_operator.domain.topology import (
 )
 from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request
 from gpustack_operator.runtime.resources import NODES, Resource
+from gpustack_operator.worker.caches import BY_TOPOLOGY, KueueCaches
+from gpustack_operator.worker.common import (
+    METADATA_OR_SPEC_CHANGED,
+    NodeChanged,
+    Writer,
+    is_managed_object,
+)
 
 NAME: Final = "topology"
 

@@ -21,9 +21,6 @@ from typing import Any, Final
 import structlog
 from prometheus_client import Gauge
 
-from gpustack_operator.controllers.caches import BY_SLICE_NODE, slice_node, slices_by_node
-from gpustack_operator.controllers.common import NodeChanged
-from gpustack_operator.controllers.nodefacts import NodeModels
 from gpustack_operator.domain.devicesources import (
     Diagnostic,
     judged_diagnostics,
@@ -36,6 +33,9 @@ from gpustack_operator.runtime.informer import Informer
 from gpustack_operator.runtime.manager import Manager
 from gpustack_operator.runtime.metrics import REGISTRY
 from gpustack_operator.runtime.resources import NODES, RESOURCE_SLICES
+from gpustack_operator.worker.caches import BY_SLICE_NODE, slice_node, slices_by_node
+from gpustack_operator.worker.common import NodeChanged
+from gpustack_operator.worker.nodemodels import NodeModels
 
 NAME: Final = "unpooled"
 EVENT_REASON: Final = "DeviceNotPooled"

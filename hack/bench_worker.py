@@ -154,10 +154,10 @@ def _usage() -> dict[str, float]:
 def worker_child(kubeconfig: str, report: Path, resync_period: float) -> int:
     """Run the worker until SIGTERM; SIGUSR1 appends a getrusage snapshot to *report*,
     SIGUSR2 resyncs every informer once."""
-    from gpustack_operator.controllers.worker import WorkerConfig, new_worker_manager, setup_worker
     from gpustack_operator.runtime.client import Client
     from gpustack_operator.runtime.logs import configure_logging
     from gpustack_operator.runtime.manager import ManagerOptions, run_async
+    from gpustack_operator.wiring import WorkerConfig, new_worker_manager, setup_worker
 
     configure_logging(os.environ.get("BENCH_WORKER_LOG_LEVEL", "warning"))
 

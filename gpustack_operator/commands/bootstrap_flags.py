@@ -12,10 +12,10 @@ import argparse
 import structlog
 
 from gpustack_operator.controllers.bootstrap import BootstrapConfig, check_nfd_crds, setup_bootstrap
-from gpustack_operator.controllers.prerequisites import check_cluster_prerequisites
 from gpustack_operator.domain.bootstrap import APPLICATIONS, DEFAULT_NFD_IMAGE
 from gpustack_operator.runtime.client import ApiError, Client
 from gpustack_operator.runtime.manager import Manager
+from gpustack_operator.worker.prerequisites import check_cluster_prerequisites
 
 log = structlog.get_logger(__name__)
 

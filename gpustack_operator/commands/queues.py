@@ -22,7 +22,6 @@ import sys
 import time
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
-from fractions import Fraction
 from typing import Any
 
 from gpustack_operator.apis import KUEUE_GROUP, kueue_resources
@@ -44,11 +43,11 @@ from gpustack_operator.domain.declarationstatus import (
     DeclarationStatus,
     statuses_of,
 )
+from gpustack_operator.domain.kueueusage import borrowed as borrowed_of
 from gpustack_operator.domain.nodeview import annotations_of, labels_of, name_of, uid_of
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.poolchain import unbounded_resources
 from gpustack_operator.domain.poolinfo import unit_text
-from gpustack_operator.domain.quantities import parse_quantity
 from gpustack_operator.domain.queues import is_owned, withheld_by_queue
 from gpustack_operator.domain.teams import SHARE_ANNOTATION, TEAM_LABEL
 from gpustack_operator.domain.topology import topology_levels
@@ -198,15 +197,7 @@ def team_columns(cluster_queue: Mapping[str, Any], resource: str) -> dict[str, A
         for r in f.get("resources") or []
         if r.get("name") == resource
     ]
-    borrowed = sum(
-        (
-            parse_quantity(r.get("borrowed", "0")) or Fraction(0)
-            for f in (cluster_queue.get("status") or {}).get("flavorsUsage") or []
-            for r in f.get("resources") or []
-            if r.get("name") == resource
-        ),
-        Fraction(0),
-    )
+    borrowed = borrowed_of(cluster_queue, resource)
     return {
         "team": team,
         "share": annotations_of(cluster_queue).get(SHARE_ANNOTATION, ""),

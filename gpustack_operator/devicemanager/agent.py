@@ -23,7 +23,6 @@ import structlog
 from prometheus_client.registry import CollectorRegistry
 
 from gpustack_operator.apis import NODE_FEATURES
-from gpustack_operator.controllers.labelrepair import LabelsTaken, repair_request
 from gpustack_operator.devicemanager.detection import (
     DetectionConfig,
     DetectionResult,
@@ -44,6 +43,7 @@ from gpustack_operator.domain.nodefeature import (
 )
 from gpustack_operator.domain.simdevices import SIM_DEVICES_ANNOTATION
 from gpustack_operator.environment import load_manufacturers
+from gpustack_operator.labelrepair import LabelsTaken, repair_request
 from gpustack_operator.runtime.controller import (
     Request,
     Result,

@@ -45,14 +45,34 @@ UPGRADE_FAILED: Final = "upgrade-failed"
 MIG_IN_PROGRESS: Final = frozenset({"pending", "rebooting"})
 """mig-manager states while the device plugin is paused (NVIDIA/mig-parted)."""
 
-# Taints that announce the node is leaving for good (docs/node-lifecycle.md, "Signals").
-DEFINITE_TAINTS: Final[Mapping[str, str]] = {
+LIFECYCLE_TAINTS: Final[dict[str, str | None]] = {
     "node.kubernetes.io/out-of-service": "out-of-service",
     "node.cloudprovider.kubernetes.io/shutdown": "shutdown",
     "ToBeDeletedByClusterAutoscaler": "autoscaler-removal",
+    "DeletionCandidateOfClusterAutoscaler": None,
     "karpenter.sh/disrupted": "karpenter-disruption",
     "cloud.google.com/impending-node-termination": "spot-notice",
 }
+"""The one table of node-lifecycle taints (docs/node-lifecycle.md, "Signals"): key -> the
+code of the definite signal it is (the node is leaving for good), or ``None`` for a taint
+that is no signal (the autoscaler's ``PreferNoSchedule`` candidate mark). A flavor never
+tolerates any of them, nor any key under :data:`LIFECYCLE_TAINT_PREFIXES`
+(docs/worker.md, "Tolerations"). A new lifecycle taint is one entry here."""
+LIFECYCLE_TAINT_PREFIXES: Final = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/")
+"""Kubernetes' own condition taints (not-ready, unreachable, unschedulable, pressure,
+uninitialized...): lifecycle taints too, none of them a definite signal by itself."""
+
+
+def definite_taint(key: str) -> str | None:
+    """The definite signal's code a taint with *key* is, ``None`` when it is none."""
+    return LIFECYCLE_TAINTS.get(key)
+
+
+def is_lifecycle_taint(key: str) -> bool:
+    """A taint that says something about the node's health or life, not its purpose."""
+    return key.startswith(LIFECYCLE_TAINT_PREFIXES) or key in LIFECYCLE_TAINTS
+
+
 READY_CONDITION: Final = "Ready"
 
 
@@ -255,7 +275,7 @@ def node_signals(node: object) -> tuple[Signal, ...]:
     if is_deleting(node):
         signals.append(Signal("deleting", Severity.DEFINITE, "deletionTimestamp is set"))
     for taint in _taints(node):
-        code = DEFINITE_TAINTS.get(str(taint.get("key") or ""))
+        code = definite_taint(str(taint.get("key") or ""))
         if code is not None and taint.get("effect") in ("NoSchedule", "NoExecute"):
             signals.append(Signal(code, Severity.DEFINITE, f"taint {taint.get('key')}"))
     upgrade = label_of(node, DRIVER_UPGRADE_LABEL)
@@ -324,7 +344,7 @@ def availability_inputs(node: object) -> tuple[Any, ...]:
     ready = ready_condition(node)
     conditions = _conditions(node)
     taints = tuple(
-        sorted(str(t.get("key")) for t in _taints(node) if str(t.get("key")) in DEFINITE_TAINTS)
+        sorted(str(t.get("key")) for t in _taints(node) if definite_taint(str(t.get("key"))))
     )
     return (
         is_unschedulable(node),

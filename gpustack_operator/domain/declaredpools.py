@@ -47,6 +47,7 @@ from gpustack_operator.domain.quantities import (
     parse_count,
     parse_quantity,
 )
+from gpustack_operator.domain.selectors import labels_match
 from gpustack_operator.domain.validation import (
     is_valid_dns_label,
     is_valid_label_key,
@@ -68,7 +69,6 @@ DECLARED_POOLS_KEY: Final = "pools.yaml"
 """Where a person declares pools for the worker: this key of this ConfigMap in the system
 namespace, the same document ``--declared-pools FILE`` reads (docs/autoscaling.md)."""
 MAX_OBJECT_NAME: Final = 253
-CAPI_KINDS: Final = ("MachineDeployment", "MachinePool")
 CAPI_INFRASTRUCTURE_GROUP: Final = "infrastructure.cluster.x-k8s.io"
 """The group of Cluster API's infrastructure objects (``<Provider>MachineTemplate``,
 ``<Provider>MachinePool``), whose ``status.capacity`` may size a node group."""
@@ -129,8 +129,7 @@ class DeclaredPool:
         return f"pool-{self.source.value}-{self.name}"
 
     def matches(self, node: object) -> bool:
-        labels = labels_of(node)
-        return all(labels.get(k) == v for k, v in self.node_selector.items())
+        return labels_match(self.node_selector, labels_of(node))
 
     def host_quota(self, resource: str, nodes: int) -> int | None:
         """cpu (cores, rounded up) or memory (bytes) for the pool at its maximum, or *nodes*
@@ -166,8 +165,7 @@ class PoolRejection:
         return f"{self.source.value}.{self.name}"
 
     def matches(self, node: object) -> bool:
-        labels = labels_of(node)
-        return bool(self.node_selector) and all(labels.get(k) == v for k, v in self.node_selector)
+        return bool(self.node_selector) and labels_match(self.node_selector, labels_of(node))
 
 
 PoolResult = DeclaredPool | PoolRejection
@@ -693,16 +691,88 @@ def is_pool_chain_object(obj: object) -> bool:
     return obj is not None and POOL_LABEL in labels_of(obj)
 
 
-def is_pool_object(obj: Mapping[str, Any]) -> bool:
-    """A NodePool, MachineDeployment or MachinePool, or a Cluster API infrastructure object
-    (what :func:`pools_from_objects` reads)."""
-    api = str(obj.get("apiVersion") or "")
+@dataclass(frozen=True)
+class PoolObjects:
+    """What a pool kind's reader may consult besides its object."""
+
+    manufacturers_by_resource: Mapping[str, str]
+    infrastructure: Mapping[tuple[str, str, str], Mapping[str, Any]]
+    """Cluster API infrastructure objects by (namespace, kind, name)."""
+
+
+@dataclass(frozen=True)
+class PoolKind:
+    """One kind of object that declares pools: where the worker reads it and how."""
+
+    source: PoolSource
+    group: str
+    kind: str
+    plural: str
+    namespaced: bool
+    versions: tuple[str, ...]
+    """The versions read, preferred first: the worker watches the first one served."""
+    read: Callable[[Mapping[str, Any], PoolObjects], PoolResult | None]
+    """The pool one object declares (``None``: it asks for no accelerator)."""
+
+
+def _read_capi(obj: Mapping[str, Any], found: PoolObjects) -> PoolResult | None:
+    ref = capi_infrastructure_ref(obj)
+    infra = found.infrastructure.get(ref) if ref is not None else None
+    return capi_pool(obj, found.manufacturers_by_resource, infra)
+
+
+def _read_karpenter(obj: Mapping[str, Any], _: PoolObjects) -> PoolResult | None:
+    return karpenter_pool(obj)
+
+
+CAPI_GROUP: Final = "cluster.x-k8s.io"
+CAPI_VERSIONS: Final = ("v1beta2", "v1beta1")
+POOL_KINDS: Final[list[PoolKind]] = [
+    PoolKind(
+        PoolSource.KARPENTER,
+        "karpenter.sh",
+        "NodePool",
+        "nodepools",
+        False,
+        ("v1",),
+        _read_karpenter,
+    ),
+    PoolKind(
+        PoolSource.CLUSTER_API,
+        CAPI_GROUP,
+        "MachineDeployment",
+        "machinedeployments",
+        True,
+        CAPI_VERSIONS,
+        _read_capi,
+    ),
+    PoolKind(
+        PoolSource.CLUSTER_API,
+        CAPI_GROUP,
+        "MachinePool",
+        "machinepools",
+        True,
+        CAPI_VERSIONS,
+        _read_capi,
+    ),
+]
+"""The one table of the kinds that declare pools (docs/autoscaling.md): ``plan``, the
+worker's discovery and watches, the simulator's stand-in CRDs and the RBAC test read it. A
+new pool source is one entry here (and its reader), plus its grant in deploy/base/rbac.yaml.
+Cluster API infrastructure objects are no pool kind: they size a node group's pool."""
+
+
+def pool_kind_of(obj: Mapping[str, Any]) -> PoolKind | None:
+    """The entry of :data:`POOL_KINDS` *obj* is an object of, ``None`` for none."""
+    group = str(obj.get("apiVersion") or "").rpartition("/")[0]
     kind = obj.get("kind")
-    return (
-        (kind == "NodePool" and api.startswith("karpenter.sh/"))
-        or (kind in CAPI_KINDS and api.startswith("cluster.x-k8s.io/"))
-        or is_capi_infrastructure(obj)
-    )
+    return next((k for k in POOL_KINDS if k.kind == kind and k.group == group), None)
+
+
+def is_pool_object(obj: Mapping[str, Any]) -> bool:
+    """An object of a pool kind, or a Cluster API infrastructure object (what
+    :func:`pools_from_objects` reads)."""
+    return pool_kind_of(obj) is not None or is_capi_infrastructure(obj)
 
 
 def _object_key(obj: Mapping[str, Any]) -> tuple[str, str, str]:
@@ -726,17 +796,13 @@ def pools_from_objects(
         if is_capi_infrastructure(o)
         for kind, namespace, name in [_object_key(o)]
     }
+    context = PoolObjects(manufacturers_by_resource, infrastructure)
     found: dict[str, PoolResult] = {}
     where: dict[str, str] = {}
     for obj in ordered:
-        result: PoolResult | None = None
         kind, namespace, _ = _object_key(obj)
-        if kind == "NodePool":
-            result = karpenter_pool(obj)
-        elif kind in CAPI_KINDS:
-            ref = capi_infrastructure_ref(obj)
-            infra = infrastructure.get(ref) if ref is not None else None
-            result = capi_pool(obj, manufacturers_by_resource, infra)
+        pool_kind = pool_kind_of(obj)
+        result = pool_kind.read(obj, context) if pool_kind is not None else None
         if result is None:
             continue
         if isinstance(result, DeclaredPool) and len(result.object_name) > MAX_OBJECT_NAME:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from gpustack_operator.domain.availability import is_lifecycle_taint
 from gpustack_operator.domain.capacity import device_keys
 from gpustack_operator.domain.kueue import KueueVersion, Meta, ResourceFlavor, Toleration
 from gpustack_operator.domain.labels import (
@@ -40,7 +41,10 @@ from gpustack_operator.domain.nodeview import label_of, labels_of, metadata, nam
 from gpustack_operator.domain.profiles import GENERIC_GKEY, format_node_profile
 from gpustack_operator.domain.quantities import floor_gi, parse_count, parse_quantity
 from gpustack_operator.domain.topology import (
+    TopologyPolicy,
+    group_value,
     node_group,
+    node_levels,
     parse_group,
     tas_flavor_name,
     tas_queue_name,
@@ -49,20 +53,6 @@ from gpustack_operator.domain.topology import (
 from gpustack_operator.domain.validation import is_valid_dns_subdomain, is_valid_label_value
 
 DEDICATION_EFFECTS: Final = frozenset({"NoSchedule", "NoExecute"})
-LIFECYCLE_TAINT_PREFIXES: Final = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/")
-LIFECYCLE_TAINT_KEYS: Final = frozenset(
-    {
-        "ToBeDeletedByClusterAutoscaler",
-        "DeletionCandidateOfClusterAutoscaler",
-        "karpenter.sh/disrupted",
-        "cloud.google.com/impending-node-termination",
-    }
-)
-"""Taints Kubernetes and its autoscalers set on a node's condition (not-ready, unreachable,
-unschedulable, pressure, shutdown, scale-down, Karpenter's disruption, a spot notice; see
-docs/node-lifecycle.md): a flavor never tolerates them
-(docs/worker.md, "Tolerations")."""
-
 TolerationPolicy = tuple[str, ...] | None
 """Which dedication taints flavors tolerate: ``None`` every one common to the flavor's nodes
 (the default), else only those with one of these keys (``()``: none)."""
@@ -254,11 +244,6 @@ def managed_profiles(
     """Profiles of all managed nodes, in node-name order."""
     managed = sorted((n for n in nodes if is_managed(n)), key=name_of)
     return [p for n in managed for p in node_profiles(n, manufacturers)]
-
-
-def is_lifecycle_taint(key: str) -> bool:
-    """A taint that says something about the node's health or life, not its purpose."""
-    return key.startswith(LIFECYCLE_TAINT_PREFIXES) or key in LIFECYCLE_TAINT_KEYS
 
 
 def dedication_taints(node: object) -> frozenset[tuple[str, str, str]]:
@@ -473,3 +458,22 @@ def node_profile_names(
     if not is_managed(node):
         return []
     return sorted({getattr(p, part) for p in node_profiles(node, manufacturers)})
+
+
+def topology_labels(
+    node: object, policy: TopologyPolicy | None, tolerations: TolerationPolicy = None
+) -> dict[str, str]:
+    """``{feature.gpustack.ai/topology: <group>}`` for a node TAS schedules,
+    ``{feature.gpustack.ai/topology: none}`` for another managed node while TAS is on (the
+    plain flavors select it: docs/topology.md, "Plain nodes"), else ``{}``.
+
+    The group digests the node's level set and the dedication taints its flavor will
+    tolerate (the node's own, filtered by *tolerations*): nodes of one group share every
+    frozen field of a TAS flavor, and a change of either moves the node to a new flavor.
+    """
+    if policy is None or not policy.enabled:
+        return {}
+    levels = node_levels(node, policy)
+    if not levels:
+        return {TOPOLOGY_LABEL: TOPOLOGY_NONE} if is_managed(node) else {}
+    return {TOPOLOGY_LABEL: group_value(levels, flavor_tolerations([node], tolerations))}

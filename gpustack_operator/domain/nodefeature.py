@@ -13,7 +13,7 @@ from typing import Any, Final
 
 from gpustack_operator.domain.capacity import worker_capacity_labels
 from gpustack_operator.domain.comparison import Compare, ObjectComparison
-from gpustack_operator.domain.flavors import TolerationPolicy
+from gpustack_operator.domain.flavors import TolerationPolicy, topology_labels
 from gpustack_operator.domain.labels import (
     ACCELERATABLE_LABEL,
     ACCELERATABLE_PREFIX,
@@ -38,7 +38,6 @@ from gpustack_operator.domain.nodeview import (
 )
 from gpustack_operator.domain.profiles import fnv1a_64
 from gpustack_operator.domain.topology import TopologyPolicy
-from gpustack_operator.domain.topologylabels import topology_labels
 from gpustack_operator.domain.validation import (
     DNS_SUBDOMAIN_MAX_LEN,
     is_valid_dns_subdomain,

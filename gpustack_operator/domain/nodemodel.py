@@ -6,7 +6,7 @@ publish for it, which dedication taints does it carry, what do its lifecycle sig
 and how many devices does it advertise. :func:`node_model` answers all of them at once, from
 the raw Node, into an immutable :class:`NodeModel`; raw-dict access to Nodes for these
 questions lives here and in the functions it calls. The worker keeps one model per Node
-version (``controllers.nodefacts.NodeModels``), ``plan`` builds one per Node.
+version (``gpustack_operator.worker.nodemodels.NodeModels``), ``plan`` builds one per Node.
 
 Pure: the model depends on the Node and on :class:`ModelSettings` alone.
 """
@@ -33,6 +33,7 @@ from gpustack_operator.domain.flavors import (
     dedication_taints,
     is_managed,
     node_profiles,
+    topology_labels,
 )
 from gpustack_operator.domain.labels import (
     ACCELERATABLE_PREFIX,
@@ -64,7 +65,6 @@ from gpustack_operator.domain.topology import (
     missing_level,
     node_group,
 )
-from gpustack_operator.domain.topologylabels import topology_labels
 
 Part = Literal["flavor", "queue", "cohort"]
 PARTS: Final[tuple[Part, ...]] = ("flavor", "queue", "cohort")

@@ -36,6 +36,7 @@ from gpustack_operator.domain.kueue import (
     ResourceGroup,
     ResourceQuota,
 )
+from gpustack_operator.domain.kueueusage import in_use
 from gpustack_operator.domain.labels import (
     ARCH_LABEL,
     CLUSTER_QUEUE_ANNOTATION,
@@ -710,57 +711,13 @@ def _pool_queue(
     return queue.manifest(version)
 
 
-_USAGE_FIELDS: Final = ("flavorsReservation", "flavorsUsage")
-_WORKLOAD_COUNTS: Final = ("reservingWorkloads", "admittedWorkloads")
-
-
-def has_reservations(cluster_queue: Mapping[str, Any]) -> bool:
-    """Whether Kueue reports quota reserved or used in this queue, or workloads in it.
-
-    Any non-zero ``total`` or ``borrowed`` in ``status.flavorsReservation`` or
-    ``status.flavorsUsage`` counts, as does a workload holding a reservation or admitted
-    (pending workloads hold nothing: they could never be admitted without flavors). An
-    unparsable amount counts as in use: deleting a queue that may hold work is the mistake to avoid.
-    """
-    status = cluster_queue.get("status")
-    if not isinstance(status, Mapping):
-        return False
-    for field in _WORKLOAD_COUNTS:
-        count = status.get(field)
-        if isinstance(count, int) and count > 0:
-            return True
-    for field in _USAGE_FIELDS:
-        for flavor in status.get(field) or ():
-            if not isinstance(flavor, Mapping):
-                continue
-            for resource in flavor.get("resources") or ():
-                if not isinstance(resource, Mapping):
-                    continue
-                for key in ("total", "borrowed"):
-                    if key not in resource:
-                        continue
-                    amount = parse_quantity(resource[key])
-                    if amount is None or amount != 0:
-                        return True
-    return False
-
-
 def quota_below_usage(want: Mapping[str, Any], have: Mapping[str, Any] | None) -> list[str]:
     """``flavor/resource: quota < usage`` for each quota of *want* below what Kueue reports
-    in use in *have* (``status.flavorsUsage``), where *have*'s own quota was not already
+    in use in *have* (``domain.kueueusage.in_use``), where *have*'s own quota was not already
     below it: a shrink below usage, said once (docs/node-lifecycle.md, "Seeing why")."""
     if have is None:
         return []
-    status = have.get("status")
-    usage: dict[tuple[str, str], Fraction] = {}
-    for flavor in (status.get("flavorsUsage") if isinstance(status, Mapping) else None) or ():
-        if not isinstance(flavor, Mapping):
-            continue
-        for resource in flavor.get("resources") or ():
-            if isinstance(resource, Mapping):
-                amount = parse_quantity(resource.get("total"))
-                if amount:
-                    usage[(str(flavor.get("name")), str(resource.get("name")))] = amount
+    usage = in_use(have)
 
     def quotas(queue: Mapping[str, Any]) -> dict[tuple[str, str], Fraction]:
         found: dict[tuple[str, str], Fraction] = {}

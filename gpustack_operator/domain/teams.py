@@ -42,6 +42,7 @@ from gpustack_operator.domain.quantities import (
     format_decimal_quantity,
     parse_quantity,
 )
+from gpustack_operator.domain.selectors import OPERATORS, selector_matches
 from gpustack_operator.domain.validation import (
     is_valid_dns_label,
     is_valid_dns_subdomain,
@@ -70,8 +71,6 @@ _MI: Final = 2**20
 _MAX_NAME: Final = 253
 MAX_TEAMS: Final = 500
 """The most teams one declaration may hold (docs/teams.md, "Limits of a declaration")."""
-SELECTOR_OPERATORS: Final = ("In", "NotIn", "Exists", "DoesNotExist")
-"""The operators of a Kubernetes label selector's ``matchExpressions``."""
 
 
 class TeamsError(DeclarationError):
@@ -192,27 +191,6 @@ class Teams:
         return problems
 
 
-def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    """A Kubernetes label selector (``matchLabels``, ``matchExpressions`` with In, NotIn,
-    Exists, DoesNotExist) against *labels*."""
-    for key, value in (selector.get("matchLabels") or {}).items():
-        if labels.get(key) != value:
-            return False
-    for expr in selector.get("matchExpressions") or ():
-        key, op = expr.get("key"), expr.get("operator")
-        values = set(expr.get("values") or ())
-        present = key in labels
-        if op == "In" and not (present and labels[key] in values):
-            return False
-        if op == "NotIn" and present and labels[key] in values:
-            return False
-        if op == "Exists" and not present:
-            return False
-        if op == "DoesNotExist" and present:
-            return False
-    return True
-
-
 _TEAM_FIELDS: Final = ("name", "namespaces", "namespaceSelector", "shares", "lend", "borrow")
 _SELECTOR_FIELDS: Final = ("matchLabels", "matchExpressions")
 _EXPRESSION_FIELDS: Final = ("key", "operator", "values")
@@ -221,7 +199,7 @@ _EXPRESSION_FIELDS: Final = ("key", "operator", "values")
 def label_selector(raw: object, where: str) -> dict[str, Any]:
     """*raw* checked as a Kubernetes ``LabelSelector`` (apimachinery's validation:
     ``matchLabels`` of label keys to label values, ``matchExpressions`` of a key, one of
-    :data:`SELECTOR_OPERATORS`, and values for ``In``/``NotIn`` only); :class:`TeamsError`
+    :data:`OPERATORS`, and values for ``In``/``NotIn`` only); :class:`TeamsError`
     naming the fix. An empty selector, which would select every namespace, is refused."""
     if not isinstance(raw, Mapping):
         raise TeamsError(
@@ -279,9 +257,9 @@ def _expression(raw: object, where: str) -> dict[str, Any]:
     key, operator, values = raw.get("key"), raw.get("operator"), raw.get("values")
     if not isinstance(key, str) or not is_valid_label_key(key):
         raise TeamsError(f"{where}: key {brief(key)} is not a label key")
-    if operator not in SELECTOR_OPERATORS:
+    if operator not in OPERATORS:
         raise TeamsError(
-            f"{where}: operator {brief(operator)} is not one of {', '.join(SELECTOR_OPERATORS)}"
+            f"{where}: operator {brief(operator)} is not one of {', '.join(OPERATORS)}"
         )
     if operator in ("In", "NotIn"):
         if not isinstance(values, list) or not values:

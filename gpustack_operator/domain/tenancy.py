@@ -40,6 +40,7 @@ from gpustack_operator.domain.nodeview import annotations_of, label_of, labels_o
 from gpustack_operator.domain.profiles import fnv1a_64
 from gpustack_operator.domain.quantities import format_decimal_quantity, parse_quantity
 from gpustack_operator.domain.queues import HOST_RESOURCES
+from gpustack_operator.domain.selectors import labels_match
 
 FAKE_NODE_LABEL: Final = "vcluster.loft.sh/fake-node"
 """On vCluster's pseudo nodes (value ``"true"``)."""
@@ -184,8 +185,7 @@ def flavor_selector(
 
 def selects(selector: Mapping[str, str], node: object) -> bool:
     """Whether a flavor with these nodeLabels can place pods on *node* (``{}``: any node)."""
-    labels = labels_of(node)
-    return all(labels.get(k) == v for k, v in selector.items())
+    return labels_match(selector, labels_of(node))
 
 
 @dataclass(frozen=True)

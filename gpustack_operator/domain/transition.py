@@ -14,39 +14,14 @@ from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any, Final
 
+from gpustack_operator.domain.kueueusage import Held, held_in
 from gpustack_operator.domain.quantities import (
     format_binary_quantity,
     format_decimal_quantity,
     parse_quantity,
 )
 
-Held = dict[tuple[str, str], Fraction]
-"""(flavor, resource) -> amount Kueue reports reserved."""
-_STATUS_FIELDS: Final = ("flavorsReservation", "flavorsUsage")
 _BINARY: Final = ("memory", "ephemeral-storage")
-
-
-def held_in(queue: Mapping[str, Any]) -> Held:
-    """What Kueue reports *queue* holds, per flavor and resource: the larger of its
-    ``status.flavorsReservation`` and ``status.flavorsUsage`` totals (reserved includes
-    admitted; a stale status may carry either)."""
-    found: Held = {}
-    status = queue.get("status")
-    if not isinstance(status, Mapping):
-        return found
-    for field in _STATUS_FIELDS:
-        for flavor in status.get(field) or ():
-            if not isinstance(flavor, Mapping):
-                continue
-            for resource in flavor.get("resources") or ():
-                if not isinstance(resource, Mapping):
-                    continue
-                amount = parse_quantity(resource.get("total"))
-                if amount is None or amount <= 0:
-                    continue
-                key = (str(flavor.get("name")), str(resource.get("name")))
-                found[key] = max(found.get(key, Fraction(0)), amount)
-    return found
 
 
 def held_by(queues: Iterable[Mapping[str, Any]]) -> Held:

@@ -18,6 +18,7 @@ from gpustack_operator.commands.queues import pool_rows
 from gpustack_operator.domain.labels import note
 from gpustack_operator.domain.nodeview import annotations_of, labels_of, name_of
 from gpustack_operator.domain.quantities import parse_quantity
+from gpustack_operator.domain.selectors import labels_match
 from gpustack_operator.domain.topology import topology_levels
 from gpustack_operator.gateway.pools import pool_entry
 from gpustack_sim.standins.kueuetas import assignment_placement
@@ -166,7 +167,7 @@ REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
 
 def _selected(flavor: Mapping[str, Any], nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     wanted = (flavor.get("spec") or {}).get("nodeLabels") or {}
-    return [n for n in nodes if all(labels_of(n).get(k) == v for k, v in wanted.items())]
+    return [n for n in nodes if labels_match(wanted, labels_of(n))]
 
 
 def _domain_level(keys: tuple[str, ...], members: list[dict[str, Any]]) -> tuple[str | None, int]:

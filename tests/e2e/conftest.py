@@ -13,8 +13,8 @@ from typing import Any
 import anyio
 import pytest
 
-from gpustack_operator.commands.sim import load_crd_documents
 from gpustack_sim.apiserver.server import SimServer
+from gpustack_sim.command import load_crd_documents
 from tests.conftest import shared_crds_dir
 
 

@@ -208,7 +208,7 @@ async def test_sim_serve_with_a_cluster_serves_https_and_the_operator_connects(
 def test_plain_http_applies_to_a_cluster_run_too() -> None:
     """``--plain-http`` turns HTTPS off with ``--cluster`` as it does without it."""
     from gpustack_operator.cli import build_parser
-    from gpustack_operator.commands.sim import build_cluster
+    from gpustack_sim.command import build_cluster
 
     parser = build_parser(env={})
     tls = build_cluster(parser.parse_args(["sim", "--cluster", str(EXAMPLE_CLUSTER)]), [])

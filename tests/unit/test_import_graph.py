@@ -23,18 +23,27 @@ SIMULATOR = ("gpustack_sim",)
 SIMULATOR_COMMANDS = ("gpustack_operator.commands.sim",)
 
 
+def package_dirs() -> list[tuple[Path, str]]:
+    """Each source directory with the package name it is imported as: the product's package,
+    the directories the wheel places inside it (pyproject.toml's force-include, read here so
+    that a mapped directory's imports are seen: controllers/) and the simulator's package."""
+    wheel = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["hatch"]["build"]
+    mapped = wheel["targets"]["wheel"].get("force-include", {})
+    dirs = [(PACKAGE, "gpustack_operator")]
+    dirs += [(REPO / source, target.replace("/", ".")) for source, target in mapped.items()]
+    return [*dirs, (SIMULATOR_PACKAGE, "gpustack_sim")]
+
+
 def module_files() -> dict[str, Path]:
     """The product's modules and the simulator's (its own distribution, sim/), by name."""
     modules = {}
-    # controllers/ is a symbolic link into the package: rglob does not follow it.
-    paths = {*PACKAGE.rglob("*.py"), *(PACKAGE / "controllers").rglob("*.py")}
-    roots = [(path, PACKAGE, "gpustack_operator") for path in paths]
-    roots += [(path, SIMULATOR_PACKAGE, "gpustack_sim") for path in SIMULATOR_PACKAGE.rglob("*.py")]
-    for path, root, name in sorted(roots):
-        parts = [name, *path.relative_to(root).with_suffix("").parts]
-        if parts[-1] == "__init__":
-            parts.pop()
-        modules[".".join(parts)] = path
+    for root, name in package_dirs():
+        assert not any(p.is_symlink() for p in root.rglob("*")), f"{root}: a link hides files"
+        for path in sorted(root.rglob("*.py")):
+            parts = [name, *path.relative_to(root).with_suffix("").parts]
+            if parts[-1] == "__init__":
+                parts.pop()
+            modules[".".join(parts)] = path
     return modules
 
 
@@ -88,8 +97,10 @@ def is_simulator(module: str) -> bool:
 
 
 def test_the_graph_is_read() -> None:
-    assert "gpustack_operator.controllers.worker" in GRAPH
-    assert "gpustack_operator.runtime.manager" in GRAPH["gpustack_operator.controllers.worker"]
+    cluster_queues = "gpustack_operator.controllers.clusterqueue"
+    assert MODULES[cluster_queues] == REPO / "controllers" / "clusterqueue.py"
+    assert "gpustack_operator.runtime.controller" in GRAPH[cluster_queues]
+    assert "gpustack_operator.domain.queues" in GRAPH[cluster_queues]
     assert "gpustack_sim.apiserver.store" in GRAPH["gpustack_sim.apiserver.server"]
 
 
@@ -252,7 +263,7 @@ def reconciler_modules() -> set[str]:
 
 def test_no_reconciler_imports_another() -> None:
     """Reconcilers are independent (one writer per kind): what two of them share lives in a
-    module that is not a reconciler, and the wiring (``controllers.worker``) connects them
+    module that is not a reconciler, and the wiring (``gpustack_operator.wiring``) connects them
     (docs/architecture.md, "Who does what")."""
     reconcilers = reconciler_modules()
     assert {
@@ -262,3 +273,51 @@ def test_no_reconciler_imports_another() -> None:
     } <= reconcilers
     crossing = sorted(f"{m} -> {t}" for m in reconcilers for t in GRAPH[m] if t in reconcilers)
     assert not crossing, "reconcilers that import another:\n" + "\n".join(crossing)
+
+
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("gpustack_operator", "gpustack_operator.domain"),
+    ("gpustack_operator.runtime",),
+    (
+        "gpustack_operator.apis",
+        "gpustack_operator.environment",
+        "gpustack_operator.fastyaml",
+        "gpustack_operator.kr8sobjects",
+        "gpustack_operator.kubeconfig",
+        "gpustack_operator.labelrepair",
+        "gpustack_operator.render",
+    ),
+    ("gpustack_operator.worker", "gpustack_operator.devicemanager", "gpustack_operator.gateway"),
+    ("gpustack_operator.controllers",),
+    ("gpustack_operator.wiring",),
+    ("gpustack_operator.commands",),
+    ("gpustack_operator.cli", "gpustack_operator.__main__"),
+)
+"""The product's layers, bottom first (docs/architecture.md, "The house"): the pure domain;
+the controller runtime; the adapters and shared helpers; the worker's state, the device
+manager and the gateway; the reconcilers; the worker's wiring; the commands; the console
+script. A module imports its own layer or those below it, never one above."""
+
+
+def layer_of(module: str) -> int:
+    """The index in :data:`LAYERS` of the longest package prefix of *module*."""
+    best, found = -1, -1
+    for index, layer in enumerate(LAYERS):
+        for prefix in layer:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
+                best, found = len(prefix), index
+    return found
+
+
+def test_no_import_up_the_layers() -> None:
+    """Every product module sits in a layer, and none imports a layer above its own."""
+    product = sorted(m for m in GRAPH if not is_simulator(m))
+    unplaced = [m for m in product if layer_of(m) < 0]
+    assert not unplaced, "modules in no layer (add them to LAYERS):\n" + "\n".join(unplaced)
+    upward = sorted(
+        f"{m} (layer {layer_of(m)}) -> {t} (layer {layer_of(t)})"
+        for m in product
+        for t in GRAPH[m]
+        if not is_simulator(t) and layer_of(t) > layer_of(m)
+    )
+    assert not upward, "imports up the layers:\n" + "\n".join(upward)

@@ -32,6 +32,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
+from gpustack_operator.domain.selectors import selector_matches as label_selector_matches
 from gpustack_sim.apiserver.authn import AUTHENTICATED, UserInfo
 from gpustack_sim.apiserver.errors import ApiError, invalid
 from gpustack_sim.apiserver.kinds import KindInfo
@@ -276,24 +277,6 @@ def covers(
 
 
 # --- the authorizer --------------------------------------------------------------------------
-
-
-def label_selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    """A metav1.LabelSelector (matchLabels, matchExpressions) against *labels*."""
-    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
-        return False
-    for expr in selector.get("matchExpressions") or []:
-        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
-        present = key in labels
-        if op == "In" and not (present and labels[key] in values):
-            return False
-        if op == "NotIn" and present and labels[key] in values:
-            return False
-        if op == "Exists" and not present:
-            return False
-        if op == "DoesNotExist" and present:
-            return False
-    return True
 
 
 def _applies_to(subject: Mapping[str, Any], user: UserInfo, binding_namespace: str) -> bool:

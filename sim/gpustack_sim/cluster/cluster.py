@@ -29,15 +29,6 @@ import structlog
 from anyio.abc import TaskGroup
 
 from gpustack_operator.apis import kueue_resources
-from gpustack_operator.controllers.worker import (
-    Worker,
-    WorkerConfig,
-    detect_tenancy_at_start,
-    detect_topology_at_start,
-    new_worker_manager,
-    serves_dra,
-    setup_worker,
-)
 from gpustack_operator.devicemanager.detection import DetectionConfig
 from gpustack_operator.domain.availability import node_availability
 from gpustack_operator.domain.declaredpools import is_capi_infrastructure
@@ -52,6 +43,15 @@ from gpustack_operator.domain.tenancy import tenant_fleet
 from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.manager import Manager, ManagerOptions
+from gpustack_operator.wiring import (
+    Worker,
+    WorkerConfig,
+    detect_tenancy_at_start,
+    detect_topology_at_start,
+    new_worker_manager,
+    serves_dra,
+    setup_worker,
+)
 from gpustack_sim.apiserver.authn import TokenAuthenticator
 from gpustack_sim.apiserver.server import SimServer
 from gpustack_sim.cluster.agents import AgentFleet

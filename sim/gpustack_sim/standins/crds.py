@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
+from gpustack_operator.domain.declaredpools import POOL_KINDS
+
 STAND_IN_LABEL: Final = "sim.gpustack.ai/stand-in"
 
 
@@ -257,41 +259,26 @@ def infrastructure_stand_in_crds(objects: Iterable[Mapping[str, Any]]) -> list[d
 
 
 def autoscaling_stand_in_crds(provisioning: bool = True) -> list[dict[str, Any]]:
-    """Pool objects and provisioning kinds, schema-less (docs/autoscaling.md): Karpenter's
-    NodePool (``karpenter.sh/v1``), Cluster API's MachineDeployment and MachinePool
-    (``cluster.x-k8s.io/v1beta1``) and, with *provisioning*, Kueue's AdmissionCheck and
-    ProvisioningRequestConfig and the autoscaler's ProvisioningRequest
+    """Pool objects and provisioning kinds, schema-less (docs/autoscaling.md): every kind of
+    the product's ``POOL_KINDS`` (Karpenter's NodePool ``karpenter.sh/v1``, Cluster API's
+    MachineDeployment and MachinePool ``cluster.x-k8s.io/v1beta1``) and, with *provisioning*,
+    Kueue's AdmissionCheck and ProvisioningRequestConfig and the autoscaler's ProvisioningRequest
     (``autoscaling.x-k8s.io/v1``). The simulator serves them when a test or ``sim --cluster``
     asks; the real CRDs of ../shared/crds take their place where given."""
     kueue = ("v1beta1", "v1beta2")
+    # The product's table of pool kinds, each at its oldest version read (what the examples
+    # and the tests' objects use).
     crds = [
         _crd(
-            "karpenter.sh",
-            "NodePool",
-            "nodepools",
-            namespaced=False,
+            k.group,
+            k.kind,
+            k.plural,
+            namespaced=k.namespaced,
             status=True,
-            versions=("v1",),
-            storage="v1",
-        ),
-        _crd(
-            "cluster.x-k8s.io",
-            "MachineDeployment",
-            "machinedeployments",
-            namespaced=True,
-            status=True,
-            versions=("v1beta1",),
-            storage="v1beta1",
-        ),
-        _crd(
-            "cluster.x-k8s.io",
-            "MachinePool",
-            "machinepools",
-            namespaced=True,
-            status=True,
-            versions=("v1beta1",),
-            storage="v1beta1",
-        ),
+            versions=(k.versions[-1],),
+            storage=k.versions[-1],
+        )
+        for k in POOL_KINDS
     ]
     if provisioning:
         crds += [

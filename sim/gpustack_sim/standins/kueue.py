@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Final
 import structlog
 
 from gpustack_operator.domain.quantities import parse_quantity
+from gpustack_operator.domain.selectors import selector_matches
 from gpustack_sim.apiserver.errors import ApiError
 from gpustack_sim.apiserver.store import now_rfc3339
 from gpustack_sim.standins.crds import workload_crd
@@ -199,22 +200,7 @@ def _pod_count(job: Mapping[str, Any]) -> int:
 
 def _selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
     """A LabelSelector against *labels*; a missing selector matches nothing (Kueue's rule)."""
-    if selector is None:
-        return False
-    for key, value in (selector.get("matchLabels") or {}).items():
-        if labels.get(key) != value:
-            return False
-    for expr in selector.get("matchExpressions") or []:
-        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
-        present = key in labels
-        if (
-            (op == "In" and labels.get(key) not in values)
-            or (op == "NotIn" and present and labels[key] in values)
-            or (op == "Exists" and not present)
-            or (op == "DoesNotExist" and present)
-        ):
-            return False
-    return True
+    return selector is not None and selector_matches(selector, labels)
 
 
 class KueueStandIn(StoreLoop):

@@ -27,6 +27,7 @@ import structlog
 
 from gpustack_operator.domain.nodeview import labels_of, name_of, status_field
 from gpustack_operator.domain.quantities import parse_quantity
+from gpustack_operator.domain.selectors import labels_match
 from gpustack_operator.domain.tenancy import scheduling_labels
 from gpustack_sim.apiserver.errors import ApiError
 from gpustack_sim.apiserver.store import now_rfc3339
@@ -68,7 +69,7 @@ def selector_and_taints_allow(
 ) -> bool:
     """Whether a Node with *labels* carries the pod's ``nodeSelector`` and has no
     ``NoSchedule``/``NoExecute`` taint the pod does not tolerate (both stand-ins' filter)."""
-    if any(labels.get(k) != v for k, v in (pod_spec.get("nodeSelector") or {}).items()):
+    if not labels_match(pod_spec.get("nodeSelector") or {}, labels):
         return False
     tolerations = list(pod_spec.get("tolerations") or [])
     taints = (node.get("spec") or {}).get("taints") or []

@@ -14,9 +14,9 @@ import yaml
 from structlog.testing import capture_logs
 
 from gpustack_operator.commands.bootstrap_flags import start_bootstrap
-from gpustack_operator.controllers.prerequisites import EVENT_REASON, check_cluster_prerequisites
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.manager import Manager, ManagerOptions
+from gpustack_operator.worker.prerequisites import EVENT_REASON, check_cluster_prerequisites
 from tests.integration.bootstrap.support import (
     NS,
     REPO,

@@ -18,16 +18,11 @@ import yaml
 
 from gpustack_operator.apis import NODE_FEATURE_RULES
 from gpustack_operator.commands.bootstrap_flags import start_bootstrap
-from gpustack_operator.controllers.worker import (
-    WorkerConfig,
-    new_worker_manager,
-    serves_dra,
-    setup_worker,
-)
 from gpustack_operator.domain.bootstrap import (
     render_nfd_crds,
 )
 from gpustack_operator.domain.declarationstatus import STATUS_CONFIGMAP
+from gpustack_operator.domain.declaredpools import POOL_KINDS
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.leaderelection import LeaderElectionConfig
 from gpustack_operator.runtime.manager import ManagerOptions
@@ -36,6 +31,12 @@ from gpustack_operator.runtime.resources import (
     DAEMONSETS,
     DEPLOYMENTS,
     Resource,
+)
+from gpustack_operator.wiring import (
+    WorkerConfig,
+    new_worker_manager,
+    serves_dra,
+    setup_worker,
 )
 from gpustack_sim.apiserver.authn import TokenAuthenticator
 from gpustack_sim.cluster.cluster import SimCluster
@@ -323,3 +324,19 @@ def test_grant_matching() -> None:
     assert in_ns.allows(Request("w", "get", "", "pods", NS))
     assert not in_ns.allows(Request("w", "get", "", "pods", "default"))
     assert not in_ns.allows(Request("w", "list", "", "pods", NS))
+
+
+def test_the_worker_may_read_every_pool_kind_of_the_table() -> None:
+    """The rendered roles grant the worker list and watch on every kind of the product's one
+    table of pool kinds (``domain.declaredpools.POOL_KINDS``), at cluster scope: a new pool
+    source is an entry there and its grant in deploy/base/rbac.yaml, and this test says when
+    the grant is missing (docs/autoscaling.md, "In the worker")."""
+    grants = grants_of(render_kustomization(kubectl(), DEPLOY), WORKER_ACCOUNT, NS)
+    missing = sorted(
+        f"{verb} {kind.group}/{kind.plural}"
+        for kind in POOL_KINDS
+        for verb in ("list", "watch")
+        if Grant(verb, kind.group, kind.plural, None) not in grants
+    )
+    assert not missing, "pool kinds the worker's roles do not grant:\n" + "\n".join(missing)
+    assert len(POOL_KINDS) >= 3

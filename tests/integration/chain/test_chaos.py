@@ -19,7 +19,7 @@ requests fail, plus a fifth of the watches are cut after their first event. The 
 seeded, so a run repeats.
 
 A 409 on DELETE is not "already gone": the worker retries the key and decides again
-(``controllers/common.py`` ``Writer.delete``), so the end state still matches.
+(``gpustack_operator/worker/common.py`` ``Writer.delete``), so the end state still matches.
 """
 
 from __future__ import annotations

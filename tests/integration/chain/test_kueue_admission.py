@@ -207,7 +207,7 @@ async def test_a_missing_local_queue_and_a_stopped_cluster_queue_keep_jobs_pendi
     reason="needs the Kueue and NFD CRDs from ../shared/crds (or $GPUSTACK_SHARED_CRDS)",
 )
 async def test_real_crd_cel_rules_accept_the_chain_and_refuse_a_broken_object() -> None:
-    from gpustack_operator.commands.sim import load_crd_documents
+    from gpustack_sim.command import load_crd_documents
 
     crds_dir = shared_crds_dir()
     assert crds_dir is not None

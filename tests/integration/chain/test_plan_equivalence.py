@@ -127,7 +127,7 @@ async def test_a_cluster_without_the_worker_does_not_converge_and_says_why() -> 
 @pytest.mark.anyio
 @pytest.mark.skipif(shared_crds_dir() is None, reason="needs ../shared/crds (real Kueue and NFD)")
 async def test_the_chain_is_accepted_by_the_real_crd_schemas() -> None:
-    from gpustack_operator.commands.sim import load_crd_documents
+    from gpustack_sim.command import load_crd_documents
 
     crds_dir = shared_crds_dir()
     assert crds_dir is not None

@@ -27,9 +27,9 @@ import aiohttp
 import anyio
 import pytest
 
-from gpustack_operator.controllers.worker import new_worker_manager, setup_worker
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.manager import Manager, ManagerOptions
+from gpustack_operator.wiring import new_worker_manager, setup_worker
 from gpustack_sim.cluster.cluster import SimCluster
 from tests.integration.worker.support import idle
 

@@ -61,7 +61,7 @@ def _tas_flavors(cluster: SimCluster) -> dict[str, dict[str, Any]]:
 
 @pytest.mark.skipif(shared_crds_dir() is None, reason=REAL_CRDS_MISSING)
 async def test_frozen_fields_change_by_new_objects_under_the_real_cel_rules() -> None:
-    from gpustack_operator.commands.sim import load_crd_documents
+    from gpustack_sim.command import load_crd_documents
 
     crds_dir = shared_crds_dir()
     assert crds_dir is not None

@@ -15,12 +15,12 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from gpustack_operator.controllers.common import Writer
 from gpustack_operator.domain.labels import MANAGED_BY_LABEL, MANAGED_BY_VALUE
 from gpustack_operator.runtime.backoff import TokenBucket
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.fence import LeaseFence, LeaseNotHeld
 from gpustack_operator.runtime.resources import CONFIGMAPS
+from gpustack_operator.worker.common import Writer
 
 from .hostile import HostileServer, answer, hostile_server
 

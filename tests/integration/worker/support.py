@@ -10,13 +10,6 @@ from typing import Any
 
 import anyio
 
-from gpustack_operator.controllers.worker import (
-    Worker,
-    WorkerConfig,
-    WorkerTiming,
-    new_worker_manager,
-    setup_worker,
-)
 from gpustack_operator.domain.desired import DesiredState, desired_state
 from gpustack_operator.domain.labels import LABEL_REPAIR_ANNOTATION
 from gpustack_operator.domain.policy import ChainPolicy
@@ -24,6 +17,13 @@ from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.leaderelection import LeaderElectionConfig
 from gpustack_operator.runtime.manager import Manager, ManagerOptions
+from gpustack_operator.wiring import (
+    Worker,
+    WorkerConfig,
+    WorkerTiming,
+    new_worker_manager,
+    setup_worker,
+)
 from gpustack_sim.apiserver.server import SimServer
 from gpustack_sim.standins.nfdmaster import NfdMaster
 

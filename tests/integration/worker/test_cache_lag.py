@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from gpustack_operator.controllers.caches import BY_NAMESPACE
 from gpustack_operator.runtime.client import WatchEvent
 from gpustack_operator.runtime.informer import Informer
+from gpustack_operator.worker.caches import BY_NAMESPACE
 from gpustack_sim.apiserver.server import SimServer
 from tests.integration.worker.support import (
     converged,

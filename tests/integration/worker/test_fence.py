@@ -17,11 +17,11 @@ from pathlib import Path
 import anyio
 import pytest
 
-from gpustack_operator.controllers.worker import new_worker_manager, setup_worker
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.fence import LeaseFence
 from gpustack_operator.runtime.leaderelection import LeaderElectionConfig, LeaderElectionLost
 from gpustack_operator.runtime.manager import ManagerOptions
+from gpustack_operator.wiring import new_worker_manager, setup_worker
 from gpustack_sim.apiserver.server import SimServer
 from tests.integration.worker.support import (
     KUEUE,

@@ -194,7 +194,7 @@ async def test_a_deleting_node_stops_counting_at_once_and_a_new_one_counts() -> 
 
 
 async def test_a_withheld_node_says_why_in_an_event_and_the_gauge() -> None:
-    from gpustack_operator.controllers.availability import NODES_WITHHELD
+    from gpustack_operator.worker.availability import NODES_WITHHELD
 
     async with lifecycle_cluster(pool) as life:
         await show(life, cordon)

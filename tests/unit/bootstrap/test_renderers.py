@@ -9,11 +9,6 @@ import yaml
 
 from gpustack_operator.cli import build_parser
 from gpustack_operator.controllers.bootstrap import BootstrapConfig
-from gpustack_operator.controllers.common import (
-    METADATA_OR_SPEC_CHANGED,
-    contains,
-    is_up_to_date,
-)
 from gpustack_operator.domain.bootstrap import (
     DEFAULT_NFD_IMAGE,
     BootstrapSettings,
@@ -28,6 +23,11 @@ from gpustack_operator.domain.bootstrap.common import MANIFEST_COMPARISON
 from gpustack_operator.domain.labels import CPU_ANNOTATION_ATTRIBUTES
 from gpustack_operator.domain.manufacturers import KNOWN_MANUFACTURERS
 from gpustack_operator.environment import load_manufacturers
+from gpustack_operator.worker.common import (
+    METADATA_OR_SPEC_CHANGED,
+    contains,
+    is_up_to_date,
+)
 
 IMAGE = "example.com/gpustack-operator:1.0"
 

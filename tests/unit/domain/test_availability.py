@@ -308,3 +308,31 @@ def test_plan_explains_a_withheld_node() -> None:
         c.startswith("withheld") for c in reasons["n0"]
     )
     assert state.availability["n1"].withheld
+
+
+def test_a_new_lifecycle_taint_is_one_entry_in_the_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Adding a lifecycle taint is one entry of ``LIFECYCLE_TAINTS``: the availability rule
+    withholds the node at once, the node model and its view see it, and flavors never
+    tolerate it (docs/node-lifecycle.md, "Signals")."""
+    from gpustack_operator.domain import availability
+    from gpustack_operator.domain.flavors import dedication_taints
+    from gpustack_operator.domain.nodemodel import ModelSettings, node_model
+
+    key = "example.com/reclaimed"
+    n = tainted(key)
+    n["spec"]["taints"].append({"key": "dedicated", "value": "ml", "effect": "NoSchedule"})
+    before = node_model(n, ModelSettings(manufacturers=load_manufacturers()))
+    assert (key, "", "NoSchedule") in dedication_taints(n)
+    assert Clocked().look(n, NOW).counted
+
+    monkeypatch.setitem(availability.LIFECYCLE_TAINTS, key, "reclaim")
+    clock = Clocked()
+    assert clock.look(node(), NOW).counted
+    verdict = clock.look(n, NOW + 1)
+    assert verdict.withheld and verdict.reason == "reclaim"
+    assert verdict.severity is Severity.DEFINITE
+    assert dedication_taints(n) == {("dedicated", "ml", "NoSchedule")}
+    model = node_model(n, ModelSettings(manufacturers=load_manufacturers()))
+    assert [s.code for s in model.lifecycle.signals] == ["reclaim"]
+    assert model.dedication_taints == {("dedicated", "ml", "NoSchedule")}
+    assert model.view != before.view

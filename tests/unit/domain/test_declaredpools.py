@@ -387,3 +387,52 @@ def test_every_bad_pools_text_is_one_refusal_with_a_message(text: str, message: 
     with pytest.raises(DeclarationError) as refused:
         validate_declared_pools(text, by_resource)
     assert message in str(refused.value) and len(str(refused.value)) <= 600
+
+
+def test_a_new_pool_kind_is_one_entry_in_the_table() -> None:
+    """A new pool source is an entry of ``POOL_KINDS`` (with its reader): ``plan`` reads its
+    objects and builds their pool's chain, the worker discovers and watches the kind at each
+    version and the simulator serves its stand-in CRD; its RBAC grant is the one more file
+    (tests/integration/bootstrap/test_rbac.py reads the same table)."""
+    from gpustack_operator.controllers.declaredpool import all_pool_kinds
+    from gpustack_operator.domain.declaredpools import (
+        POOL_KINDS,
+        PoolKind,
+        PoolObjects,
+        PoolResult,
+        PoolSource,
+        is_pool_object,
+    )
+    from gpustack_sim.standins.crds import autoscaling_stand_in_crds
+
+    dump = read_cluster_input(EXAMPLES / "pools-at-zero.yaml")
+    nodepool = next(p for p in dump.pools if p["metadata"]["name"] == "h100")
+    example = {**copy.deepcopy(nodepool), "apiVersion": "pools.example.com/v1alpha1"}
+    example["kind"] = "ExamplePool"
+    example["metadata"]["name"] = "h100-example"
+
+    def read(obj: dict[str, Any], _: PoolObjects) -> PoolResult | None:
+        """Example pools say what Karpenter's NodePools say."""
+        return karpenter_pool(obj)
+
+    def chain() -> set[str]:
+        state = plan_state([], dump.namespaces, ChainPolicy(MFRS), pool_objects=[example])
+        return set(_queues(state))
+
+    assert not is_pool_object(example) and not chain()
+    kind = PoolKind(
+        PoolSource.KARPENTER, "pools.example.com", "ExamplePool", "examplepools", False,
+        ("v1alpha1",), read,
+    )  # fmt: skip
+    POOL_KINDS.append(kind)
+    try:
+        assert is_pool_object(example)
+        assert chain() == {"pool-karpenter-h100-example"}
+        assert ("pools.example.com", "v1alpha1", "examplepools") in {
+            (r.group, r.version, r.plural) for r in all_pool_kinds()
+        }
+        assert "examplepools.pools.example.com" in {
+            c["metadata"]["name"] for c in autoscaling_stand_in_crds(provisioning=False)
+        }
+    finally:
+        POOL_KINDS.remove(kind)

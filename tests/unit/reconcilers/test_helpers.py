@@ -13,18 +13,18 @@ from gpustack_operator.cli import build_parser
 from gpustack_operator.commands.plan import read_nodes_file
 from gpustack_operator.commands.worker import build_config, build_options
 from gpustack_operator.controllers.capacity import NotLastApplied
-from gpustack_operator.controllers.common import (
+from gpustack_operator.domain.kueueusage import has_reservations
+from gpustack_operator.domain.nodemodel import node_view
+from gpustack_operator.domain.plan import plan_state
+from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.environment import load_manufacturers
+from gpustack_operator.wiring import WorkerTiming
+from gpustack_operator.worker.common import (
     NodeChanged,
     comparison_for,
     is_up_to_date,
     trim_for_worker,
 )
-from gpustack_operator.controllers.worker import WorkerTiming
-from gpustack_operator.domain.nodemodel import node_view
-from gpustack_operator.domain.plan import plan_state
-from gpustack_operator.domain.policy import ChainPolicy
-from gpustack_operator.domain.queues import has_reservations
-from gpustack_operator.environment import load_manufacturers
 
 MFRS = load_manufacturers({})
 

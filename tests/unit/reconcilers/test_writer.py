@@ -9,9 +9,9 @@ from typing import Any, cast
 import pytest
 
 from gpustack_operator.apis import kueue_resources
-from gpustack_operator.controllers.common import Writer
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.informer import Informer
+from gpustack_operator.worker.common import Writer
 
 pytestmark = [pytest.mark.anyio]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpustack_operator.cli import build_parser
-from gpustack_operator.commands.sim import default_kubeconfig_path, load_crd_documents
+from gpustack_sim.command import default_kubeconfig_path, load_crd_documents
 
 CRD = """
 apiVersion: apiextensions.k8s.io/v1
@@ -65,8 +65,6 @@ def test_without_the_simulator_installed_sim_says_how_to_get_it(
     """The wheel and the image hold no gpustack_sim (its own distribution, sim/)."""
     import importlib.util
 
-    from gpustack_operator.commands import sim
-
     found = importlib.util.find_spec
     monkeypatch.setattr(
         importlib.util,
@@ -74,7 +72,7 @@ def test_without_the_simulator_installed_sim_says_how_to_get_it(
         lambda name, *a: None if name == "gpustack_sim" else found(name, *a),
     )
     args = build_parser({}).parse_args(["sim", "--cluster", "examples/cluster.yaml"])
-    assert sim.run(args) == 2
+    assert args.handler(args) == 2
     said = capsys.readouterr().err
     assert "no simulator (the gpustack-sim distribution missing)" in said
     assert "make demo" in said and "pip install ./sim" in said

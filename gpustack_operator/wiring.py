@@ -30,23 +30,11 @@ import anyio
 import structlog
 
 from gpustack_operator.apis import KUEUE_GROUP, KueueResources, kueue_resources
-from gpustack_operator.controllers.availability import AvailabilityTracker
-from gpustack_operator.controllers.caches import (
-    BY_COHORT,
-    BY_FLAVOR,
-    BY_QUEUE,
-    KueueCaches,
-    add_node_indexes,
-    fleet_settling,
-    node_models,
-)
 from gpustack_operator.controllers.capacity import setup_capacity
 from gpustack_operator.controllers.clusterqueue import NAME as CLUSTER_QUEUE
 from gpustack_operator.controllers.clusterqueue import build_cluster_queue_controller
 from gpustack_operator.controllers.cohort import NAME as COHORT
 from gpustack_operator.controllers.cohort import build_cohort_controller
-from gpustack_operator.controllers.common import Writer, trim_for_worker
-from gpustack_operator.controllers.declarations import status_configmap_informer
 from gpustack_operator.controllers.declaredpool import (
     BY_POOL,
     DeclaredPoolReconciler,
@@ -60,7 +48,6 @@ from gpustack_operator.controllers.kueueconfig import (
     build_kueue_config_controller,
     kueue_configmap_informer,
 )
-from gpustack_operator.controllers.liveteams import LiveTeams, teams_configmap_informer
 from gpustack_operator.controllers.localqueue import NAME as LOCAL_QUEUE
 from gpustack_operator.controllers.localqueue import build_local_queue_controller
 from gpustack_operator.controllers.teams import NAME as TEAMS
@@ -86,6 +73,19 @@ from gpustack_operator.runtime.informer import HandlerFuncs, InformerFactory, Re
 from gpustack_operator.runtime.manager import Manager, ManagerOptions
 from gpustack_operator.runtime.poll import poll_until
 from gpustack_operator.runtime.resources import CONFIGMAPS, NODES, RESOURCE_SLICES
+from gpustack_operator.worker.availability import AvailabilityTracker
+from gpustack_operator.worker.caches import (
+    BY_COHORT,
+    BY_FLAVOR,
+    BY_QUEUE,
+    KueueCaches,
+    add_node_indexes,
+    fleet_settling,
+    node_models,
+)
+from gpustack_operator.worker.common import Writer, trim_for_worker
+from gpustack_operator.worker.declarations import status_configmap_informer
+from gpustack_operator.worker.liveteams import LiveTeams, teams_configmap_informer
 
 log = structlog.get_logger(__name__)
 
@@ -148,8 +148,8 @@ class WorkerTiming:
     settling_max_delay: float = 60.0
     """ClusterQueues only, while Nodes are on their way to the capacity labels the worker
     publishes for them (start-up on an unprofiled cluster, a fleet joining; see
-    ``controllers.caches.fleet_settling``): pauses in the events do not count, a queue is
-    reconciled when that ends or this many seconds after its first event. (Values below
+    ``gpustack_operator.worker.caches.fleet_settling``): pauses in the events do not count, a
+    queue is reconciled when that ends or this many seconds after its first event. (Values below
     ``batch_max_delay``, and that below ``batch_window``, are raised to it.)"""
 
     def __post_init__(self) -> None:

@@ -14,10 +14,6 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from gpustack_operator.apis import KueueResources
-from gpustack_operator.controllers.common import index_values
-from gpustack_operator.controllers.liveteams import LiveTeams
-from gpustack_operator.controllers.nodefacts import NodeModels, Part
-from gpustack_operator.controllers.tenantview import TenantView
 from gpustack_operator.domain.flavors import TolerationPolicy
 from gpustack_operator.domain.labels import COHORT_ANNOTATION, QUEUE_ANNOTATION
 from gpustack_operator.domain.manufacturers import Manufacturer
@@ -36,6 +32,10 @@ from gpustack_operator.runtime.coalesce import IndexHold
 from gpustack_operator.runtime.informer import Informer
 from gpustack_operator.runtime.manager import Manager
 from gpustack_operator.runtime.resources import NAMESPACES, NODES, RESOURCE_SLICES
+from gpustack_operator.worker.common import index_values
+from gpustack_operator.worker.liveteams import LiveTeams
+from gpustack_operator.worker.nodemodels import NodeModels, Part
+from gpustack_operator.worker.tenantview import TenantView
 
 BY_FLAVOR: Final = "flavor"
 BY_QUEUE: Final = "queue"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpustack_operator.controllers.labelrepair import LabelsTaken, repair_request
 from gpustack_operator.domain.labels import LABEL_REPAIR_ANNOTATION
 from gpustack_operator.domain.nodefeature import is_worker_label
+from gpustack_operator.labelrepair import LabelsTaken, repair_request
 
 MANAGED = "gpustack.ai/managed"
 CPU = "general.feature.gpustack.ai/amd-25-1-ln-x64.cpu"

@@ -2,7 +2,7 @@
 
 The worker reads the ConfigMap ``gpustack-teams`` (key ``teams.yaml``) in its system
 namespace through one informer, watched by name. :class:`LiveTeams` answers every
-reconciler's question "which teams now?" as ``controllers/declarations.py`` reads a
+reconciler's question "which teams now?" as ``gpustack_operator/worker/declarations.py`` reads a
 declaration: each revision once, validated off the event loop by the domain's one
 validation (``validate_teams``, the same as ``plan`` and ``sim``) against the pools and
 namespaces in the caches; a refused revision leaves the last good declaration in force
@@ -18,11 +18,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Final
 
-from gpustack_operator.controllers.declarations import (
-    EveryKey,
-    Ignore,
-    LiveDeclaration,
-)
 from gpustack_operator.domain.teams import (
     TEAMS_CONFIGMAP,
     TEAMS_KEY,
@@ -40,6 +35,11 @@ from gpustack_operator.runtime.controller import (
 from gpustack_operator.runtime.informer import Informer
 from gpustack_operator.runtime.manager import Manager
 from gpustack_operator.runtime.resources import CONFIGMAPS
+from gpustack_operator.worker.declarations import (
+    EveryKey,
+    Ignore,
+    LiveDeclaration,
+)
 
 REFUSED: Final = "TeamsDeclarationRefused"
 

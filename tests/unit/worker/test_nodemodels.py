@@ -10,8 +10,6 @@ from typing import Any
 import pytest
 
 from gpustack_operator.commands.plan import read_nodes_file
-from gpustack_operator.controllers.caches import AWAITING_LABELS, add_node_indexes, fleet_settling
-from gpustack_operator.controllers.nodefacts import NodeModels
 from gpustack_operator.domain.capacity import capacity_labels_and_devices, worker_capacity_labels
 from gpustack_operator.domain.flavors import (
     desired_resource_flavor,
@@ -26,6 +24,8 @@ from gpustack_operator.domain.queues import desired_cohort, desired_cohorts
 from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.runtime.cache import Indexer
 from gpustack_operator.runtime.coalesce import IndexHold
+from gpustack_operator.worker.caches import AWAITING_LABELS, add_node_indexes, fleet_settling
+from gpustack_operator.worker.nodemodels import NodeModels
 
 MFRS = load_manufacturers({})
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "cluster.yaml"

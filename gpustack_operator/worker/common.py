@@ -13,7 +13,6 @@ from typing import Any, Final
 
 import structlog
 
-from gpustack_operator.controllers.nodefacts import NodeModels
 from gpustack_operator.domain.comparison import ObjectComparison
 from gpustack_operator.domain.comparison import contains as contains
 from gpustack_operator.domain.kueue import ClusterQueue, Cohort, LocalQueue, ResourceFlavor
@@ -36,6 +35,7 @@ from gpustack_operator.runtime.fence import WriteFence
 from gpustack_operator.runtime.informer import Informer
 from gpustack_operator.runtime.predicates import Predicate
 from gpustack_operator.runtime.resources import Resource
+from gpustack_operator.worker.nodemodels import NodeModels
 
 log = structlog.get_logger(__name__)
 
@@ -155,8 +155,8 @@ def comparison_for(want: Mapping[str, Any]) -> ObjectComparison:
     except KeyError:
         raise LookupError(
             f"no field comparison is declared for kind {kind}: declare one beside its "
-            "definition (domain/comparison.py) and list it in controllers/common.py, or pass "
-            "it to is_up_to_date"
+            "definition (domain/comparison.py) and list it in "
+            "gpustack_operator/worker/common.py, or pass it to is_up_to_date"
         ) from None
 
 

@@ -30,7 +30,6 @@ import anyio
 import anyio.to_thread
 import structlog
 
-from gpustack_operator.controllers.common import Writer
 from gpustack_operator.domain.declarationstatus import (
     SOURCE_CONFIGMAP,
     SOURCE_FLAG,
@@ -47,6 +46,7 @@ from gpustack_operator.runtime.controller import EventRecorderLike
 from gpustack_operator.runtime.informer import Informer
 from gpustack_operator.runtime.manager import Manager
 from gpustack_operator.runtime.resources import CONFIGMAPS, Resource
+from gpustack_operator.worker.common import Writer
 
 log = structlog.get_logger(__name__)
 

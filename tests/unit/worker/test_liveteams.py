@@ -1,8 +1,8 @@
-"""The teams declaration in force (controllers/liveteams.py, controllers/declarations.py;
-docs/teams.md, "Refused declarations"): each revision of the ConfigMap is validated once; a
-refused one (bad text, not UTF-8, the key missing) leaves the last good declaration in force
-until the ConfigMap changes; a worker that starts again takes back what its status
-ConfigMap says was in force."""
+"""The teams declaration in force (gpustack_operator/worker/liveteams.py,
+gpustack_operator/worker/declarations.py; docs/teams.md, "Refused declarations"): each
+revision of the ConfigMap is validated once; a refused one (bad text, not UTF-8, the key
+missing) leaves the last good declaration in force until the ConfigMap changes; a worker
+that starts again takes back what its status ConfigMap says was in force."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 import yaml
 
-from controllers.liveteams import LiveTeams
 from gpustack_operator.domain.declarationstatus import STATUS_CONFIGMAP, status_data
 from gpustack_operator.domain.plan import plan_state
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.teams import TEAMS_CONFIGMAP, TEAMS_KEY
+from gpustack_operator.worker.liveteams import LiveTeams
 
 pytestmark = pytest.mark.anyio
 REPO = Path(__file__).resolve().parents[3]

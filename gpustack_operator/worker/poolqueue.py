@@ -11,17 +11,18 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any, Final, cast
 
-from gpustack_operator.controllers.availability import AvailabilityTracker
-from gpustack_operator.controllers.caches import BY_FLAVOR, BY_POOL, KueueCaches
-from gpustack_operator.controllers.common import is_managed_object
 from gpustack_operator.domain.availability import NodeAvailability
+from gpustack_operator.domain.kueueusage import held_in
 from gpustack_operator.domain.nodeview import name_of
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.queues import HOLD, cluster_queue_cohort, desired_cluster_queue
 from gpustack_operator.domain.teams import PoolSplit, Teams, divides, pool_of, split_pool
 from gpustack_operator.domain.tenancy import tenant_cluster_queue
-from gpustack_operator.domain.transition import held_by, held_in, less_held, own_quota
+from gpustack_operator.domain.transition import held_by, less_held, own_quota
 from gpustack_operator.runtime.predicates import Predicate
+from gpustack_operator.worker.availability import AvailabilityTracker
+from gpustack_operator.worker.caches import BY_FLAVOR, BY_POOL, KueueCaches
+from gpustack_operator.worker.common import is_managed_object
 
 
 def desired_pool_queue(
