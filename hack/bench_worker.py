@@ -155,7 +155,7 @@ def worker_child(kubeconfig: str, report: Path, resync_period: float) -> int:
     """Run the worker until SIGTERM; SIGUSR1 appends a getrusage snapshot to *report*,
     SIGUSR2 resyncs every informer once."""
     from gpustack_operator.controllers.worker import WorkerConfig, new_worker_manager, setup_worker
-    from gpustack_operator.runtime.client import Client
+    from gpustack_operator.runtime.client import ApiUnavailable, Client
     from gpustack_operator.runtime.logs import configure_logging
     from gpustack_operator.runtime.manager import ManagerOptions, run_async
 
@@ -179,7 +179,17 @@ def worker_child(kubeconfig: str, report: Path, resync_period: float) -> int:
     async def main() -> int:
         with report.open("a") as fh:  # imports done: the worker starts now
             fh.write(json.dumps({"started": time.time(), **_usage()}) + "\n")
-        client = await Client.connect(kubeconfig)
+        # The benchmark's server shares its event loop with the parent, which may still be
+        # busy (computing what plan expects of 20,000 nodes holds it for a minute and more):
+        # the worker waits for it rather than failing the run.
+        deadline = time.monotonic() + 900
+        while True:
+            try:
+                client = await Client.connect(kubeconfig)
+                break
+            except ApiUnavailable:
+                if time.monotonic() > deadline:
+                    raise
         options = ManagerOptions(
             health_probe_bind_address="0",
             metrics_bind_address="0",
