@@ -119,9 +119,9 @@ class NodeModels:
     def _entry(self, node: Mapping[str, Any]) -> _Entry:
         entry = self._ids.get(id(node))
         if entry is not None and entry.node is node:
-            uid = entry.model.uid
-            if uid not in self._current:
-                self._remember(uid, self._previous.pop(uid, None) or [])
+            filed = entry.model.uid
+            if filed not in self._current:
+                self._remember(filed, self._previous.pop(filed, []))
             return self._claimed(entry)
         meta = metadata(node)
         uid, version = meta.get("uid"), meta.get("resourceVersion")
