@@ -16,7 +16,6 @@ from typing import Any, Final
 from gpustack_operator.domain.nodeview import is_deleting
 from gpustack_operator.domain.topology import (
     TopologyPolicy,
-    node_group,
     node_levels,
     parse_group,
     topology_manifest,
@@ -90,7 +89,7 @@ def build_topology_controller(
 
     def by_node(node: dict[str, Any]) -> list[str]:
         # managed or not: a node leaving the pools must still reach its old Topology
-        parsed = parse_group(node_group(node))
+        parsed = parse_group(caches.facts.model(node).group)
         return [topology_name_of_digest(parsed[0])] if parsed else []
 
     def by_flavor(flavor: dict[str, Any]) -> list[str]:

@@ -38,6 +38,10 @@ manager's NodeFeatures are created before the worker starts):
 
     .venv/bin/python hack/bench_worker.py --plane real --nodes 5000 --resync 2
 
+``--tas off`` runs both the worker and the convergence check with Kueue Topology-Aware
+Scheduling off (docs/topology.md, "The switch"): an A/B against a commit older than TAS needs
+it, since that worker never writes the topology label this tree's ``plan`` expects.
+
 ``BENCH_WORKER_PROFILE=FILE`` writes a cProfile of the worker child to FILE;
 ``BENCH_WORKER_LOG_LEVEL=info`` shows its logs; ``BENCH_WORKER_TRACEMALLOC=FILE`` writes
 the 40 largest allocation sites (tracemalloc) at convergence to FILE.
@@ -151,13 +155,35 @@ def _usage() -> dict[str, float]:
     return {"cpu_s": ru.ru_utime + ru.ru_stime, "max_rss_mib": _peak_rss_mib()}
 
 
-def worker_child(kubeconfig: str, report: Path, resync_period: float) -> int:
+def _worker_config(config: Any, tas: bool) -> Any:
+    """*config* (the checkout's ``WorkerConfig``) with TAS off unless *tas*."""
+    if tas:
+        return config()
+    try:
+        from gpustack_operator.domain.policy import ChainPolicy
+        from gpustack_operator.domain.topology import TopologyPolicy
+        from gpustack_operator.environment import load_manufacturers
+    except ImportError:  # a checkout older than TAS
+        return config()
+    return config(policy=ChainPolicy(load_manufacturers(), topology=TopologyPolicy(enabled=False)))
+
+
+def worker_child(kubeconfig: str, report: Path, resync_period: float, tas: bool = True) -> int:
     """Run the worker until SIGTERM; SIGUSR1 appends a getrusage snapshot to *report*,
-    SIGUSR2 resyncs every informer once."""
-    from gpustack_operator.runtime.client import Client
+    SIGUSR2 resyncs every informer once. *tas* False: TAS off (a checkout older than TAS has
+    none to turn off)."""
+    from gpustack_operator.runtime.client import ApiUnavailable, Client
     from gpustack_operator.runtime.logs import configure_logging
     from gpustack_operator.runtime.manager import ManagerOptions, run_async
-    from gpustack_operator.wiring import WorkerConfig, new_worker_manager, setup_worker
+
+    try:
+        from gpustack_operator.wiring import WorkerConfig, new_worker_manager, setup_worker
+    except ImportError:  # a checkout from before the worker's wiring left controllers/
+        from gpustack_operator.controllers.worker import (  # type: ignore[no-redef]
+            WorkerConfig,
+            new_worker_manager,
+            setup_worker,
+        )
 
     configure_logging(os.environ.get("BENCH_WORKER_LOG_LEVEL", "warning"))
 
@@ -179,14 +205,24 @@ def worker_child(kubeconfig: str, report: Path, resync_period: float) -> int:
     async def main() -> int:
         with report.open("a") as fh:  # imports done: the worker starts now
             fh.write(json.dumps({"started": time.time(), **_usage()}) + "\n")
-        client = await Client.connect(kubeconfig)
+        # The benchmark's server shares its event loop with the parent, which may still be
+        # busy (computing what plan expects of 20,000 nodes holds it for a minute and more):
+        # the worker waits for it rather than failing the run.
+        deadline = time.monotonic() + 900
+        while True:
+            try:
+                client = await Client.connect(kubeconfig)
+                break
+            except ApiUnavailable:
+                if time.monotonic() > deadline:
+                    raise
         options = ManagerOptions(
             health_probe_bind_address="0",
             metrics_bind_address="0",
             resync_period=resync_period or None,
         )
         manager = new_worker_manager(client, options)
-        setup_worker(manager, WorkerConfig())
+        setup_worker(manager, _worker_config(WorkerConfig, tas))
 
         def resync_all() -> None:
             for informer in manager.informers.informers:
@@ -290,6 +326,7 @@ async def bench(
     reaction: int = 0,
     resync_period: float = 0.0,
     worker: Side | None = None,
+    tas: bool = True,
 ) -> dict[str, Any]:
     """One run; the worker child runs from *worker*'s checkout and environment (default this
     tree's)."""
@@ -304,8 +341,19 @@ async def bench(
     with tempfile.TemporaryDirectory(prefix="bench-worker-") as tmp:
         kubeconfig = Path(tmp) / "kubeconfig.yaml"
         report = Path(tmp) / "usage.jsonl"
+        policy = None
+        if not tas:
+            from gpustack_operator.domain.policy import ChainPolicy
+            from gpustack_operator.domain.topology import TopologyPolicy
+
+            policy = ChainPolicy(manufacturers, topology=TopologyPolicy(enabled=False))
         async with SimCluster(
-            nodes, ["default", "team-a"], run_worker=False, run_agents=False, kubeconfig=kubeconfig
+            nodes,
+            ["default", "team-a"],
+            run_worker=False,
+            run_agents=False,
+            kubeconfig=kubeconfig,
+            policy=policy,
         ) as cluster:
             _, dm_features = apply_sim_devices(nodes, manufacturers)
             for feature in dm_features:  # what the agents would publish, not counted
@@ -328,6 +376,8 @@ async def bench(
                     str(report),
                     "--resync-period",
                     str(resync_period),
+                    "--tas",
+                    "on" if tas else "off",
                 ],
                 cwd=side.repo,
                 env={**os.environ, "BENCH_WORKER_REPO": str(side.repo)},
@@ -674,11 +724,20 @@ def main() -> int:
         "--rounds", type=int, default=3, help="A/B rounds per size, each side once (default 3)"
     )
     parser.add_argument(
+        "--tas",
+        choices=("on", "off"),
+        default="on",
+        help="Topology-Aware Scheduling in the worker and the check (off: for an A/B against a "
+        "commit older than TAS)",
+    )
+    parser.add_argument(
         "--worker-child", nargs=2, metavar=("KUBECONFIG", "REPORT"), help=argparse.SUPPRESS
     )
     args = parser.parse_args()
     if args.worker_child:
-        return worker_child(args.worker_child[0], Path(args.worker_child[1]), args.resync_period)
+        return worker_child(
+            args.worker_child[0], Path(args.worker_child[1]), args.resync_period, args.tas == "on"
+        )
     if args.ab:
         return compare(args)
     if args.plane == "real":
@@ -691,7 +750,16 @@ def main() -> int:
         return 0
     rows = []
     for count in args.nodes:
-        row = anyio.run(bench, count, args.timeout, args.resync, args.reaction, args.resync_period)
+        row = anyio.run(
+            bench,
+            count,
+            args.timeout,
+            args.resync,
+            args.reaction,
+            args.resync_period,
+            None,
+            args.tas == "on",
+        )
         rows.append(row)
         print(json.dumps(row), file=sys.stderr)
     if args.json:
@@ -718,7 +786,16 @@ def compare(args: argparse.Namespace) -> int:
     for count in args.nodes:
 
         def measure(side: Side, count: int = count) -> dict[str, float]:
-            row = anyio.run(bench, count, args.timeout, args.resync, 0, args.resync_period, side)
+            row = anyio.run(
+                bench,
+                count,
+                args.timeout,
+                args.resync,
+                0,
+                args.resync_period,
+                side,
+                args.tas == "on",
+            )
             if row["steady_writes"] or row["writes_per_object"] > 1.05:
                 print(f"ab: {side.name} wrote more than once per object: {json.dumps(row)}")
             return {key: float(row[key]) for key in AB_KEYS}

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from gpustack_operator.domain.availability import Lifecycle, availability_inputs, lifecycle_of
@@ -132,8 +132,6 @@ class NodeModel:
     awaits_labels: bool
     """The Node does not carry :attr:`capacity_labels` yet (NFD has not merged them)."""
     dedication_taints: frozenset[tuple[str, str, str]]
-    lifecycle: Lifecycle
-    """Its lifecycle signals with their times (docs/node-lifecycle.md)."""
     group: str
     """Its TAS group label (docs/topology.md); ``""``: none."""
     missing_level: str
@@ -143,9 +141,34 @@ class NodeModel:
     unpooled: tuple[tuple[Diagnostic, int], ...]
     """Its devices that feed no pool (no DRA slices), with how many each reason leaves out
     (docs/devices.md, "Why a device gets no pool")."""
-    devices: NodeDevices
-    """Per device resource its parsed allocatable and capacity, per device pool of its
-    profiles the installed count and DRA amount (what the queues' quotas read)."""
+    node: Mapping[str, Any] = field(repr=False, compare=False)
+    """The Node version it models (what :attr:`devices` and :attr:`lifecycle` read)."""
+    _devices: NodeDevices | None = field(default=None, repr=False, compare=False)
+    _lifecycle: Lifecycle | None = field(default=None, repr=False, compare=False)
+
+    # Read later, by fewer readers: derived on first use. The queues read them at reconcile
+    # time, from the version then cached, so a version replaced before (a Node's first
+    # version, replaced once NFD merges its capacity labels) never pays for them.
+
+    @property
+    def devices(self) -> NodeDevices:
+        """Per device resource its parsed allocatable and capacity, per device pool of its
+        profiles the installed count and DRA amount (what the queues' quotas read)."""
+        devices = self._devices
+        if devices is None:
+            akeys = sorted({p.akey for p in self.profiles if p.akey})
+            devices = node_devices(self.node, akeys)
+            object.__setattr__(self, "_devices", devices)
+        return devices
+
+    @property
+    def lifecycle(self) -> Lifecycle:
+        """Its lifecycle signals with their times (docs/node-lifecycle.md)."""
+        lifecycle = self._lifecycle
+        if lifecycle is None:
+            lifecycle = lifecycle_of(self.node)
+            object.__setattr__(self, "_lifecycle", lifecycle)
+        return lifecycle
 
     def index_names(self, part: Part) -> tuple[str, ...]:
         """What the Node indexes file it under: its names when managed, else none."""
@@ -200,12 +223,11 @@ def node_model(node: Mapping[str, Any], settings: ModelSettings) -> NodeModel:
         capacity_labels=capacity,
         awaits_labels=awaits,
         dedication_taints=taints,
-        lifecycle=lifecycle_of(node),
         group=node_group(node),
         missing_level=missing_level(node, settings.topology) if settings.topology else "",
         published=agent_manufacturers(labels, settings.manufacturers),
         unpooled=unpooled,
-        devices=node_devices(node, sorted({p.akey for p in profiles if p.akey})),
+        node=node,
     )
 
 

@@ -65,6 +65,12 @@ class NodeModels:
     twice *size_hint()* (the number of Nodes in the cache), it becomes the previous one, and
     uids still in use are carried over on their next lookup. :attr:`built` counts the
     models built.
+
+    Every controller's predicate, mapping and index asks about the same cached object, one
+    question at a time (dozens per Node version), so a lookup first tries the object's
+    identity: the entry it was built from or confirmed with, held alive by the entry (so its
+    ``id`` cannot be reused while it is filed). That is the hit the uid and version path
+    would give, without reading the metadata.
     """
 
     def __init__(
@@ -80,6 +86,9 @@ class NodeModels:
         # uid -> [(resourceVersion, entry)], at most _VERSIONS, the most recent last
         self._current: dict[str, list[tuple[str, _Entry]]] = {}
         self._previous: dict[str, list[tuple[str, _Entry]]] = {}
+        # id(object) -> the entry of that very object (entry.node is it), for every entry
+        # filed above: the lookup without reading the object's metadata
+        self._ids: dict[int, _Entry] = {}
         self.built = 0
         """How many models this store has built (one per Node version it was asked about)."""
         self.pools: PoolClaims | None = None
@@ -108,6 +117,12 @@ class NodeModels:
         return _Entry(node, node_model(node, self.settings))
 
     def _entry(self, node: Mapping[str, Any]) -> _Entry:
+        entry = self._ids.get(id(node))
+        if entry is not None and entry.node is node:
+            filed = entry.model.uid
+            if filed not in self._current:
+                self._remember(filed, self._previous.pop(filed, []))
+            return self._claimed(entry)
         meta = metadata(node)
         uid, version = meta.get("uid"), meta.get("resourceVersion")
         if not isinstance(uid, str) or not isinstance(version, str) or not uid or not version:
@@ -120,12 +135,21 @@ class NodeModels:
             self._remember(uid, versions)
         for known, entry in versions:
             if known == version and (entry.node is node or entry.node == node):
+                if entry.node is not node:  # the same version decoded again (a re-LIST)
+                    self._forget(entry)
+                    entry.node = node
+                    self._ids[id(node)] = entry
                 return self._claimed(entry)
         entry = self._build(node)
         if len(versions) >= _VERSIONS:
-            del versions[0]
+            self._forget(versions.pop(0)[1])
         versions.append((version, entry))
+        self._ids[id(node)] = entry
         return self._claimed(entry)
+
+    def _forget(self, entry: _Entry) -> None:
+        if self._ids.get(id(entry.node)) is entry:
+            del self._ids[id(entry.node)]
 
     def _claimed(self, entry: _Entry) -> _Entry:
         """*entry* with the declared pools' claim of its node applied (again after the
@@ -141,6 +165,9 @@ class NodeModels:
     def _remember(self, uid: str, versions: list[tuple[str, _Entry]]) -> None:
         hint = self._size_hint() if self._size_hint is not None else 0
         if len(self._current) >= max(_MIN_GENERATION, 2 * hint):
+            for dropped in self._previous.values():
+                for _, entry in dropped:
+                    self._forget(entry)
             self._previous, self._current = self._current, {}
         self._current[uid] = versions
 

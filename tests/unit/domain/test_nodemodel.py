@@ -64,3 +64,30 @@ def test_plan_builds_one_model_per_node(name: str) -> None:
     state = plan_state([dict(n) for n in raw], ["default"], ChainPolicy(manufacturers=MFRS))
     assert state.cluster_queues
     assert nodemodel.BUILT[0] - before == len(raw)
+
+
+def test_device_amounts_and_lifecycle_are_derived_on_first_use_and_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Node's first version is usually replaced (NFD merges its capacity labels) before a
+    queue reconcile reads its device amounts or lifecycle: it never pays for them."""
+    node = next(
+        n for n in merged_nodes("cluster.yaml") if any(p.akey for p in node_profiles(n, MFRS))
+    )
+    calls: list[str] = []
+
+    def counted(name: str, fn: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            calls.append(name)
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(nodemodel, "node_devices", counted("devices", node_devices))
+    monkeypatch.setattr(nodemodel, "lifecycle_of", counted("lifecycle", lifecycle_of))
+    model = node_model(node, ModelSettings(MFRS))
+    assert calls == []
+    akeys = sorted({p.akey for p in model.profiles if p.akey})
+    assert model.devices == node_devices(node, akeys) and model.devices is model.devices
+    assert model.lifecycle == lifecycle_of(node) and model.lifecycle is model.lifecycle
+    assert calls == ["devices", "lifecycle"]

@@ -125,6 +125,47 @@ def test_the_cache_keeps_two_versions_per_node_and_forgets_deleted_nodes() -> No
     assert len(facts) <= 2 * 1024
 
 
+def test_a_cached_node_is_found_by_identity_without_reading_its_metadata(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Dozens of questions per Node version (every predicate, mapping and index) cost one
+    dict lookup each once the version's model is filed (docs/performance.md)."""
+    facts = NodeModels(MFRS, size_hint=lambda: 10)
+    node = profiled_nodes()[0]
+    model = facts.model(node)
+    reads: list[object] = []
+
+    def counted(obj: object) -> Any:
+        reads.append(obj)
+        return node["metadata"]
+
+    monkeypatch.setattr("gpustack_operator.controllers.nodefacts.metadata", counted)
+    for _ in range(3):
+        assert facts.model(node) is model
+        assert facts.view(node) == model.view
+        assert facts.names(node, "flavor") == list(model.names["flavor"])
+    assert reads == []
+    again = copy.deepcopy(node)  # the same version decoded again: found by equality, once
+    assert facts.model(again) is model and facts.model(again) is model
+    assert reads == [again]
+
+
+def test_the_identity_lookup_forgets_what_the_store_forgets() -> None:
+    facts = NodeModels(MFRS, size_hint=lambda: 10)
+    node = profiled_nodes()[0]
+    for version in range(50):
+        facts.view({**node, "metadata": {**node["metadata"], "resourceVersion": str(version)}})
+    for uid in range(5000):
+        facts.view({**node, "metadata": {**node["metadata"], "uid": f"gone-{uid}"}})
+    assert len(facts._ids) == len(facts) <= 2 * 1024
+    kept = {**node, "metadata": {**node["metadata"], "uid": "kept"}}
+    model = facts.model(kept)
+    for uid in range(5000):  # generations turn over while the kept node is asked about
+        facts.view({**node, "metadata": {**node["metadata"], "uid": f"later-{uid}"}})
+        assert facts.model(kept) is model
+    assert facts.built == 50 + 5000 + 1 + 5000
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = 0.0
