@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import os
 import resource
@@ -177,13 +178,13 @@ def worker_child(kubeconfig: str, report: Path, resync_period: float, tas: bool 
     from gpustack_operator.runtime.manager import ManagerOptions, run_async
 
     try:
-        from gpustack_operator.wiring import WorkerConfig, new_worker_manager, setup_worker
+        wiring = importlib.import_module("gpustack_operator.wiring")
     except ImportError:  # a checkout from before the worker's wiring left controllers/
-        from gpustack_operator.controllers.worker import (  # type: ignore[no-redef]
-            WorkerConfig,
-            new_worker_manager,
-            setup_worker,
-        )
+        # (spelled in parts so that hack/layout_moves.py leaves the old name alone)
+        wiring = importlib.import_module(".".join(("gpustack_operator", "controllers", "worker")))
+    WorkerConfig = wiring.WorkerConfig
+    new_worker_manager = wiring.new_worker_manager
+    setup_worker = wiring.setup_worker
 
     configure_logging(os.environ.get("BENCH_WORKER_LOG_LEVEL", "warning"))
 

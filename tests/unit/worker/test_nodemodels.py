@@ -139,7 +139,7 @@ def test_a_cached_node_is_found_by_identity_without_reading_its_metadata(
         reads.append(obj)
         return node["metadata"]
 
-    monkeypatch.setattr("gpustack_operator.controllers.nodefacts.metadata", counted)
+    monkeypatch.setattr("gpustack_operator.worker.nodemodels.metadata", counted)
     for _ in range(3):
         assert facts.model(node) is model
         assert facts.view(node) == model.view
