@@ -26,6 +26,8 @@ A failure Hypothesis finds is shrunk to a short sequence: keep it as a regular t
 from __future__ import annotations
 
 import copy
+import functools
+import inspect
 import os
 from collections.abc import Callable
 from dataclasses import replace
@@ -48,7 +50,7 @@ from gpustack_operator.domain.availability import LifecycleTimers, format_time
 from gpustack_operator.domain.declarationstatus import STATUS_CONFIGMAP, statuses_of
 from gpustack_operator.domain.quantities import parse_quantity
 from gpustack_operator.domain.teams import TEAMS_CONFIGMAP, TEAMS_KEY, parse_teams
-from gpustack_sim.cluster.cluster import SimCluster
+from gpustack_sim.cluster.cluster import NotConverged, SimCluster
 from tests.conftest import shared_crds_dir
 from tests.integration.worker.lifecycle import Clock
 from tests.integration.worker.support import fast_config, node
@@ -95,6 +97,21 @@ def gpu_node(name: str, product: str, cards: int, now: float) -> dict[str, Any]:
     return obj
 
 
+def traced(step: Callable[..., Any]) -> Callable[..., Any]:
+    """A rule that writes itself, with its arguments, into the machine's step trace, so a
+    failure says which steps led to it (shrinking is off in CI)."""
+    signature = inspect.signature(step)
+
+    @functools.wraps(step)
+    def run(self: ChainMachine, *args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(self, *args, **kwargs).arguments
+        shown = ", ".join(f"{k}={v!r}" for k, v in bound.items() if k != "self")
+        self.trace.append(f"{step.__name__}({shown})")
+        return step(self, *args, **kwargs)
+
+    return run
+
+
 def amount(value: Any) -> float:
     quantity = parse_quantity(str(value)) if value is not None else None
     return float(quantity) if quantity is not None else 0.0
@@ -113,6 +130,7 @@ class ChainMachine(RuleBasedStateMachine):
         self.good_teams: str | None = None
         self.refused = 0
         self.serial = 0
+        self.trace: list[str] = ["start(gpu-0: 2 x Tesla T4)"]
         self._portal_cm = start_blocking_portal()
         self.portal: BlockingPortal = self._portal_cm.__enter__()
         first = gpu_node("gpu-0", CARDS[0], 2, self.clock.now)
@@ -131,7 +149,11 @@ class ChainMachine(RuleBasedStateMachine):
     # --- helpers ------------------------------------------------------------------------
 
     def converge(self) -> None:
-        self.portal.call(self.cluster.converge, TIMEOUT)
+        try:
+            self.portal.call(self.cluster.converge, TIMEOUT)
+        except NotConverged as exc:
+            steps = "\n    ".join(self.trace)
+            raise AssertionError(f"{exc}\n  after the steps:\n    {steps}") from exc
 
     def edit(self, name: str, change: Callable[[dict[str, Any]], None]) -> None:
         """Change a Node in the input and on the server (spec and metadata, then status)."""
@@ -150,11 +172,13 @@ class ChainMachine(RuleBasedStateMachine):
     # --- nodes ----------------------------------------------------------------------------
 
     @rule(target=nodes)
+    @traced
     def initial(self) -> str:
         return "gpu-0"
 
     @precondition(lambda self: len(self.cluster.nodes) < 4)
     @rule(target=nodes, product=st.sampled_from(CARDS), cards=st.integers(1, 4))
+    @traced
     def add_node(self, product: str, cards: int) -> str:
         self.serial += 1
         name = f"gpu-{self.serial}"
@@ -164,12 +188,14 @@ class ChainMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: len(self.cluster.nodes) > 1)
     @rule(name=consumes(nodes))
+    @traced
     def delete_node(self, name: str) -> None:
         if name in self.cluster.nodes:
             self.cluster.delete_node(name)
             self.converge()
 
     @rule(name=nodes, cordoned=st.booleans())
+    @traced
     def cordon(self, name: str, cordoned: bool) -> None:
         if name not in self.cluster.nodes:
             return
@@ -181,6 +207,7 @@ class ChainMachine(RuleBasedStateMachine):
         self.converge()
 
     @rule(name=nodes, status=st.sampled_from(("True", "False", "Unknown")))
+    @traced
     def readiness(self, name: str, status: str) -> None:
         if name not in self.cluster.nodes:
             return
@@ -195,6 +222,7 @@ class ChainMachine(RuleBasedStateMachine):
         self.converge()
 
     @rule(name=nodes, up=st.booleans())
+    @traced
     def device_plugin(self, name: str, up: bool) -> None:
         if name not in self.cluster.nodes:
             return
@@ -207,6 +235,7 @@ class ChainMachine(RuleBasedStateMachine):
         self.converge()
 
     @rule(name=nodes, kind=st.sampled_from((UPGRADE, MIG)), label_first=st.booleans())
+    @traced
     def maintenance(self, name: str, kind: str, label_first: bool) -> None:
         """A driver upgrade or MIG change: started (cordoned, devices gone), converged,
         then ended in either order within the step (docs/node-lifecycle.md)."""
@@ -247,6 +276,7 @@ class ChainMachine(RuleBasedStateMachine):
             store.update({**found, **body})
 
     @rule(share=st.sampled_from((25, 50, 100)))
+    @traced
     def declare_teams(self, share: int) -> None:
         text = TEAMS % share
         self._put_teams({"data": {TEAMS_KEY: text}})
@@ -258,6 +288,7 @@ class ChainMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.good_teams is not None)
     @rule(bad=st.sampled_from(sorted(BAD_TEAMS)))
+    @traced
     def refuse_teams(self, bad: str) -> None:
         before = self._refused_count()
         self._put_teams(BAD_TEAMS[bad])
@@ -273,6 +304,7 @@ class ChainMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.good_teams is not None)
     @rule()
+    @traced
     def remove_teams(self) -> None:
         self.cluster.sim.store.delete("v1", "ConfigMap", TEAMS_CONFIGMAP, SYSTEM)
         self.good_teams = None
