@@ -22,14 +22,33 @@ IGNORED_METADATA = frozenset({"resourceVersion", "managedFields", "generation"})
 
 @dataclass(frozen=True, slots=True)
 class Write:
-    """One committed change, as a person reading a failure needs it."""
+    """One committed change (the store's event, never mutated), described only when a
+    failure needs it: a commit hook must stay cheap."""
 
     at: float
-    type: str
-    kind: str
-    name: str  # namespace/name, or name for a cluster-scoped object
-    manager: str
-    changed: tuple[str, ...]
+    event: Event
+    rid: ResourceId
+
+    @property
+    def type(self) -> str:
+        return self.event.type
+
+    @property
+    def kind(self) -> str:
+        return str(self.event.obj.get("kind") or self.rid[1])
+
+    @property
+    def name(self) -> str:
+        return _name(self.event.obj)
+
+    @property
+    def manager(self) -> str:
+        return _manager(self.event)
+
+    @property
+    def changed(self) -> tuple[str, ...]:
+        prev = self.event.prev
+        return () if prev is None else tuple(changed_paths(prev, self.event.obj))
 
 
 def _name(obj: Mapping[str, Any]) -> str:
@@ -83,17 +102,7 @@ class WriteLog:
             self._remove = None
 
     def _record(self, event: Event, rid: ResourceId) -> None:
-        changed = () if event.prev is None else tuple(changed_paths(event.prev, event.obj))
-        self.writes.append(
-            Write(
-                self.clock(),
-                event.type,
-                str(event.obj.get("kind") or rid[1]),
-                _name(event.obj),
-                _manager(event),
-                changed,
-            )
-        )
+        self.writes.append(Write(self.clock(), event, rid))
 
     def summary(self, since: float, limit: int = 8) -> list[str]:
         """The objects written since *since*, most written first: kind, name, how many
