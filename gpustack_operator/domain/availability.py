@@ -16,7 +16,7 @@ not record is taken as having run out its timer (and says so).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Final
@@ -151,6 +151,10 @@ class Observed:
     """The code of the signal that withheld the node, kept through its join window (a node
     back from a cordon is still away for maintenance: docs/node-lifecycle.md, "Team quotas
     through maintenance")."""
+    before_maintenance: frozenset[str] = frozenset()
+    """Soft signals (a cordon, NotReady) the node already showed when planned maintenance
+    began, while they last: one left when the maintenance ends is not its end, but what it
+    was before (docs/node-lifecycle.md, "Whole-pool Hold")."""
 
 
 @dataclass(frozen=True)
@@ -483,6 +487,7 @@ def _in_grace(
         and observed is not None
         and observed.withheld_for is Severity.PLANNED
         and signal.severity is Severity.SOFT
+        and not {s.code for s in deciding} & observed.before_maintenance
     )
     severity = Severity.PLANNED if tail else signal.severity
     if started is None or now is None or now >= started + grace or rejoining:
@@ -611,7 +616,21 @@ def _remember(
         usable_since=usable_since,
         withheld_for=previous.withheld_for if previous is not None and withheld else None,
         withheld_by=previous.withheld_by if previous is not None and withheld else "",
+        before_maintenance=_before_maintenance(signals, previous),
     )
+
+
+def _before_maintenance(signals: tuple[Signal, ...], previous: Observed | None) -> frozenset[str]:
+    """The soft signals shown at the last look, before planned maintenance appeared at this
+    one; later, those of them still shown. At the first look nothing is known to predate."""
+    if previous is None:
+        return frozenset()
+    codes = {s.code for s in signals}
+    planned = {s.code for s in signals if s.severity is Severity.PLANNED}
+    if planned and not planned & set(previous.first_seen):
+        soft = {s.code for s in signals if s.severity is Severity.SOFT}
+        return frozenset(soft & set(previous.first_seen))
+    return previous.before_maintenance & codes
 
 
 def after_verdict(observed: Observed, verdict: NodeAvailability) -> Observed:
@@ -619,9 +638,9 @@ def after_verdict(observed: Observed, verdict: NodeAvailability) -> Observed:
     if not verdict.withheld:
         if not observed.withheld:
             return observed
-        return Observed(observed.first_seen)
+        return Observed(observed.first_seen, before_maintenance=observed.before_maintenance)
     severity = verdict.severity or observed.withheld_for
     if observed.withheld and severity == observed.withheld_for:
         return observed
     code = verdict.rejoining_from if verdict.reason == "joining" else verdict.reason
-    return Observed(observed.first_seen, True, observed.usable_since, severity, code)
+    return replace(observed, withheld=True, withheld_for=severity, withheld_by=code)

@@ -461,8 +461,15 @@ class Store:
         else:
             self._foreground.discard(ident)
 
-    def add_commit_hook(self, hook: Callable[[Event, ResourceId], None]) -> None:
+    def add_commit_hook(self, hook: Callable[[Event, ResourceId], None]) -> Callable[[], None]:
+        """Call *hook* after every commit; returns what removes it again."""
         self._commit_hooks.append(hook)
+
+        def remove() -> None:
+            if hook in self._commit_hooks:
+                self._commit_hooks.remove(hook)
+
+        return remove
 
     def _commit(
         self,

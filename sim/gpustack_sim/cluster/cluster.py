@@ -56,6 +56,7 @@ from gpustack_sim.apiserver.authn import TokenAuthenticator
 from gpustack_sim.apiserver.server import SimServer
 from gpustack_sim.cluster.agents import AgentFleet
 from gpustack_sim.cluster.chain import differences, read_chain, read_chain_from_store
+from gpustack_sim.cluster.writelog import WriteLog
 from gpustack_sim.standins.crds import is_stand_in, stand_in_crds
 from gpustack_sim.standins.kubelet import SimKubelet
 from gpustack_sim.standins.kueue import KueueStandIn
@@ -486,6 +487,39 @@ class SimCluster:
         )
         return stand_ins and fleet_idle and worker_up and queues_empty
 
+    def busy(self) -> list[str]:
+        """What keeps :meth:`idle` false: controllers with work queued or in progress (and
+        their keys), stand-ins not idle, the worker's queue controllers not started."""
+        managers = list(self.fleet.managers) if self.fleet is not None else []
+        if self.worker_manager is not None:
+            managers.append(self.worker_manager)
+        out = []
+        for manager in managers:
+            for c in manager.controllers:
+                keys = sorted(set(c.queue.processing()))
+                if len(c.queue) or keys:
+                    out.append(
+                        f"controller {c.name}: {len(c.queue)} queued, processing "
+                        f"{', '.join(keys[:5]) or 'nothing'}"
+                    )
+        if self.fleet is not None and not self.fleet.idle():
+            out.append("the device-manager agents are not idle")
+        if self.worker is not None and not (
+            self.worker.queue_controllers != []
+            and all(c.started for c in self.worker.queue_controllers)
+        ):
+            out.append("the worker's Kueue controllers have not started")
+        stand_ins = {
+            "nfd-master": self.nfd,
+            "kubelet": self.kubelet,
+            "kueue admission": self.kueue_admission,
+            "scheduler": self.scheduler,
+            "provisioning check": self.provisioning_check,
+            "provisioning": self.provisioning,
+        }
+        out += [f"stand-in {n} not idle" for n, s in stand_ins.items() if s and not s.idle()]
+        return out
+
     def problems(self) -> list[str]:
         """Components that stopped (the cluster cannot converge without them)."""
         out = list(self.fleet.failures) if self.fleet is not None else []
@@ -500,10 +534,14 @@ class SimCluster:
         settle: float = 0.5,
         interval: float | None = None,
         idle: Callable[[], bool] | None = None,
+        match: bool = True,
     ) -> float:
         """Wait until the server holds :meth:`expected` and nothing changes for *settle*
         seconds; returns the seconds until that state was first seen. Raises
         :class:`NotConverged` with what differs. The input must not change meanwhile.
+
+        *match* False waits for the rest alone, whatever the chain: for a state where it is
+        not ``plan``'s by design (retiring queues still hold work, docs/teams.md).
 
         *idle* replaces :meth:`idle` (a worker in another process cannot be inspected; the
         store's resourceVersion standing still is then the only sign of rest).
@@ -516,26 +554,42 @@ class SimCluster:
         quiet_rv = -1
         reasons: list[str] = []
         expected = self.expected()
-        while True:
-            now = time.monotonic()
-            problems = self.problems()
-            if problems:
-                raise NotConverged(timeout, problems)
-            reasons = differences(self.actual(), expected, server_defaults=self.server_defaults)
-            rv = self.sim.store.resource_version
-            if not reasons and is_idle():
-                if quiet_since is None or rv != quiet_rv:
-                    quiet_since, quiet_rv = now, rv
-                elif now - quiet_since >= settle:
-                    return quiet_since - started
-            else:
-                quiet_since = None
-            if now >= deadline:
-                raise NotConverged(
-                    timeout, reasons or ["the chain matched but the cluster kept changing"]
+        with WriteLog(self.sim.store) as writes:
+            while True:
+                now = time.monotonic()
+                problems = self.problems()
+                if problems:
+                    raise NotConverged(timeout, problems)
+                reasons = (
+                    differences(self.actual(), expected, server_defaults=self.server_defaults)
+                    if match
+                    else []
                 )
-            # The check shares the event loop with the server: keep it to a fifth of it.
-            await anyio.sleep(max(step, 4 * (time.monotonic() - now)))
+                rv = self.sim.store.resource_version
+                if not reasons and is_idle():
+                    if quiet_since is None or rv != quiet_rv:
+                        quiet_since, quiet_rv = now, rv
+                    elif now - quiet_since >= settle:
+                        return quiet_since - started
+                else:
+                    quiet_since = None
+                if now >= deadline:
+                    raise NotConverged(
+                        timeout, reasons or self._unsettled(writes, since=now - 10 * settle)
+                    )
+                # The check shares the event loop with the server: keep it to a fifth of it.
+                await anyio.sleep(max(step, 4 * (time.monotonic() - now)))
+
+    def _unsettled(self, writes: WriteLog, since: float) -> list[str]:
+        """Why a cluster whose chain matched never stayed still: what was busy at the end,
+        and the objects written in the last seconds, by whom, and which fields."""
+        seconds = time.monotonic() - since
+        written = writes.summary(since)
+        return [
+            "the chain matched but the cluster kept changing",
+            *(f"busy: {b}" for b in self.busy()),
+            *(f"written in the last {seconds:.0f}s: {w}" for w in written),
+        ]
 
     # --- changing the input (a person's edits) --------------------------------------------
 

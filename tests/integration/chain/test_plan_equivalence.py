@@ -18,6 +18,7 @@ import io
 import json
 from typing import Any
 
+import anyio
 import pytest
 
 from gpustack_operator.cli import main
@@ -122,6 +123,40 @@ async def test_a_cluster_without_the_worker_does_not_converge_and_says_why() -> 
     assert "ClusterQueue gpustack--intel-xeon-platinum-8358-ln-x64-1c-2g: missing" in reasons
     assert "NodeFeature gpustack-system/cpu-epyc-1-gpustack-worker: missing" in reasons
     assert "did not converge within 1s" in str(raised.value)
+
+
+@pytest.mark.anyio
+async def test_a_cluster_that_keeps_changing_names_what_is_written_and_by_whom() -> None:
+    """The chain matches but something writes on and on: the failure names the object, the
+    field manager and the fields, not only "kept changing"."""
+    async with SimCluster(example_nodes(), ["default"]) as cluster:
+        await cluster.converge(60)
+        store = cluster.sim.store
+        store.create(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "restless", "namespace": "default"},
+                "data": {"n": "0"},
+            }
+        )
+
+        async def write_on() -> None:
+            for n in range(1, 10_000):
+                found = store.get("v1", "ConfigMap", "restless", "default")
+                assert found is not None
+                store.update({**found, "data": {"n": str(n)}}, field_manager="restless-writer")
+                await anyio.sleep(0.05)
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(write_on)
+            with pytest.raises(NotConverged) as raised:
+                await cluster.converge(2.0, settle=0.5)
+            tasks.cancel_scope.cancel()
+    message = str(raised.value)
+    assert "the chain matched but the cluster kept changing" in message
+    assert "ConfigMap default/restless:" in message, message
+    assert "by restless-writer; changed data.n" in message, message
 
 
 @pytest.mark.anyio

@@ -189,6 +189,35 @@ def test_a_cordon_left_when_maintenance_ends_label_first_is_still_planned() -> N
     assert clock.look(node(), NOW + 1004 + 51).counted
 
 
+def test_a_signal_older_than_the_maintenance_is_not_its_end() -> None:
+    """Found by the chain's property test: a node NotReady (and cordoned) before a driver
+    upgrade, still NotReady once it ends, is withheld for that NotReady, as before the
+    upgrade and as ``plan`` shows it; taking it as the end of the maintenance held the pool
+    for good. A cordon that came with the maintenance is still its end."""
+    down = not_ready("Unknown", 5000)
+    down["spec"]["unschedulable"] = True
+    upgrading = copy.deepcopy(down)
+    upgrading["metadata"]["labels"]["nvidia.com/gpu-driver-upgrade-state"] = "drain-required"
+    clock = Clocked()
+    clock.look(node(), NOW - 6000)
+    assert clock.look(down, NOW).severity is Severity.SOFT
+    assert clock.look(upgrading, NOW + 1).severity is Severity.PLANNED
+    assert clock.look(upgrading, NOW + 1002).severity is Severity.PLANNED
+    left = clock.look(not_ready("Unknown", 5000), NOW + 1003)
+    assert left.withheld and left.reason == "unreachable" and left.severity is Severity.SOFT
+    assert "end of planned maintenance" not in left.message
+    # The NotReady gone and back during the maintenance is the maintenance's own.
+    clock = Clocked()
+    clock.look(down, NOW)
+    clock.look(upgrading, NOW + 1)
+    during = copy.deepcopy(upgrading)
+    during["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    clock.look(during, NOW + 2)
+    clock.look(upgrading, NOW + 3)
+    left = clock.look(not_ready("Unknown", 0), NOW + 4)
+    assert left.severity is Severity.PLANNED and "end of planned maintenance" in left.message
+
+
 def test_upgrade_required_and_done_are_no_signal() -> None:
     for value in ("upgrade-required", "upgrade-done", ""):
         assert node_availability(
