@@ -239,11 +239,13 @@ def desired_state(
         queues = {n: tenant_cluster_queue(q, tenant.quota_caps) for n, q in queues.items()}
     flavors.update(chain.resource_flavors)
     cohorts.update(chain.cohorts)
-    queues.update(chain.cluster_queues)
     namespace_list = list(namespaces)
     if policy.teams is not None:  # the worker's checks against the cluster (docs/teams.md)
         check_teams(policy.teams, [PoolFacts.of(q) for q in queues.values()], namespace_list)
     queues, splits = split_queues(queues, policy.teams)  # docs/teams.md
+    # A declared pool's queue stays whole: teams divide the pools of nodes (docs/teams.md,
+    # "Which pools teams divide").
+    queues.update(chain.cluster_queues)
     for cohort_name, pool_splits in splits.items():
         if cohort_name in cohorts:
             groups = cohort_resource_groups(pool_splits)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Final
 
+from gpustack_operator.domain.declaredpools import is_pool_chain_object
 from gpustack_operator.domain.teams import (
     TEAMS_CONFIGMAP,
     TEAMS_KEY,
@@ -107,6 +108,8 @@ class LiveTeams(LiveDeclaration[Teams]):
     def _pools(self) -> list[PoolFacts]:
         pools: dict[str, PoolFacts] = {}
         for queue in self.cluster_queues.indexer.list():
+            if is_pool_chain_object(queue):
+                continue  # teams leave a declared pool whole (docs/teams.md), as plan does
             facts = PoolFacts.of(queue)
             pool = pool_of(queue) or facts.name
             pools[pool] = PoolFacts(pool, facts.accelerated, facts.model, facts.manufacturer)

@@ -57,6 +57,7 @@ from gpustack_operator.domain.declarationstatus import STATUS_CONFIGMAP, statuse
 from gpustack_operator.domain.declaredpools import (
     DECLARED_POOLS_CONFIGMAP,
     DECLARED_POOLS_KEY,
+    is_pool_chain_object,
     validate_declared_pools,
 )
 from gpustack_operator.domain.nodeview import name_of
@@ -103,8 +104,8 @@ POOLS = """pools:
     memory: 32Gi
     maxNodes: %d
 """
-"""An AMD pool no team selects (the teams share NVIDIA pools): a declared pool that teams
-divide is not the worker's chain yet (see the strict xfail below)."""
+"""An AMD pool no team selects (the teams share NVIDIA pools); NVIDIA_POOLS is one they would
+select, which they leave whole (test_teams_leave_a_declared_pool_whole_as_plan_shows)."""
 NVIDIA_POOLS = POOLS.replace("mi300x", "l4").replace("AMD Instinct MI300X", "NVIDIA L4")
 NVIDIA_POOLS = NVIDIA_POOLS.replace("amd.com/gpu", GPU)
 BAD_POOLS = {
@@ -521,12 +522,12 @@ class ChainMachine(RuleBasedStateMachine):
         }
         cohorts = set()
         for queue in self.objects("ClusterQueue"):
-            if queue["metadata"]["name"] in held:
+            if queue["metadata"]["name"] in held or _declared(queue):
                 continue
             cohorts.add(queue["spec"].get("cohortName") or queue["spec"].get("cohort"))
             reachable += _gpu_quota(queue)
         for cohort in self.objects("Cohort"):
-            if cohort["metadata"]["name"] in cohorts:
+            if cohort["metadata"]["name"] in cohorts and not _declared(cohort):
                 reachable += _gpu_quota(cohort)
         assert reachable <= devices, f"(b) {reachable} GPUs of quota for {devices} GPUs"
 
@@ -616,6 +617,12 @@ def job(namespace: str, name: str, queue: str, cards: int) -> dict[str, Any]:
     }
 
 
+def _declared(obj: dict[str, Any]) -> bool:
+    """A declared pool's queue or Cohort: its quota is the declared maximum, for nodes still
+    to come, and its admissions wait for them (docs/architecture.md, invariant (b))."""
+    return is_pool_chain_object(obj)
+
+
 def _gpu_quota(obj: dict[str, Any]) -> float:
     return sum(
         amount(resource.get("nominalQuota"))
@@ -697,17 +704,13 @@ def test_jobs_held_through_teams_switched_on_and_off_and_pools_declared() -> Non
     assert held == 3, "teams on, a Job meanwhile, teams off: a retiring queue held work"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="found by this test, not fixed: plan divides a declared NVIDIA pool among the teams "
-    "that share NVIDIA pools (team queues pool-declared-l4-<team>, the Cohort's remainder); the "
-    "worker keeps the declared pool's own queue",
-)
-def test_teams_divide_a_declared_pool_as_plan_shows() -> None:
+def test_teams_leave_a_declared_pool_whole_as_plan_shows() -> None:
+    """Found by the machine: ``plan`` divided a declared NVIDIA pool among the teams sharing
+    NVIDIA pools while the worker kept the pool's own queue. Teams divide the pools of nodes;
+    a declared pool's queue stays whole (docs/teams.md, "Which pools teams divide")."""
     _run(
         lambda m: m.declare_teams(50),
         lambda m: m.declare_pools(2, NVIDIA_POOLS),
-        timeout=15,  # it never converges: fail sooner
     )
 
 
