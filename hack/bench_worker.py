@@ -580,17 +580,28 @@ async def _poll_converged(
 ) -> float:
     """The wall-clock time of the first look that found the chain equal to *planned*
     (then confirmed against a fresh ``plan``); NodeFeature labels are merged between looks."""
-    with anyio.fail_after(bound):
-        while True:
-            looked = time.time()
-            if not await anyio.to_thread.run_sync(differences, plane, planned):
-                fresh = json.loads(await anyio.to_thread.run_sync(_plan, kubeconfig))
-                if not await anyio.to_thread.run_sync(differences, plane, fresh):
-                    return looked
-                planned.clear()
-                planned.update(fresh)
-            await agents._merge_node_features()
-            await anyio.sleep(1.0)
+    left: list[str] = []
+    started = time.monotonic()
+    try:
+        with anyio.fail_after(bound):
+            while True:
+                looked = time.time()
+                left = await anyio.to_thread.run_sync(differences, plane, planned)
+                if not left:
+                    fresh = json.loads(await anyio.to_thread.run_sync(_plan, kubeconfig))
+                    left = await anyio.to_thread.run_sync(differences, plane, fresh)
+                    if not left:
+                        return looked
+                    planned.clear()
+                    planned.update(fresh)
+                _say(f"{time.monotonic() - started:.0f} s: {len(left)} differences from plan")
+                await agents._merge_node_features()
+                await anyio.sleep(1.0)
+    except TimeoutError:
+        raise SystemExit(
+            f"bench_worker: not converged within {bound:.0f} s; {len(left)} differences from "
+            f"plan at the last look, e.g. {left[:3]}"
+        ) from None
 
 
 def table(rows: list[dict[str, Any]]) -> str:
