@@ -516,24 +516,6 @@ async def bench_real(count: int, bound: float, resync: float) -> dict[str, Any]:
             ) as http:
                 limit = anyio.Semaphore(16)
 
-                async def register(node: dict[str, Any]) -> None:
-                    """The Node as its kubelet registers it (no Lease: nothing watches them)."""
-                    meta = node["metadata"]
-                    body = {
-                        **node,
-                        "metadata": {k: meta[k] for k in ("name", "labels", "annotations")},
-                    }
-                    body.pop("status", None)
-                    async with limit:
-                        response = await http.post("/api/v1/nodes", json=body)
-                        response.raise_for_status()
-                        response = await http.patch(
-                            f"/api/v1/nodes/{meta['name']}/status",
-                            json={"status": agents._status(node)},
-                            headers={"Content-Type": "application/merge-patch+json"},
-                        )
-                        response.raise_for_status()
-
                 async def publish(feature: dict[str, Any]) -> None:
                     namespace = feature["metadata"]["namespace"]
                     async with limit:
@@ -544,13 +526,13 @@ async def bench_real(count: int, bound: float, resync: float) -> dict[str, Any]:
                         response.raise_for_status()
 
                 registering = time.monotonic()
-                async with anyio.create_task_group() as tg:
-                    for node in nodes:
-                        tg.start_soon(register, node)
                 _, dm_features = apply_sim_devices(nodes, manufacturers)
                 async with anyio.create_task_group() as tg:
                     for feature in dm_features:  # what the agents would publish
                         tg.start_soon(publish, feature)
+                # Each Node created once, with its status and NFD's labels (no Lease: nothing
+                # watches them); the merge then finds nothing to change.
+                await agents.register(nodes, features=dm_features, keep_alive=False)
                 await agents._merge_node_features()
                 seeded = time.monotonic() - registering
                 _say(f"{count:,} Nodes and their NodeFeatures in {seeded:.1f} s")
@@ -649,17 +631,28 @@ async def _poll_converged(
 ) -> float:
     """The wall-clock time of the first look that found the chain equal to *planned*
     (then confirmed against a fresh ``plan``); NodeFeature labels are merged between looks."""
-    with anyio.fail_after(bound):
-        while True:
-            looked = time.time()
-            if not await anyio.to_thread.run_sync(differences, plane, planned):
-                fresh = json.loads(await anyio.to_thread.run_sync(_plan, kubeconfig))
-                if not await anyio.to_thread.run_sync(differences, plane, fresh):
-                    return looked
-                planned.clear()
-                planned.update(fresh)
-            await agents._merge_node_features()
-            await anyio.sleep(1.0)
+    left: list[str] = []
+    started = time.monotonic()
+    try:
+        with anyio.fail_after(bound):
+            while True:
+                looked = time.time()
+                left = await anyio.to_thread.run_sync(differences, plane, planned)
+                if not left:
+                    fresh = json.loads(await anyio.to_thread.run_sync(_plan, kubeconfig))
+                    left = await anyio.to_thread.run_sync(differences, plane, fresh)
+                    if not left:
+                        return looked
+                    planned.clear()
+                    planned.update(fresh)
+                _say(f"{time.monotonic() - started:.0f} s: {len(left)} differences from plan")
+                await agents._merge_node_features()
+                await anyio.sleep(1.0)
+    except TimeoutError:
+        raise SystemExit(
+            f"bench_worker: not converged within {bound:.0f} s; {len(left)} differences from "
+            f"plan at the last look, e.g. {left[:3]}"
+        ) from None
 
 
 def table(rows: list[dict[str, Any]]) -> str:

@@ -48,6 +48,8 @@ LABEL_NAMESPACES = tuple(p.rstrip("/") for p in DEFAULT_LABEL_NAMESPACES)
 """The label namespaces nfd-master writes, as the simulator's NFD stand-in has them."""
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 LEASE_SECONDS = 40
+REGISTER_CONCURRENCY = 16
+"""Registrations and label merges in flight at once (within httpx's pool of 100)."""
 
 
 def now_rfc3339() -> str:
@@ -124,25 +126,64 @@ class NodeAgents:
 
     # --- registration -----------------------------------------------------------------------
 
-    async def register(self, nodes: Iterable[Mapping[str, Any]]) -> None:
-        """Create each Node as its kubelet registers it, and keep it alive."""
-        for node in nodes:
-            meta = node.get("metadata") or {}
-            name = str(meta["name"])
-            body = {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {
-                    k: v for k, v in meta.items() if k in ("name", "labels", "annotations")
-                },
-                "spec": dict(node.get("spec") or {}),
-            }
-            response = await self._request("POST", "/api/v1/nodes", body)
-            if response.status_code not in (200, 201, 409):
-                raise RuntimeError(f"creating Node {name}: {response.status_code} {response.text}")
-            await self._patch(f"/api/v1/nodes/{name}/status", {"status": self._status(node)})
-            self.alive.add(name)
-        await self._heartbeats()
+    async def register(
+        self,
+        nodes: Iterable[Mapping[str, Any]],
+        *,
+        features: Iterable[Mapping[str, Any]] = (),
+        keep_alive: bool = True,
+    ) -> None:
+        """Create each Node as its kubelet registers it, and keep it alive.
+
+        One POST per Node carries its status (kube-apiserver keeps a created Node's status, as
+        a kubelet's registration relies on) and the labels nfd-master would merge from the
+        NodeFeatures in *features* that name it: the end state of a create, a status patch and
+        NFD's merge in one round trip. ``REGISTER_CONCURRENCY`` Nodes are in flight at once
+        over the client's connection pool. ``keep_alive=False`` registers Nodes that no Lease
+        or heartbeat follows (the worker benchmark, where nothing watches them).
+        """
+        by_node: dict[str, list[Mapping[str, Any]]] = {}
+        for feature in features:
+            node = ((feature.get("metadata") or {}).get("labels") or {}).get(NODE_NAME_LABEL)
+            if node:
+                by_node.setdefault(str(node), []).append(feature)
+        limit = anyio.Semaphore(REGISTER_CONCURRENCY)
+
+        async def one(node: Mapping[str, Any]) -> None:
+            name = str((node.get("metadata") or {})["name"])
+            async with limit:
+                await self._create_node(node, by_node.get(name, []))
+            if keep_alive:
+                self.alive.add(name)
+
+        async with anyio.create_task_group() as tg:
+            for node in nodes:
+                tg.start_soon(one, node)
+        if keep_alive:
+            await self._heartbeats()
+
+    async def _create_node(
+        self, node: Mapping[str, Any], features: list[Mapping[str, Any]]
+    ) -> None:
+        meta = node.get("metadata") or {}
+        name = str(meta["name"])
+        status = self._status(node)
+        body: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {k: v for k, v in meta.items() if k in ("name", "labels", "annotations")},
+            "spec": dict(node.get("spec") or {}),
+            "status": status,
+        }
+        if features and self.pods_and_features:
+            body = merge_node_labels(body, desired_labels(features, LABEL_NAMESPACES)) or body
+        response = await self._request("POST", "/api/v1/nodes", body)
+        if response.status_code not in (200, 201, 409):
+            raise RuntimeError(f"creating Node {name}: {response.status_code} {response.text}")
+        created = (response.json().get("status") or {}) if response.status_code != 409 else {}
+        if created.get("allocatable") != status["allocatable"]:
+            # The Node was there already, or a server dropped the status: the kubelet's patch.
+            await self._patch(f"/api/v1/nodes/{name}/status", {"status": status})
 
     def _status(self, node: Mapping[str, Any]) -> dict[str, Any]:
         status = {
@@ -237,15 +278,24 @@ class NodeAgents:
             node = ((feature.get("metadata") or {}).get("labels") or {}).get(NODE_NAME_LABEL)
             if node:
                 by_node.setdefault(str(node), []).append(feature)
+        changed: list[tuple[str, dict[str, Any]]] = []
         for node in await self._items("/api/v1/nodes"):
             name = node["metadata"]["name"]
             wanted = desired_labels(by_node.get(name, []), LABEL_NAMESPACES)
             merged = merge_node_labels(node, wanted)
-            if merged is None:
-                continue
-            response = await self._request("PUT", f"/api/v1/nodes/{name}", merged)
+            if merged is not None:
+                changed.append((name, merged))
+        limit = anyio.Semaphore(REGISTER_CONCURRENCY)
+
+        async def put(name: str, merged: dict[str, Any]) -> None:
+            async with limit:
+                response = await self._request("PUT", f"/api/v1/nodes/{name}", merged)
             if response.status_code not in (200, 409, 404):
                 log.warning("node agents: labels refused", node=name, body=response.text[:300])
+
+        async with anyio.create_task_group() as tg:
+            for name, merged in changed:
+                tg.start_soon(put, name, merged)
 
     async def _run_pods(self) -> None:
         for pod in await self._items("/api/v1/pods"):
