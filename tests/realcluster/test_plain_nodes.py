@@ -13,7 +13,7 @@ import pytest
 from anyio.from_thread import BlockingPortal
 
 from gpustack_operator.domain.labels import TOPOLOGY_LABEL, TOPOLOGY_NONE
-from gpustack_operator.domain.topology import strip_tas_suffix
+from gpustack_operator.domain.profiles import strip_tas_suffix
 from tests.realcluster.cluster import (
     Operator,
     device_job,

@@ -18,6 +18,7 @@ from gpustack_operator.domain.simdevices import SIM_DEVICES_ANNOTATION
 from tests.realcluster.cluster import (
     SYSTEM_NAMESPACE,
     Operator,
+    condition,
     device_job,
     is_admitted,
     load_nodes,
@@ -39,10 +40,22 @@ GPU = "nvidia.com/gpu"
 
 
 def admitted_cards(plane: ControlPlane) -> int:
-    """Cards of every Workload Kueue admitted now, by its own admission record."""
+    """Cards of every Workload that holds quota now, by Kueue's own admission record.
+
+    A Workload that is Finished or no longer active (its Job deleted or done) keeps
+    ``Admitted=True`` and its admission for a while, but Kueue v0.19.2 has already taken it out
+    of its cache and freed its quota (kubernetes-sigs/kueue v0.19.2,
+    pkg/controller/core/workload_controller.go, the update handler's finished-or-inactive case),
+    so it is not counted: the next Job may be admitted in the same moment.
+    """
     total = 0
     for workload in workloads(plane):
-        if not is_admitted(workload):
+        finished = condition(workload, "Finished")
+        if (
+            not is_admitted(workload)
+            or (finished is not None and finished["status"] == "True")
+            or (workload.get("spec") or {}).get("active") is False
+        ):
             continue
         admission = (workload.get("status") or {}).get("admission") or {}
         for assignment in admission.get("podSetAssignments") or []:

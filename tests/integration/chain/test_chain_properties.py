@@ -64,6 +64,7 @@ from gpustack_operator.domain.nodeview import name_of
 from gpustack_operator.domain.quantities import parse_quantity
 from gpustack_operator.domain.teams import TEAMS_CONFIGMAP, TEAMS_KEY, parse_teams
 from gpustack_sim.cluster.cluster import NotConverged, SimCluster
+from gpustack_sim.cluster.multikueue import queued_job
 from tests.conftest import shared_crds_dir
 from tests.integration.worker.lifecycle import Clock
 from tests.integration.worker.support import fast_config, node
@@ -321,16 +322,21 @@ class ChainMachine(RuleBasedStateMachine):
 
     # --- teams ----------------------------------------------------------------------------
 
-    def _put_teams(self, body: dict[str, Any]) -> None:
+    def _put_configmap(self, name: str, body: dict[str, Any]) -> None:
+        """ConfigMap *name* in the system namespace with *body*'s data alone, as a person's
+        `kubectl apply` leaves it."""
         store = self.cluster.sim.store
-        found = store.get("v1", "ConfigMap", TEAMS_CONFIGMAP, SYSTEM)
-        meta = {"name": TEAMS_CONFIGMAP, "namespace": SYSTEM}
+        found = store.get("v1", "ConfigMap", name, SYSTEM)
+        meta = {"name": name, "namespace": SYSTEM}
         if found is None:
             store.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, **body})
         else:
             found.pop("data", None)
             found.pop("binaryData", None)
             store.update({**found, **body})
+
+    def _put_teams(self, body: dict[str, Any]) -> None:
+        self._put_configmap(TEAMS_CONFIGMAP, body)
 
     @rule(share=st.sampled_from((25, 50, 100)))
     @traced
@@ -382,15 +388,7 @@ class ChainMachine(RuleBasedStateMachine):
     # --- declared pools (docs/autoscaling.md, "Pools declared by a person") ---------------
 
     def _put_pools(self, body: dict[str, Any]) -> None:
-        store = self.cluster.sim.store
-        found = store.get("v1", "ConfigMap", DECLARED_POOLS_CONFIGMAP, SYSTEM)
-        meta = {"name": DECLARED_POOLS_CONFIGMAP, "namespace": SYSTEM}
-        if found is None:
-            store.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, **body})
-        else:
-            found.pop("data", None)
-            found.pop("binaryData", None)
-            store.update({**found, **body})
+        self._put_configmap(DECLARED_POOLS_CONFIGMAP, body)
 
     @rule(max_nodes=st.integers(1, 3))
     @traced
@@ -594,27 +592,7 @@ def _admitted_gpus(admission: dict[str, Any]) -> float:
 
 def job(namespace: str, name: str, queue: str, cards: int) -> dict[str, Any]:
     """A suspended Job for *queue* (Kueue unsuspends it once admitted)."""
-    requests = {"cpu": "100m", "memory": "64Mi", GPU: str(cards)}
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {"kueue.x-k8s.io/queue-name": queue},
-        },
-        "spec": {
-            "suspend": True,
-            "template": {
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [
-                        {"name": "main", "image": "busybox", "resources": {"requests": requests}}
-                    ],
-                }
-            },
-        },
-    }
+    return queued_job(name, namespace, queue, {"cpu": "100m", "memory": "64Mi", GPU: str(cards)})
 
 
 def _declared(obj: dict[str, Any]) -> bool:
