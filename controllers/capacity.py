@@ -6,7 +6,9 @@ capacity labels, is owned by the Node (so it goes with it) and replaces its whol
 worker-relevant view changes (labels under the gpustack prefixes, CPU annotations,
 capacity/allocatable of host and accelerator resources); a NodeFeature changed or deleted by
 someone else enqueues its Node again. Nothing is written while the cache already holds the
-desired labels. This reconciler needs no Kueue and runs while Kueue is still missing.
+desired labels, nor sent again while the cache has not yet seen the last apply
+(docs/worker.md, "Writes and ownership"). This reconciler needs no Kueue and runs while Kueue
+is still missing.
 Where the cluster serves ``resource.k8s.io/v1``, the Node's DRA ``ResourceSlice`` objects
 (``spec.nodeName``) are read too and a slice change enqueues its Node (docs/devices.md, "DRA").
 Node and slice events go through one coalescing window per node, so a flapping node is
@@ -151,7 +153,7 @@ class CapacityReconciler:
     async def _apply(self, want: dict[str, Any], have: Mapping[str, Any] | None) -> None:
         if self.applied is not None:
             self.applied.applying(want)
-        await self.writer.apply(NODE_FEATURES, want, existed=have is not None)
+        await self.writer.apply(NODE_FEATURES, want, existed=have is not None, cache=self.features)
 
     async def _repair(
         self, node: Mapping[str, Any], want: dict[str, Any], have: Mapping[str, Any] | None

@@ -42,3 +42,21 @@ async def test_a_joining_fleet_writes_each_queue_a_few_times(
         # batch window while the nodes were labelled one by one.
         assert sim.counters.writes("ClusterQueue") <= 3
         assert sim.counters.writes("NodeFeature") == NODES
+
+
+async def test_a_lagging_nodefeature_watch_gets_no_second_write(
+    sim: SimServer, sim_kubeconfig: Path
+) -> None:
+    """NFD's labelling of a new Node reaches the worker before the echo of the NodeFeature the
+    worker just created (two watch streams, a busy machine): the reconcile that follows must
+    not create the NodeFeature again because its cache has not seen it yet."""
+    config = fast_config()
+    sim.faults.add(verb="watch", kind="NodeFeature", status=None, write_delay=0.5)
+    async with nfd_master(sim), worker_running(sim_kubeconfig, config):
+        put_node(sim, node("first"))
+        await converged(sim, config)
+        sim.counters.reset()
+        for i in range(4):
+            put_node(sim, node(f"joiner-{i:02d}", cards=("Tesla T4", 2)))
+        await converged(sim, config)
+        assert sim.counters.writes("NodeFeature") == 4
