@@ -13,6 +13,11 @@ A queue the reconciler creates gets a Normal Event ``PoolCreated`` naming its un
 Events that tell a person about devices (``DeviceNotPooled`` and its resolution on Nodes) are
 followed by the pool they ended in.
 
+A declared pool's queue (docs/autoscaling.md, "In the worker") is written here too, from the
+pools' registry and the per-pool function ``plan`` uses: its quota is the declared maximum,
+or what the live nodes the pool selects hold when that is more; with no pool wanting it, it
+is deleted once nothing is reserved in it. The pools' changes arrive on the wiring's channel.
+
 Node, flavor and the queue's own events are coalesced per queue (``runtime.coalesce``): the
 first after a quiet batch window is reconciled at once; later ones once the events pause for
 the window, or ``batch_max_delay`` after the first (while nodes still await their capacity

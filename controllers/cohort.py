@@ -6,6 +6,10 @@ no ClusterQueue (``spec.cohortName``, anyone's) references it: ClusterQueues are
 their Cohort, so deleting it earlier would let the garbage collector cascade into queues
 that still have flavors. A Cohort being deleted is looked at again after a while; one a
 person made (no managed-by label) is never changed or deleted.
+
+A declared pool's Cohort (docs/autoscaling.md, "In the worker") is written here too, from
+the pools' registry and the per-pool function ``plan`` uses, and deleted once no pool wants
+it; the pools' changes arrive on the wiring's channel.
 """
 
 from __future__ import annotations

@@ -9,6 +9,10 @@ finalizer keeps it until no ClusterQueue lists it). A flavor of the same name wi
 label was made by a person: it is left alone and reported with a Warning Event. Node
 updates are mapped to the flavor names of both the old and the new Node, so a node that
 stops carrying a flavor still reaches it.
+
+A declared pool's flavor (docs/autoscaling.md, "In the worker") is written here too, from the
+pools' registry and the per-pool function ``plan`` uses, and deleted once no pool wants it;
+the pools' changes arrive on the wiring's channel.
 """
 
 from __future__ import annotations
