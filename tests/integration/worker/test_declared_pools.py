@@ -251,8 +251,9 @@ async def test_each_kueue_kind_has_one_writer(
 ) -> None:
     """Every apply, patch and delete of a Kueue kind, recorded with the controller whose
     reconcile made it: a node's own chain and the declared pools' chains (checks included)
-    are created, then two pools go (one with a check), so creations, updates and deletions
-    of every kind are seen; each kind has exactly one writer."""
+    are created (a resync then writes nothing), then two pools go (one with a check), so
+    creations, updates and deletions of every kind are seen; each kind has exactly one
+    writer."""
     sim = sim_pr
     _load_pools(sim)
     put_node(sim, node("gpu-t4", cards=("Tesla T4", 2)))
@@ -299,6 +300,13 @@ async def test_each_kueue_kind_has_one_writer(
             "the T4 node's own queue",
         )
         await eventually(lambda: sim.store.list(KUEUE, "AdmissionCheck"), "the checks")
+        await eventually(lambda: idle(running.manager), "the worker to settle")
+        # A resync reaches every cached key again and writes nothing.
+        sim.counters.reset()
+        for informer in running.manager.informers.informers:
+            informer.resync()
+        await eventually(lambda: idle(running.manager), "the resync to be worked off")
+        assert not any(sim.counters.writes(kind) for kind in WRITERS), sim.counters.snapshot()
         sim.store.delete("karpenter.sh/v1", "NodePool", "h100")
         sim.store.delete("cluster.x-k8s.io/v1beta1", "MachineDeployment", "md-a100", "default")
         gone = ("pool-karpenter-h100", "pool-capi-md-a100")
