@@ -13,6 +13,11 @@ A queue the reconciler creates gets a Normal Event ``PoolCreated`` naming its un
 Events that tell a person about devices (``DeviceNotPooled`` and its resolution on Nodes) are
 followed by the pool they ended in.
 
+A declared pool's queue (docs/autoscaling.md, "In the worker") is written here too, from the
+pools' registry and the per-pool function ``plan`` uses: its quota is the declared maximum,
+or what the live nodes the pool selects hold when that is more; with no pool wanting it, it
+is deleted once nothing is reserved in it. The pools' changes arrive on the wiring's channel.
+
 Node, flavor and the queue's own events are coalesced per queue (``runtime.coalesce``): the
 first after a quiet batch window is reconciled at once; later ones once the events pause for
 the window, or ``batch_max_delay`` after the first (while nodes still await their capacity
@@ -54,6 +59,7 @@ from gpustack_operator.domain.teams import pool_of
 from gpustack_operator.domain.transition import (
     lending_nothing,
 )
+from gpustack_operator.runtime.channel import Channel
 from gpustack_operator.runtime.client import NotFound
 from gpustack_operator.runtime.coalesce import Coalesce
 from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request, Result
@@ -73,6 +79,7 @@ from gpustack_operator.worker.common import (
     is_managed_object,
     is_up_to_date,
 )
+from gpustack_operator.worker.declaredpools import PoolRegistry, PoolsChanged, put_pool_object
 from gpustack_operator.worker.liveteams import watch_teams
 from gpustack_operator.worker.poolqueue import (
     RETIRING_RELEASED,
@@ -121,9 +128,12 @@ class ClusterQueueReconciler:
         waiting_requeue: float,
         policy: ChainPolicy,
         tracker: AvailabilityTracker | None = None,
+        pools: PoolRegistry | None = None,
     ) -> None:
         self.caches = caches
         self.policy = policy
+        self.pools = pools
+        """The declared pools in force (docs/autoscaling.md); ``None``: none are read."""
         self.tracker = tracker
         self._team_writes: dict[str, tuple[str, dict[str, Any]]] = {}
         """Team queue -> (the resourceVersion it had, what was applied) of its last write."""
@@ -137,8 +147,11 @@ class ClusterQueueReconciler:
         name = request.name
         caches = self.caches
         have = caches.cluster_queues.indexer.get(name)
+        pools = self.pools
+        if pools is not None and pools.concerns(name, have):
+            return await self._pool_queue(pools, name, have)
         if is_pool_chain_object(have):
-            return None  # the declared-pool reconciler's (docs/autoscaling.md)
+            return None  # a declared pool's, and no pools are read here
         if have is not None and pool_of(have) and is_managed_object(have):
             return None  # a team queue: its pool's key handles it (docs/teams.md)
         if have is not None and not is_managed_object(have):
@@ -195,6 +208,22 @@ class ClusterQueueReconciler:
         gone = await self._prune_teams(name, set())
         await self._put(have, want, len(flavors))
         return _sooner(gone, later)
+
+    async def _pool_queue(
+        self, pools: PoolRegistry, name: str, have: dict[str, Any] | None
+    ) -> Result | None:
+        """A declared pool's queue (docs/autoscaling.md, "Quota"): its quota is the declared
+        maximum, or what its live nodes hold when that is more; one no pool wants is
+        deleted once Kueue reports nothing reserved in it."""
+        if not pools.known:
+            return None  # the pools are read first; their change brings the key back
+        caches = self.caches
+        objects = pools.objects(name, caches.nodes, caches.kueue.version)
+        want = objects.cluster_queue if objects is not None else None
+        held = await put_pool_object(
+            self.writer, self.resource, caches.cluster_queues, have, want, held=has_reservations
+        )
+        return Result(requeue_after=self.reserved_requeue) if held else None
 
     async def _put(
         self,
@@ -371,14 +400,20 @@ def build_cluster_queue_controller(
     coalesce: Coalesce,
     policy: ChainPolicy,
     tracker: AvailabilityTracker | None = None,
+    pools: PoolRegistry | None = None,
+    pool_changes: Channel[PoolsChanged] | None = None,
 ) -> Controller:
     """*coalesce*: one preset shared by the queue's own, Cohort, Node and flavor watches
     (docs/worker.md, "Batching"); *tracker*: each node's availability
-    (docs/node-lifecycle.md)."""
+    (docs/node-lifecycle.md); *pools* and *pool_changes*: the declared pools whose queues
+    it writes too, and their changes (the wiring's channel)."""
     facts = caches.facts
 
     def by_node(node: dict[str, Any]) -> list[str]:
-        return caches.event_names(node, "queue")
+        names = caches.event_names(node, "queue")
+        pool = pools.pool_of(node) if pools is not None else None
+        # A declared pool's quota counts its live nodes (docs/autoscaling.md, "Quota").
+        return [*names, pool.object_name] if pool is not None else names
 
     def by_flavor(flavor: dict[str, Any]) -> list[str]:
         queue = annotations_of(flavor).get(QUEUE_ANNOTATION, "")
@@ -402,6 +437,7 @@ def build_cluster_queue_controller(
         waiting_requeue=waiting_requeue,
         policy=policy,
         tracker=tracker,
+        pools=pools,
     )
 
     # A queue's quotas are sums over its nodes: while nodes keep arriving, wait for a pause
@@ -420,6 +456,10 @@ def build_cluster_queue_controller(
     builder = watch_teams(
         builder, caches.teams, lambda: caches.flavors.indexer.index_values(BY_QUEUE)
     )
+    if pool_changes is not None:
+        builder = builder.watches_channel(
+            pool_changes, lambda c: c.keys("queue", caches.cluster_queues)
+        )
     return (
         builder.for_(caches.kueue.cluster_queues, METADATA_OR_SPEC_CHANGED, coalesce=coalesce)
         .watches(

@@ -6,6 +6,10 @@ no ClusterQueue (``spec.cohortName``, anyone's) references it: ClusterQueues are
 their Cohort, so deleting it earlier would let the garbage collector cascade into queues
 that still have flavors. A Cohort being deleted is looked at again after a while; one a
 person made (no managed-by label) is never changed or deleted.
+
+A declared pool's Cohort (docs/autoscaling.md, "In the worker") is written here too, from
+the pools' registry and the per-pool function ``plan`` uses, and deleted once no pool wants
+it; the pools' changes arrive on the wiring's channel.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from gpustack_operator.domain.queues import (
     queue_flavors,
 )
 from gpustack_operator.domain.teams import cohort_resource_groups, with_cohort_quota
+from gpustack_operator.runtime.channel import Channel
 from gpustack_operator.runtime.coalesce import Coalesce
 from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request, Result
 from gpustack_operator.runtime.resources import NODES
@@ -35,6 +40,7 @@ from gpustack_operator.worker.common import (
     is_managed_object,
     is_up_to_date,
 )
+from gpustack_operator.worker.declaredpools import PoolRegistry, PoolsChanged, put_pool_object
 from gpustack_operator.worker.liveteams import watch_teams
 from gpustack_operator.worker.poolqueue import (
     RETIRING_RELEASED,
@@ -56,8 +62,11 @@ class CohortReconciler:
         *,
         deleting_requeue: float,
         tracker: AvailabilityTracker | None = None,
+        pools: PoolRegistry | None = None,
     ) -> None:
         self.caches = caches
+        self.pools = pools
+        """The declared pools in force (docs/autoscaling.md); ``None``: none are read."""
         self.tracker = tracker
         """Each node's availability, as the ClusterQueue reconciler counts it (docs/teams.md)."""
         self.policy = policy
@@ -68,8 +77,16 @@ class CohortReconciler:
     async def __call__(self, request: Request) -> Result | None:
         name = request.name
         have = self.caches.cohorts.indexer.get(name)
+        pools = self.pools
+        if pools is not None and pools.concerns(name, have):
+            if pools.known:  # docs/autoscaling.md, "In the worker"
+                caches = self.caches
+                objects = pools.objects(name, caches.nodes, caches.kueue.version)
+                want = objects.cohort if objects is not None else None
+                await put_pool_object(self.writer, self.resource, caches.cohorts, have, want)
+            return None
         if is_pool_chain_object(have):
-            return None  # the declared-pool reconciler's (docs/autoscaling.md)
+            return None  # a declared pool's, and no pools are read here
         nodes = self.caches.managed_nodes(BY_COHORT, name)
         if have is not None and is_deleting(have):
             return Result(requeue_after=self.deleting_requeue) if nodes else None
@@ -167,9 +184,13 @@ def build_cohort_controller(
     coalesce: Coalesce,
     policy: ChainPolicy,
     tracker: AvailabilityTracker | None = None,
+    pools: PoolRegistry | None = None,
+    pool_changes: Channel[PoolsChanged] | None = None,
 ) -> Controller:
     """*coalesce*: the Node and ClusterQueue watches' preset, as for flavors (docs/worker.md,
-    "Batching"); *tracker*: node availability, for the Cohort's own quota with teams."""
+    "Batching"); *tracker*: node availability, for the Cohort's own quota with teams;
+    *pools* and *pool_changes*: the declared pools whose Cohorts it writes too, and their
+    changes (the wiring's channel)."""
     facts = caches.facts
 
     def by_node(node: dict[str, Any]) -> list[str]:
@@ -182,6 +203,8 @@ def build_cohort_controller(
     builder = watch_teams(
         builder, caches.teams, lambda: caches.flavors.indexer.index_values(BY_COHORT)
     )
+    if pool_changes is not None:
+        builder = builder.watches_channel(pool_changes, lambda c: c.keys("cohort", caches.cohorts))
     return (
         builder.for_(caches.kueue.cohorts, METADATA_OR_SPEC_CHANGED)
         .watches(NODES, by_node, NodeChanged(facts), coalesce=coalesce)
@@ -190,7 +213,12 @@ def build_cohort_controller(
         .with_options(max_concurrent_reconciles=workers)
         .complete(
             CohortReconciler(
-                caches, writer, policy, deleting_requeue=deleting_requeue, tracker=tracker
+                caches,
+                writer,
+                policy,
+                deleting_requeue=deleting_requeue,
+                tracker=tracker,
+                pools=pools,
             )
         )
     )

@@ -3,11 +3,14 @@
 One key (:data:`KEY`) for all pools: they are few, and which nodes the node-derived chain
 counts depends on all of them at once. A reconcile reads the pool objects the cluster serves
 (Karpenter NodePools, Cluster API MachineDeployments and MachinePools) and the policy's
-declared pools, asks ``domain.declaredpools`` for their chain, applies what differs and
-deletes the pool objects (``gpustack.ai/declared-pool``) no pool wants any more; a queue
-only once nothing is reserved in it. When the set of sound pools changes, the nodes they
-select are filed again in the Node indexes (their own profiles go, or come back) and the
-node-derived controllers are asked to look at the names those nodes had and have.
+declared pools, keeps the registry of sound pools (``worker/declaredpools.py``), says what
+it refuses and lacks, and writes the kinds no other reconciler writes: the pools'
+AdmissionChecks and ProvisioningRequestConfigs (deleting those no pool wants once their
+queue is gone). The pools' flavors, Cohorts and ClusterQueues are written by the flavor,
+Cohort and ClusterQueue reconcilers from the same registry (one writer per kind,
+docs/architecture.md). When the registry changes, the nodes the old or new pools select are
+filed again in the Node indexes and one :class:`PoolsChanged` goes out on the channel the
+wiring gave it; it knows nothing of who listens.
 """
 
 from __future__ import annotations
@@ -35,14 +38,11 @@ from gpustack_operator.domain.declaredpools import (
     validate_declared_pools,
 )
 from gpustack_operator.domain.kueue import KUEUE_GROUP
-from gpustack_operator.domain.kueueusage import has_reservations
+from gpustack_operator.domain.nodemodel import Part
 from gpustack_operator.domain.nodeview import is_deleting, labels_of, name_of
 from gpustack_operator.domain.policy import ChainPolicy
-from gpustack_operator.domain.poolchain import (
-    declared_pool_chain,
-    has_stale_checks,
-    without_admission_checks,
-)
+from gpustack_operator.domain.poolchain import declared_pool_chain
+from gpustack_operator.runtime.channel import Channel
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.clock import WALL_CLOCK, Clock
 from gpustack_operator.runtime.controller import (
@@ -56,11 +56,10 @@ from gpustack_operator.runtime.controller import (
 from gpustack_operator.runtime.errors import ApiError
 from gpustack_operator.runtime.informer import Informer
 from gpustack_operator.runtime.manager import Manager
-from gpustack_operator.runtime.resources import CONFIGMAPS, NODES, Resource
+from gpustack_operator.runtime.resources import CONFIGMAPS, Resource
 from gpustack_operator.worker.caches import KueueCaches
 from gpustack_operator.worker.common import (
     METADATA_OR_SPEC_CHANGED,
-    NodeChanged,
     Writer,
     is_managed_object,
     is_up_to_date,
@@ -70,19 +69,15 @@ from gpustack_operator.worker.declarations import (
     LiveDeclaration,
     status_configmap_informer,
 )
-from gpustack_operator.worker.nodemodels import Part
+from gpustack_operator.worker.declaredpools import PoolRegistry, PoolsChanged
 
 log = structlog.get_logger(__name__)
 
 NAME: Final = "declaredpool"
 KEY: Final = "declared-pools"
-BY_POOL: Final = "declared-pool"
-"""Node index: the key of the sound pool whose selector the node matches."""
 
 _PARTS: Final[tuple[Part, ...]] = ("flavor", "queue", "cohort")
 """The node indexes (``BY_FLAVOR``, ``BY_QUEUE``, ``BY_COHORT``) a pool change refiles."""
-RESERVED_REQUEUE: Final = 15.0
-"""Seconds before looking again at a pool queue no pool wants that still holds work."""
 INFRASTRUCTURE_KIND_SUFFIXES: Final = ("MachineTemplate", "MachinePool")
 """What a node group's ``infrastructureRef`` names (``DockerMachineTemplate``,
 ``AWSMachinePool``)."""
@@ -112,6 +107,12 @@ def _is_active(check: Mapping[str, Any]) -> bool:
     return any(c.get("type") == "Active" and c.get("status") == "True" for c in conditions)
 
 
+def _uses_check(queue: Mapping[str, Any] | None, check: str) -> bool:
+    """Whether *queue* (a pool's ClusterQueue, if cached) lists the admission check *check*."""
+    strategy = ((queue or {}).get("spec") or {}).get("admissionChecksStrategy") or {}
+    return any(c.get("name") == check for c in strategy.get("admissionChecks") or ())
+
+
 def _created(obj: Mapping[str, Any], now: float) -> float:
     """The object's creationTimestamp as seconds since the epoch (*now* when absent)."""
     stamp = str((obj.get("metadata") or {}).get("creationTimestamp") or "")
@@ -138,33 +139,6 @@ def provisioning_resources(version: str) -> tuple[Resource, Resource]:
             namespaced=False,
         ),
     )
-
-
-class PoolRegistry:
-    """The sound pools the worker knows now; the Node facts ask it which nodes are claimed."""
-
-    def __init__(self) -> None:
-        self.results: tuple[PoolResult, ...] = ()
-        self.sound: tuple[DeclaredPool, ...] = ()
-        self.version = 0
-        """Bumped on every change of the sound pools (the Node facts' cache key)."""
-
-    def claim(self, node: object) -> str:
-        """The key of the pool that selects *node*, ``""`` for none."""
-        for pool in self.sound:
-            if pool.matches(node):
-                return pool.key
-        return ""
-
-    def update(self, results: Sequence[PoolResult]) -> tuple[DeclaredPool, ...] | None:
-        """Take *results*; the sound pools before, when they changed, else ``None``."""
-        self.results = tuple(results)
-        sound = tuple(r for r in results if isinstance(r, DeclaredPool))
-        if sound == self.sound:
-            return None
-        before, self.sound = self.sound, sound
-        self.version += 1
-        return before
 
 
 @dataclass
@@ -262,7 +236,7 @@ class DeclaredPoolReconciler:
         policy: ChainPolicy,
         registry: PoolRegistry,
         sources: PoolSources,
-        enqueue: Callable[[str, Iterable[str]], None],
+        changes: Channel[PoolsChanged] | None = None,
         clock: Clock = WALL_CLOCK,
         informer_of: Callable[[Resource], Informer] | None = None,
     ) -> None:
@@ -273,9 +247,10 @@ class DeclaredPoolReconciler:
         self.policy = policy
         self.registry = registry
         self.sources = sources
-        self.enqueue = enqueue
-        """Asks a node-derived controller (by part) to reconcile names."""
+        self.changes = changes
+        """Where a change of the registry goes out (the wiring's channel)."""
         self.settings = replace(policy.provisioning, served=sources.provisioning)
+        registry.provisioning = self.settings
         kueue = caches.kueue
         self.check, self.config = provisioning_resources(kueue.version.value)
         self.pool_informers: dict[str, Informer] = {}
@@ -326,7 +301,6 @@ class DeclaredPoolReconciler:
         return [o for informer in self.sources.informers for o in informer.indexer.list()]
 
     async def __call__(self, request: Request) -> Result | None:
-        caches = self.caches
         declared = [*self.policy.declared_pools, *await self._declared()]
         results = pools_from_objects(
             self._objects(), declared, self.policy.manufacturers_by_resource
@@ -339,20 +313,29 @@ class DeclaredPoolReconciler:
         ):
             log.warning(PROVISIONING_NOT_SERVED)  # once per process
             self._said_provisioning = True
-        self._take(results)
-        nodes = [
-            n for p in self.registry.sound for n in caches.nodes.indexer.by_index(BY_POOL, p.key)
-        ]
-        chain = declared_pool_chain(results, nodes, caches.kueue.version, self.settings)
+        # Only the checks and the warnings of the chain are read here: no nodes needed.
+        chain = declared_pool_chain(results, (), self.caches.kueue.version, self.settings)
         self._report(results, chain.warnings)
-        recheck = self._leave_out_inactive_checks(chain.admission_checks, chain.cluster_queues)
-        kueue = caches.kueue
+        unchecked, recheck = self._inactive_checks(chain.admission_checks)
+        change = self._take(results, unchecked)
+        try:
+            await self._write_checks(chain.admission_checks, chain.provisioning_configs)
+        finally:
+            # After the checks, so a pool's queue is mostly written once its check exists;
+            # sent even when a write failed (the registry has changed already).
+            if change is not None and self.changes is not None:
+                self.changes.send(change)
+        return Result(requeue_after=recheck) if recheck else None
+
+    async def _write_checks(
+        self, checks: dict[str, dict[str, Any]], configs: dict[str, dict[str, Any]]
+    ) -> None:
+        """Apply the pools' AdmissionChecks and ProvisioningRequestConfigs (configs first)
+        and delete those no pool wants, each once the pool's queue names the check no more
+        (the ClusterQueue reconciler writes the queue)."""
         wanted: list[tuple[Resource, Informer | None, dict[str, dict[str, Any]]]] = [
-            (kueue.resource_flavors, caches.flavors, chain.resource_flavors),
-            (kueue.cohorts, caches.cohorts, chain.cohorts),
-            (self.config, self.pool_informers.get("config"), chain.provisioning_configs),
-            (self.check, self.pool_informers.get("check"), chain.admission_checks),
-            (kueue.cluster_queues, caches.cluster_queues, chain.cluster_queues),
+            (self.config, self.pool_informers.get("config"), configs),
+            (self.check, self.pool_informers.get("check"), checks),
         ]
         for resource, informer, objects in wanted:
             for name, want in objects.items():
@@ -362,10 +345,9 @@ class DeclaredPoolReconciler:
                     continue
                 if have is not None and is_deleting(have):
                     continue  # its deletion brings the key back; then it is created anew
-                comparison = _CHECK_COMPARISON if resource in (self.check, self.config) else None
-                if not is_up_to_date(have, want, comparison) or has_stale_checks(have, want):
+                if not is_up_to_date(have, want, _CHECK_COMPARISON):
                     await self.writer.apply(resource, want, existed=have is not None)
-        held = False
+        queues = self.caches.cluster_queues.indexer
         for resource, informer, objects in reversed(wanted):
             if informer is None:
                 continue
@@ -374,26 +356,21 @@ class DeclaredPoolReconciler:
                     continue
                 if not is_managed_object(have) or is_deleting(have):
                     continue
-                if resource == kueue.cluster_queues and has_reservations(have):
-                    held = True  # deleted once Kueue reports nothing reserved
-                    continue
+                if _uses_check(queues.get(name_of(have)), name_of(have)):
+                    continue  # its queue lets go first (the queue's change brings us back)
                 await self.writer.delete(resource, have, "no declared pool wants it")
-        if held:
-            recheck = min(recheck or RESERVED_REQUEUE, RESERVED_REQUEUE)
-        return Result(requeue_after=recheck) if recheck else None
 
-    def _leave_out_inactive_checks(
-        self, checks: Mapping[str, Any], queues: dict[str, dict[str, Any]]
-    ) -> float | None:
-        """docs/autoscaling.md, "A check that never becomes Active": a pool's check older
-        than the grace without ``Active=True`` is left out of its queue (said once per
-        check); the seconds until a younger one's grace ends, if any."""
+    def _inactive_checks(self, checks: Mapping[str, Any]) -> tuple[set[str], float | None]:
+        """docs/autoscaling.md, "A check that never becomes Active": the pools whose check,
+        older than the grace without ``Active=True``, their queue leaves out (said once per
+        check); and the seconds until a younger one's grace ends, if any."""
         informer = self.pool_informers.get("check")
         if informer is None:
-            return None
+            return set(), None
         grace = self.settings.inactive_grace_seconds
         now = self.clock()
         soonest: float | None = None
+        unchecked: set[str] = set()
         for name in checks:
             have = informer.indexer.get(name)
             if have is None or _is_active(have):
@@ -403,30 +380,32 @@ class DeclaredPoolReconciler:
             if age < grace:
                 soonest = grace - age if soonest is None else min(soonest, grace - age)
                 continue
-            if name in queues:
-                queues[name] = without_admission_checks(queues[name])
+            unchecked.add(name)
             if name not in self._said_inactive:
                 log.warning(INACTIVE_CHECK, check=name)
                 self._said_inactive.add(name)
-        return soonest
+        return unchecked, soonest
 
-    def _take(self, results: Sequence[PoolResult]) -> None:
-        """Make *results* the registry's. When the sound pools change, the nodes the old or
-        new pools select are filed again in the Node indexes, and the names they had (under
-        the old pools) and have (under the new) go to the node-derived controllers."""
-        sound = {r.key: r for r in results if isinstance(r, DeclaredPool)}
-        if tuple(sound.values()) == self.registry.sound:
-            self.registry.update(results)
-            return
-        pools = [*self.registry.sound, *sound.values()]
+    def _take(self, results: Sequence[PoolResult], unchecked: set[str]) -> PoolsChanged | None:
+        """Make *results* (and the checks left out) the registry's. When they change, the
+        nodes the old or new pools select are filed again in the Node indexes, and one
+        :class:`PoolsChanged` (returned, for the channel) says what changed: the pools
+        before and after and the names those nodes had (under the old pools) and have
+        (under the new)."""
+        sound = [r for r in results if isinstance(r, DeclaredPool)]
+        registry = self.registry
+        first = not registry.known
+        pools = [*registry.sound, *sound] if tuple(sound) != registry.sound else []
         indexer = self.caches.nodes.indexer
         touched = [n for n in indexer.list() if any(p.matches(n) for p in pools)]
         old = {part: self._names(touched, part) for part in _PARTS}
-        self.registry.update(results)
+        before = registry.update(results, unchecked)
+        if before is None:
+            return None
         for node in touched:
             indexer.upsert(node)
-        for part in _PARTS:
-            self.enqueue(part, old[part] | self._names(touched, part))
+        names = {part: frozenset(old[part] | self._names(touched, part)) for part in _PARTS}
+        return PoolsChanged(before, registry.sound, names, first=first)
 
     def _names(self, nodes: Iterable[dict[str, Any]], part: Part) -> set[str]:
         facts = self.caches.facts
@@ -455,14 +434,13 @@ async def add_pool_controller(
     writer: Writer,
     policy: ChainPolicy,
     registry: PoolRegistry,
-    enqueue: Callable[[str, Iterable[str]], None],
+    changes: Channel[PoolsChanged] | None = None,
     clock: Clock = WALL_CLOCK,
 ) -> Controller:
-    """Discover the pool sources and add the declared-pool controller to *manager*;
-    ``enqueue(part, names)`` (the wiring's: it knows which controller reconciles the
-    flavors, queues or cohorts a node index part names) passes on the names a pool change
-    touches. Kinds served later are watched once :meth:`DeclaredPoolReconciler.rediscover`
-    finds them."""
+    """Discover the pool sources and add the declared-pool controller to *manager*; a
+    change of *registry* goes out on *changes* (the wiring's channel, which the flavor,
+    Cohort and ClusterQueue controllers watch). Kinds served later are watched once
+    :meth:`DeclaredPoolReconciler.rediscover` finds them."""
     sources = await discover_pool_sources(
         manager.client, manager.informer, policy, caches.kueue.version.value
     )
@@ -491,7 +469,7 @@ async def add_pool_controller(
         registry=registry,
         sources=sources,
         informer_of=manager.informer,
-        enqueue=enqueue,
+        changes=changes,
         clock=clock,
     )
 
@@ -505,13 +483,13 @@ def build_declared_pool_controller(
     registry: PoolRegistry,
     sources: PoolSources,
     informer_of: Callable[[Resource], Informer],
-    enqueue: Callable[[str, Iterable[str]], None],
+    changes: Channel[PoolsChanged] | None = None,
     clock: Clock = WALL_CLOCK,
 ) -> Controller:
-    """The declared-pool controller: pool objects, the nodes pools select, and the pool's own
-    Kueue objects all map to :data:`KEY`."""
+    """The declared-pool controller: pool objects, the declarations, the pools' queues and
+    their checks all map to :data:`KEY`."""
     reconciler = DeclaredPoolReconciler(
-        caches, writer, policy, registry, sources, enqueue, clock=clock, informer_of=informer_of
+        caches, writer, policy, registry, sources, changes, clock=clock, informer_of=informer_of
     )
 
     def always(_: dict[str, Any]) -> list[str]:
@@ -520,12 +498,9 @@ def build_declared_pool_controller(
     def ours(obj: dict[str, Any]) -> list[str]:
         return [KEY] if POOL_LABEL in labels_of(obj) else []
 
-    def pool_node(node: dict[str, Any]) -> list[str]:
-        return [KEY] if registry.claim(node) else []
-
     kueue = caches.kueue
+    # A pool queue's deletion lets its check go (the ClusterQueue reconciler writes it).
     built = builder.watches(kueue.cluster_queues, ours, METADATA_OR_SPEC_CHANGED)
-    built = built.watches(kueue.resource_flavors, ours).watches(kueue.cohorts, ours)
     if sources.provisioning:
         reconciler.pool_informers["check"] = informer_of(reconciler.check)
         reconciler.pool_informers["config"] = informer_of(reconciler.config)
@@ -539,7 +514,6 @@ def build_declared_pool_controller(
             namespace=sources.declarations.namespace,
             field_selector=sources.declarations.field_selector,
         )
-    built = built.watches(NODES, pool_node, NodeChanged(caches.facts))
     controller = built.with_options(max_concurrent_reconciles=1).complete(reconciler)
     reconciler.controller = controller
     if sources.live is not None:  # the pools in force are known before the first reconcile

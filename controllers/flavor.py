@@ -9,6 +9,10 @@ finalizer keeps it until no ClusterQueue lists it). A flavor of the same name wi
 label was made by a person: it is left alone and reported with a Warning Event. Node
 updates are mapped to the flavor names of both the old and the new Node, so a node that
 stops carrying a flavor still reaches it.
+
+A declared pool's flavor (docs/autoscaling.md, "In the worker") is written here too, from the
+pools' registry and the per-pool function ``plan`` uses, and deleted once no pool wants it;
+the pools' changes arrive on the wiring's channel.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.profiles import strip_tas_suffix
 from gpustack_operator.domain.tenancy import tenant_flavor
 from gpustack_operator.domain.topology import manifests_digest, parse_group, tas_queue_name
+from gpustack_operator.runtime.channel import Channel
 from gpustack_operator.runtime.coalesce import Coalesce
 from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request
 from gpustack_operator.runtime.predicates import Predicate
@@ -39,6 +44,7 @@ from gpustack_operator.worker.common import (
     is_managed_object,
     is_up_to_date,
 )
+from gpustack_operator.worker.declaredpools import PoolRegistry, PoolsChanged, put_pool_object
 
 NAME: Final = "resourceflavor"
 
@@ -46,17 +52,33 @@ log = structlog.get_logger(__name__)
 
 
 class FlavorReconciler:
-    def __init__(self, caches: KueueCaches, writer: Writer, policy: ChainPolicy) -> None:
+    def __init__(
+        self,
+        caches: KueueCaches,
+        writer: Writer,
+        policy: ChainPolicy,
+        pools: PoolRegistry | None = None,
+    ) -> None:
         self.caches = caches
         self.writer = writer
         self.policy = policy
+        self.pools = pools
+        """The declared pools in force (docs/autoscaling.md); ``None``: none are read."""
         self.resource = caches.kueue.resource_flavors
 
     async def __call__(self, request: Request) -> None:
         name = request.name
         have = self.caches.flavors.indexer.get(name)
+        pools = self.pools
+        if pools is not None and pools.concerns(name, have):
+            if pools.known:  # docs/autoscaling.md, "In the worker"
+                caches = self.caches
+                objects = pools.objects(name, caches.nodes, caches.kueue.version)
+                want = objects.flavor if objects is not None else None
+                await put_pool_object(self.writer, self.resource, caches.flavors, have, want)
+            return
         if is_pool_chain_object(have):
-            return  # the declared-pool reconciler's (docs/autoscaling.md)
+            return  # a declared pool's, and no pools are read here
         nodes = self.caches.managed_nodes(BY_FLAVOR, name)
         want = desired_resource_flavor(
             name,
@@ -142,10 +164,13 @@ def build_flavor_controller(
     workers: int,
     coalesce: Coalesce,
     policy: ChainPolicy,
+    pools: PoolRegistry | None = None,
+    pool_changes: Channel[PoolsChanged] | None = None,
 ) -> Controller:
     """*coalesce*: the Node watch's preset (docs/worker.md, "Batching"), held while nodes
     still await their capacity labels, so a joining fleet renders each flavor about once
-    rather than once a window."""
+    rather than once a window. *pools*: the declared pools whose flavors it writes too;
+    *pool_changes*: their changes (the wiring's channel), mapped to the flavors to look at."""
     facts = caches.facts
 
     def by_node(node: dict[str, Any]) -> list[str]:
@@ -173,8 +198,10 @@ def build_flavor_controller(
     )
     if caches.topologies is not None and caches.kueue.topologies is not None:
         built = built.watches(caches.kueue.topologies, by_topology, METADATA_OR_SPEC_CHANGED)
+    if pool_changes is not None:
+        built = built.watches_channel(pool_changes, lambda c: c.keys("flavor", caches.flavors))
     return built.with_options(max_concurrent_reconciles=workers).complete(
-        FlavorReconciler(caches, writer, policy)
+        FlavorReconciler(caches, writer, policy, pools)
     )
 
 

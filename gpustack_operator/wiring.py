@@ -22,7 +22,7 @@ Build the manager with :func:`new_worker_manager` to get the worker's informer t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
@@ -35,12 +35,7 @@ from gpustack_operator.controllers.clusterqueue import NAME as CLUSTER_QUEUE
 from gpustack_operator.controllers.clusterqueue import build_cluster_queue_controller
 from gpustack_operator.controllers.cohort import NAME as COHORT
 from gpustack_operator.controllers.cohort import build_cohort_controller
-from gpustack_operator.controllers.declaredpool import (
-    BY_POOL,
-    DeclaredPoolReconciler,
-    PoolRegistry,
-    add_pool_controller,
-)
+from gpustack_operator.controllers.declaredpool import DeclaredPoolReconciler, add_pool_controller
 from gpustack_operator.controllers.flavor import NAME as FLAVOR
 from gpustack_operator.controllers.flavor import build_flavor_controller
 from gpustack_operator.controllers.kueueconfig import NAME as KUEUE_CONFIG
@@ -63,6 +58,7 @@ from gpustack_operator.domain.workertimers import TIMERS_CONFIGMAP, timers_confi
 from gpustack_operator.domain.workerverdicts import VERDICTS_CONFIGMAP, verdicts_configmap
 from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.runtime.backoff import BackoffPolicy
+from gpustack_operator.runtime.channel import Channel
 from gpustack_operator.runtime.client import ApiError, Client
 from gpustack_operator.runtime.clock import WALL_CLOCK, Clock
 from gpustack_operator.runtime.coalesce import CoalescePresets, Hold
@@ -75,9 +71,6 @@ from gpustack_operator.runtime.poll import poll_until
 from gpustack_operator.runtime.resources import CONFIGMAPS, NODES, RESOURCE_SLICES
 from gpustack_operator.worker.availability import AvailabilityTracker
 from gpustack_operator.worker.caches import (
-    BY_COHORT,
-    BY_FLAVOR,
-    BY_QUEUE,
     KueueCaches,
     add_node_indexes,
     fleet_settling,
@@ -85,6 +78,7 @@ from gpustack_operator.worker.caches import (
 )
 from gpustack_operator.worker.common import Writer, trim_for_worker
 from gpustack_operator.worker.declarations import status_configmap_informer
+from gpustack_operator.worker.declaredpools import BY_DECLARED_POOL, PoolRegistry, PoolsChanged
 from gpustack_operator.worker.liveteams import LiveTeams, teams_configmap_informer
 
 log = structlog.get_logger(__name__)
@@ -243,6 +237,14 @@ class Worker:
         """The declared pools (docs/autoscaling.md); the Node facts ask it which nodes are
         claimed."""
         self.facts.pools = self.pools
+        pools = self.pools
+        self.pool_changes: Channel[PoolsChanged] = Channel(
+            "declared pools",
+            replay=lambda: [PoolsChanged((), pools.sound)] if pools.known else [],
+        )
+        """The declared-pool controller's changes of :attr:`pools`, watched by the flavor,
+        Cohort and ClusterQueue controllers (each maps a change to its own names): the one
+        fan-out between reconcilers, owned here (docs/architecture.md)."""
 
     @property
     def excluded_namespaces(self) -> tuple[str, ...]:
@@ -329,23 +331,13 @@ class Worker:
             recorder=self.manager.recorder,
         )
         self.queue_controllers = self._add_queue_controllers(self.caches)
-        by_name = {c.name: c for c in self.queue_controllers}
-        parts = {BY_FLAVOR: FLAVOR, BY_QUEUE: CLUSTER_QUEUE, BY_COHORT: COHORT}
-
-        def enqueue(part: str, names: Iterable[str]) -> None:
-            """A declared pool's change reaches the reconcilers of the names it touches."""
-            controller = by_name.get(parts[part])
-            if controller is not None:
-                for name in names:
-                    controller.queue.add(name)
-
         self.pool_controller = await add_pool_controller(
             self.manager,
             self.caches,
             self.writer,
             self.config.policy,
             self.pools,
-            enqueue,
+            self.pool_changes,
             clock=self.config.clock,
         )
         self.kueue_found.set()
@@ -368,6 +360,8 @@ class Worker:
                 workers=workers,
                 coalesce=presets.until_quiet(),
                 policy=policy,
+                pools=self.pools,
+                pool_changes=self.pool_changes,
             ),
             build_cohort_controller(
                 manager.controller(COHORT),
@@ -378,6 +372,8 @@ class Worker:
                 coalesce=presets.until_quiet(),
                 policy=policy,
                 tracker=self.availability,
+                pools=self.pools,
+                pool_changes=self.pool_changes,
             ),
             build_cluster_queue_controller(
                 manager.controller(CLUSTER_QUEUE),
@@ -389,6 +385,8 @@ class Worker:
                 coalesce=presets.until_quiet_or_late(),
                 policy=policy,
                 tracker=self.availability,
+                pools=self.pools,
+                pool_changes=self.pool_changes,
             ),
             build_local_queue_controller(
                 manager.controller(LOCAL_QUEUE),
@@ -538,9 +536,9 @@ def setup_worker(manager: Manager, config: WorkerConfig) -> Worker:
     """
     worker = Worker(manager, config)
     add_node_indexes(manager.informer(NODES), worker.facts)
-    if BY_POOL not in manager.informer(NODES).indexer.index_names:
+    if BY_DECLARED_POOL not in manager.informer(NODES).indexer.index_names:
         manager.informer(NODES).add_index(
-            BY_POOL, lambda n: [c] if (c := worker.pools.claim(n)) else []
+            BY_DECLARED_POOL, lambda n: [c] if (c := worker.pools.claim(n)) else []
         )
     if config.tenant.is_tenant:
         log.info(TENANT_NO_NODE_FEATURES, tenancy=config.tenant.tenancy.value)

@@ -264,40 +264,77 @@ def has_stale_checks(have: Mapping[str, Any] | None, want: Mapping[str, Any]) ->
     return "admissionChecksStrategy" in held and "admissionChecksStrategy" not in want["spec"]
 
 
+@dataclass(frozen=True)
+class DeclaredPoolObjects:
+    """The Kueue objects of one sound pool (:func:`declared_pool_objects`)."""
+
+    flavor: dict[str, Any]
+    cohort: dict[str, Any]
+    cluster_queue: dict[str, Any]
+    admission_check: dict[str, Any] | None = None
+    provisioning_config: dict[str, Any] | None = None
+    warning: PoolRejection | None = None
+    """Set when the pool gets less than it asks for (a queue, but no provisioning check)."""
+
+
+def declared_pool_objects(
+    pool: DeclaredPool,
+    nodes: Iterable[object],
+    version: KueueVersion,
+    provisioning: ProvisioningSettings = ProvisioningSettings(),
+) -> DeclaredPoolObjects:
+    """The one function per pool that ``plan`` and the worker's reconcilers share: the
+    pool's flavor, Cohort and ClusterQueue (its quota counts those of *nodes* the pool
+    selects) and, where ProvisioningRequests are served and the pool has a class, its
+    AdmissionCheck and ProvisioningRequestConfig."""
+    members = [n for n in nodes if pool.matches(n)]
+    name = pool.object_name
+    check: dict[str, Any] | None = None
+    config: dict[str, Any] | None = None
+    warning: PoolRejection | None = None
+    if provisioning.served and pool.provisioning_class and not is_valid_dns_label(name):
+        warning = PoolRejection(
+            pool.source,
+            pool.name,
+            f"{name} is no DNS label (a dot, or over 63 characters), which Kueue's "
+            "ProvisioningRequests need: the pool gets its queue but no provisioning "
+            "check, so Kueue admits its workloads before nodes exist; rename it "
+            "(at most 53 characters, no dot) or turn on waitForPodsReady",
+        )
+    elif provisioning.served and pool.provisioning_class:
+        check, config = provisioning_objects(pool, version, provisioning)
+    return DeclaredPoolObjects(
+        flavor=pool_flavor(pool, version),
+        cohort=Cohort(metadata=_meta(pool)).manifest(version),
+        cluster_queue=pool_cluster_queue(pool, members, version, name if check else ""),
+        admission_check=check,
+        provisioning_config=config,
+        warning=warning,
+    )
+
+
 def declared_pool_chain(
     pools: Iterable[PoolResult],
     nodes: Iterable[object],
     version: KueueVersion,
     provisioning: ProvisioningSettings = ProvisioningSettings(),
 ) -> PoolChain:
-    """The Kueue objects of every sound pool and the rejections of the others."""
+    """The Kueue objects of every sound pool (:func:`declared_pool_objects`) and the
+    rejections of the others."""
     chain = PoolChain()
     node_list = list(nodes)
     for result in pools:
         if isinstance(result, PoolRejection):
             chain.rejections.append(result)
             continue
-        pool = result
-        members = [n for n in node_list if pool.matches(n)]
-        name = pool.object_name
-        check = ""
-        if provisioning.served and pool.provisioning_class and not is_valid_dns_label(name):
-            chain.warnings.append(
-                PoolRejection(
-                    pool.source,
-                    pool.name,
-                    f"{name} is no DNS label (a dot, or over 63 characters), which Kueue's "
-                    "ProvisioningRequests need: the pool gets its queue but no provisioning "
-                    "check, so Kueue admits its workloads before nodes exist; rename it "
-                    "(at most 53 characters, no dot) or turn on waitForPodsReady",
-                )
-            )
-        elif provisioning.served and pool.provisioning_class:
-            ac, prc = provisioning_objects(pool, version, provisioning)
-            chain.admission_checks[name] = ac
-            chain.provisioning_configs[name] = prc
-            check = name
-        chain.resource_flavors[name] = pool_flavor(pool, version)
-        chain.cohorts[name] = Cohort(metadata=_meta(pool)).manifest(version)
-        chain.cluster_queues[name] = pool_cluster_queue(pool, members, version, check)
+        objects = declared_pool_objects(result, node_list, version, provisioning)
+        name = result.object_name
+        if objects.warning is not None:
+            chain.warnings.append(objects.warning)
+        if objects.admission_check is not None and objects.provisioning_config is not None:
+            chain.admission_checks[name] = objects.admission_check
+            chain.provisioning_configs[name] = objects.provisioning_config
+        chain.resource_flavors[name] = objects.flavor
+        chain.cohorts[name] = objects.cohort
+        chain.cluster_queues[name] = objects.cluster_queue
     return chain

@@ -31,13 +31,14 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 import anyio
 import structlog
 
 from gpustack_operator.runtime import metrics
 from gpustack_operator.runtime.cache import object_key
+from gpustack_operator.runtime.channel import Channel
 from gpustack_operator.runtime.churn import KeyChurn
 from gpustack_operator.runtime.client import ApiUnavailable, ServerError, TooManyRequests
 from gpustack_operator.runtime.coalesce import Coalesce, CoalescingQueue
@@ -70,6 +71,7 @@ TRANSIENT_BACKOFF_CAP = 4.0
 (docs/runtime.md, "Recovery after faults")."""
 
 Obj = dict[str, Any]
+T = TypeVar("T")
 
 
 # --- the reconcile contract ------------------------------------------------------------------
@@ -318,6 +320,7 @@ class Controller:
         self._handlers: list[tuple[EventSource, Any]] = []
         self._coalescing: dict[int, CoalescingQueue] = {}
         self._deferred: dict[Resource, Callable[[], EventSource]] = {}
+        self._channels: list[tuple[Channel[Any], Callable[[Any], None]]] = []
         self._watching = False
         self._primary: EventSource | None = None
         self._started = False
@@ -404,6 +407,19 @@ class Controller:
         if primary:
             self._primary = source
 
+    def watch_channel(self, channel: Channel[Any], map_fn: Callable[[Any], Iterable[str]]) -> None:
+        """Enqueue ``map_fn(value)`` for every value sent on *channel* while the controller
+        runs (attached with the other watches; :mod:`gpustack_operator.runtime.channel`).
+        A channel is not a source to wait for: it has no cache to sync."""
+
+        def handler(value: Any) -> None:
+            for key in map_fn(value):
+                self.queue.add(key)
+
+        self._channels.append((channel, handler))
+        if self._watching:
+            channel.attach(handler)
+
     @property
     def sources(self) -> list[EventSource]:
         """The informers this controller waits for before its workers start."""
@@ -420,6 +436,8 @@ class Controller:
         self._watching = True
         for source, handler in self._handlers:
             source.add_event_handler(handler)
+        for channel, on_value in self._channels:
+            channel.attach(on_value)
 
     def stop_watches(self) -> None:
         """Detach the handlers again (the controller stopped; its queue takes no more keys)."""
@@ -428,6 +446,8 @@ class Controller:
         self._watching = False
         for source, handler in self._handlers:
             source.remove_event_handler(handler)
+        for channel, on_value in self._channels:
+            channel.detach(on_value)
 
     @property
     def started(self) -> bool:
@@ -654,6 +674,7 @@ class ControllerBuilder:
         self._name = name
         self._for: _WatchSpec | None = None
         self._watches: list[_WatchSpec] = []
+        self._channels: list[tuple[Channel[Any], Callable[[Any], Iterable[str]]]] = []
         self._filters: list[PredicateLike] = []
         self._options: dict[str, Any] = {}
 
@@ -759,6 +780,14 @@ class ControllerBuilder:
         )
         return self
 
+    def watches_channel(
+        self, channel: Channel[T], map_fn: Callable[[T], Iterable[str]]
+    ) -> ControllerBuilder:
+        """Watch *channel* (a typed event source the program's wiring owns): each value sent
+        enqueues ``map_fn(value)`` (docs/runtime.md, "Controllers")."""
+        self._channels.append((channel, map_fn))
+        return self
+
     def with_event_filter(self, *predicates: PredicateLike) -> ControllerBuilder:
         """Predicates applied to every watch of this controller."""
         self._filters.extend(predicates)
@@ -792,7 +821,7 @@ class ControllerBuilder:
         kind as the owner.
         """
         owns = any(spec.mapper is enqueue_owner for spec in self._watches)
-        if self._for is None and (owns or not self._watches):
+        if self._for is None and (owns or not (self._watches or self._channels)):
             raise ValueError(f"controller {self._name!r}: call for_(resource) before complete()")
         controller = Controller(
             self._name, reconciler, recorder=self._host.recorder, **self._options
@@ -805,6 +834,8 @@ class ControllerBuilder:
                 )
             else:
                 self._attach(controller, spec)
+        for channel, map_fn in self._channels:
+            controller.watch_channel(channel, map_fn)
         self._host.add_controller(controller)
         return controller
 

@@ -275,6 +275,37 @@ def test_no_reconciler_imports_another() -> None:
     assert not crossing, "reconcilers that import another:\n" + "\n".join(crossing)
 
 
+def _queue_uses(module: str) -> list[str]:
+    """Each ``<receiver>.queue.add...`` in *module*'s source, as ``line: receiver``."""
+    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+    return [
+        f"{node.lineno}: {ast.unparse(node.value.value)}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and node.attr.startswith("add")
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "queue"
+    ]
+
+
+def test_no_reconciler_enqueues_into_another() -> None:
+    """A reconciler adds keys only to its own controller's queue (``self.controller``), and
+    the wiring to none: a change reaches other controllers through a typed channel they
+    watch (``runtime/channel.py``; docs/architecture.md, "Who writes what")."""
+    reaching = [
+        f"{module}:{use}"
+        for module in sorted(reconciler_modules())
+        for use in _queue_uses(module)
+        if not use.endswith(": self.controller")
+    ]
+    reaching += [
+        f"gpustack_operator.wiring:{use}" for use in _queue_uses("gpustack_operator.wiring")
+    ]
+    assert not reaching, "work queues reached from outside their controller:\n" + "\n".join(
+        reaching
+    )
+
+
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("gpustack_operator", "gpustack_operator.domain"),
     ("gpustack_operator.runtime",),

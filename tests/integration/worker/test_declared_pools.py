@@ -25,6 +25,7 @@ from gpustack_operator.controllers.declaredpool import INACTIVE_CHECK, PROVISION
 from gpustack_operator.domain.declarationstatus import STATUS_CONFIGMAP
 from gpustack_operator.domain.declaredpools import DECLARED_POOLS_CONFIGMAP, DECLARED_POOLS_KEY
 from gpustack_operator.runtime.resources import NODES
+from gpustack_operator.worker.common import Writer
 from gpustack_sim.apiserver.authn import TokenAuthenticator
 from gpustack_sim.apiserver.server import SimServer
 from gpustack_sim.standins.crds import autoscaling_stand_in_crds, stand_in_crds
@@ -39,6 +40,7 @@ from tests.integration.worker.support import (
     idle,
     kueue_objects,
     nfd_master,
+    node,
     put_node,
     started_and_idle,
     worker_running,
@@ -231,6 +233,97 @@ async def test_pools_at_zero_get_queues_and_scaling_writes_nothing(
         }
         assert after == before
         assert _quota(sim, "pool-karpenter-h100") == "16"
+
+
+WRITERS = {
+    "ResourceFlavor": {"resourceflavor"},
+    "Cohort": {"cohort"},
+    "ClusterQueue": {"clusterqueue"},
+    "LocalQueue": {"localqueue"},
+    "AdmissionCheck": {"declaredpool"},
+    "ProvisioningRequestConfig": {"declaredpool"},
+}
+"""docs/architecture.md, "Who writes what": the one reconciler that writes each Kueue kind."""
+
+
+async def test_each_kueue_kind_has_one_writer(
+    sim_pr: SimServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every apply, patch and delete of a Kueue kind, recorded with the controller whose
+    reconcile made it: a node's own chain and the declared pools' chains (checks included)
+    are created (a resync then writes nothing), then two pools go (one with a check), so
+    creations, updates and deletions of every kind are seen; each kind has exactly one
+    writer."""
+    sim = sim_pr
+    _load_pools(sim)
+    put_node(sim, node("gpu-t4", cards=("Tesla T4", 2)))
+    writes: dict[str, set[str]] = {}
+    deleted: set[str] = set()
+
+    def record(kind: str) -> None:
+        controller = structlog.contextvars.get_contextvars().get("controller", "")
+        writes.setdefault(kind, set()).add(str(controller or "(outside a reconcile)"))
+
+    apply, remove, delete = Writer.apply, Writer.remove, Writer.delete
+
+    async def recorded_apply(self: Writer, resource: Any, want: Any, **kw: Any) -> Any:
+        record(resource.kind)
+        return await apply(self, resource, want, **kw)
+
+    async def recorded_remove(self: Writer, resource: Any, want: Any, *a: Any, **kw: Any) -> Any:
+        record(resource.kind)
+        return await remove(self, resource, want, *a, **kw)
+
+    async def recorded_delete(self: Writer, resource: Any, obj: Any, reason: str) -> bool:
+        record(resource.kind)
+        deleted.add(resource.kind)
+        return await delete(self, resource, obj, reason)
+
+    monkeypatch.setattr(Writer, "apply", recorded_apply)
+    monkeypatch.setattr(Writer, "remove", recorded_remove)
+    monkeypatch.setattr(Writer, "delete", recorded_delete)
+    async with (
+        nfd_master(sim),
+        ProvisioningCheckStandIn(sim),
+        worker_running(
+            sim.write_kubeconfig(tmp_path / "kc", token=WORKER_TOKEN), _config()
+        ) as running,
+    ):
+        await eventually(
+            lambda: all(_quota(sim, q) == n for q, n in SOUND.items()), "the pools' queues"
+        )
+        await eventually(
+            lambda: any(
+                not q["metadata"]["name"].startswith("pool-")
+                for q in kueue_objects(sim, "ClusterQueue")
+            ),
+            "the T4 node's own queue",
+        )
+        await eventually(lambda: sim.store.list(KUEUE, "AdmissionCheck"), "the checks")
+        await eventually(lambda: idle(running.manager), "the worker to settle")
+        # A resync reaches every cached key again and writes nothing.
+        sim.counters.reset()
+        for informer in running.manager.informers.informers:
+            informer.resync()
+        await eventually(lambda: idle(running.manager), "the resync to be worked off")
+        assert not any(sim.counters.writes(kind) for kind in WRITERS), sim.counters.snapshot()
+        sim.store.delete("karpenter.sh/v1", "NodePool", "h100")
+        sim.store.delete("cluster.x-k8s.io/v1beta1", "MachineDeployment", "md-a100", "default")
+        gone = ("pool-karpenter-h100", "pool-capi-md-a100")
+        await eventually(
+            lambda: (
+                not any(
+                    sim.store.get(KUEUE, kind, name)
+                    for kind in ("ResourceFlavor", "Cohort", "ClusterQueue", "AdmissionCheck")
+                    for name in gone
+                )
+            ),
+            "the two pools' objects gone",
+        )
+        await eventually(lambda: idle(running.manager), "the worker to settle")
+    kueue_writes = {kind: who for kind, who in writes.items() if kind in WRITERS}
+    assert kueue_writes == WRITERS, kueue_writes
+    assert {"ResourceFlavor", "Cohort", "ClusterQueue", "AdmissionCheck"} <= deleted, deleted
 
 
 async def test_a_live_count_above_the_maximum_counts(sim_pr: SimServer, tmp_path: Path) -> None:

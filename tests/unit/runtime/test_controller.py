@@ -12,6 +12,7 @@ import pytest
 import structlog
 
 from gpustack_operator.runtime import metrics
+from gpustack_operator.runtime.channel import Channel
 from gpustack_operator.runtime.controller import (
     CacheSyncTimeoutError,
     Controller,
@@ -644,6 +645,52 @@ async def test_builder_passes_the_informer_scope_to_the_host() -> None:
         (CONFIGMAPS, "kube-system", "app=x", None),
     }
     controller.queue.shut_down()
+
+
+async def test_a_channel_is_watched_while_the_controller_runs() -> None:
+    """docs/runtime.md, "Controllers": a typed channel the wiring owns; each value maps to
+    keys of the watching controllers' own queues, from the start on (a controller that
+    starts later gets the channel's replay first), and none after they stop."""
+    state = ["a"]
+    channel: Channel[tuple[str, ...]] = Channel("names", replay=lambda: [tuple(state)])
+    host = FakeHost()
+    controllers = [
+        ControllerBuilder(host, unique(name))
+        .for_(NODES)
+        .watches_channel(channel, lambda names, suffix=name: [f"{n}-{suffix}" for n in names])
+        .complete(lambda req: _none())
+        for name in ("one", "two")
+    ]
+    channel.send(("lost",))  # no controller runs yet
+    assert all(len(c.queue) == 0 for c in controllers)
+    controllers[0].start_watches()
+    assert await controllers[0].queue.get() == "a-one"  # the replay
+    controllers[0].queue.done("a-one")
+    state.append("b")
+    channel.send(("b", "c"))
+    controllers[1].start_watches()
+    assert len(controllers[0].queue) == 2
+    assert len(controllers[1].queue) == 2  # its replay: a and b
+    controllers[0].stop_watches()
+    channel.send(("d",))
+    assert len(controllers[0].queue) == 2
+    assert len(controllers[1].queue) == 3
+    assert channel.handlers == 1
+    for controller in controllers:
+        controller.queue.shut_down()
+
+
+def test_a_failing_channel_handler_neither_stops_the_sender_nor_the_others() -> None:
+    channel: Channel[int] = Channel("numbers")
+    got: list[int] = []
+
+    def broken(value: int) -> None:
+        raise ValueError(value)
+
+    channel.attach(broken)
+    channel.attach(got.append)
+    channel.send(1)
+    assert got == [1]
 
 
 async def test_a_deferred_watch_is_attached_only_when_started() -> None:
