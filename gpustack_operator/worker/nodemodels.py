@@ -151,6 +151,27 @@ class NodeModels:
         if self._ids.get(id(entry.node)) is entry:
             del self._ids[id(entry.node)]
 
+    def release(self, node: Mapping[str, Any], replaced_by: Mapping[str, Any] | None) -> None:
+        """*node* left the Node cache and every handler has seen it
+        (``Informer.on_released``): forget its model, so that a Node's previous version and
+        its model are not kept alive beside the current ones. *replaced_by* (the object now
+        cached) takes the entry over when it is the same version decoded again (a re-LIST)."""
+        entry = self._ids.get(id(node))
+        if entry is None or entry.node is not node:
+            return
+        self._forget(entry)
+        uid, version = entry.model.uid, entry.model.version
+        if replaced_by is not None and version:
+            meta = metadata(replaced_by)
+            if meta.get("uid") == uid and meta.get("resourceVersion") == version:
+                entry.node = replaced_by
+                self._ids[id(replaced_by)] = entry
+                return
+        for table in (self._current, self._previous):
+            versions = table.get(uid)
+            if versions is not None:
+                versions[:] = [(v, e) for v, e in versions if e is not entry]
+
     def _claimed(self, entry: _Entry) -> _Entry:
         """*entry* with the declared pools' claim of its node applied (again after the
         pools changed)."""
