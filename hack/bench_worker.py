@@ -153,9 +153,25 @@ def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _rss_mib() -> float:
+    """This process's resident memory now (VmRSS), beside the peak: what the caches hold at
+    convergence, apart from what a cold start's LIST held for a while."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
 def _usage() -> dict[str, float]:
     ru = resource.getrusage(resource.RUSAGE_SELF)
-    return {"cpu_s": ru.ru_utime + ru.ru_stime, "max_rss_mib": _peak_rss_mib()}
+    return {
+        "cpu_s": ru.ru_utime + ru.ru_stime,
+        "max_rss_mib": _peak_rss_mib(),
+        "rss_mib": _rss_mib(),
+    }
 
 
 def _worker_config(config: Any, tas: bool) -> Any:
@@ -420,6 +436,7 @@ async def bench(
         "cpu_s": usage["cpu_s"],
         "startup_cpu_s": start["cpu_s"],
         "max_rss_mib": usage["max_rss_mib"],
+        "rss_mib": usage.get("rss_mib", 0.0),
         "by_verb": dict(by_verb),
         "desired": dict(desired),
         "writes_by_kind": dict(writes_by_kind),
