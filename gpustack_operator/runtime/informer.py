@@ -400,6 +400,8 @@ class Informer:
         self._replace(result)
 
     async def _list(self, resource_version: str | None, page_size: int | None) -> ListResult:
+        """The LIST with the transform applied page by page: a cold start of thousands of
+        Nodes never holds them all untrimmed (managedFields, images) at once."""
         return await self.client.list_all(
             self.resource,
             self.namespace,
@@ -407,6 +409,7 @@ class Informer:
             field_selector=self.field_selector,
             resource_version=resource_version,
             page_size=page_size,
+            transform=self._transformed,
         )
 
     async def _watch(self) -> None:
@@ -443,8 +446,7 @@ class Informer:
     def _replace(self, result: ListResult) -> None:
         """Make the cache equal *result*: adds, updates, and deletes for what vanished."""
         fresh: dict[str, JSON] = {}
-        for item in result.items:
-            obj = self._transformed(item)
+        for obj in result.items:  # transformed as each page arrived (_list)
             fresh[object_key(obj)] = obj
         for obj in fresh.values():
             old = self.indexer.upsert(obj)

@@ -260,6 +260,30 @@ async def test_an_object_that_leaves_the_cache_is_released_after_every_handler(
         assert [r[1:] for r in released[1:]] == [(None, handled)] * 2
 
 
+async def test_a_paged_list_is_transformed_page_by_page(sim: SimServer, client: Client) -> None:
+    """Each page's items are trimmed before the next page is asked for: a cold start never
+    holds the whole list untrimmed."""
+    for i in range(7):
+        sim.store.create(cm(f"c{i}"))
+    log: list[str] = []
+    original = client.list
+
+    async def list_page(*args: Any, **kwargs: Any) -> Any:
+        log.append("page")
+        return await original(*args, **kwargs)
+
+    def transform(obj: dict[str, Any]) -> dict[str, Any]:
+        log.append("item")
+        return {**obj, "trimmed": True}
+
+    client.list = list_page  # type: ignore[method-assign]
+    informer, _, _ = make(client, settings={"page_size": 3}, transform=transform)
+    async with running(informer):
+        assert await informer.wait_for_sync(60)
+    assert "".join(x[0] for x in log) == "piiipiiipi"
+    assert all(o["trimmed"] for o in informer.indexer.list()) and len(informer.indexer) == 7
+
+
 async def test_history_exceeded_relists_and_reports_objects_deleted_in_the_gap(
     sim: SimServer, client: Client
 ) -> None:
