@@ -145,8 +145,9 @@ class NodeModels:
 
     def _shared_parts(self, model: NodeModel) -> NodeModel:
         """*model* with its parts that equal another model's replaced by that model's: nodes
-        of one shape have equal labels views, capacity labels, names and (mostly empty)
-        taint and manufacturer sets, each built afresh per Node version. Equal values, so
+        of one shape have equal label pairs in their views (all but the hostname), capacity
+        labels, names and (mostly empty) taint and manufacturer sets, each built afresh per
+        Node version. Equal values, so
         the chain reads the same; the shared table is dropped now and then (when it outgrows
         the larger of 4,096 and four times the Node count), so it stays bounded."""
         table = self._shared
@@ -167,9 +168,15 @@ class NodeModels:
                 return mapping
 
         view = model.view
+        if len(view) > 2:
+            # the selected labels: their pairs are shared, the tuple holds the node's hostname
+            selected = view[2]
+            if type(selected) is tuple:
+                selected = share(tuple(map(share, selected)))
+            view = (*view[:2], selected, *map(share, view[3:]))
         return replace(
             model,
-            view=(*view[:2], *map(share, view[2:])) if len(view) > 2 else view,
+            view=view,
             profiles=tuple(_interned(p) for p in model.profiles),
             names=share_map({part: tuple(map(sys.intern, n)) for part, n in model.names.items()}),
             capacity_labels=share_map(model.capacity_labels),

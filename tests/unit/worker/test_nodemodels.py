@@ -232,15 +232,20 @@ def test_models_of_nodes_of_one_shape_share_their_equal_parts() -> None:
     from gpustack_operator.domain.nodemodel import node_model
 
     node = next(n for n in profiled_nodes() if node_profiles(n, MFRS))
+    node["metadata"]["labels"]["kubernetes.io/hostname"] = node["metadata"]["name"]
     twin = copy.deepcopy(node)
     twin["metadata"] |= {"name": "twin", "uid": "uid-twin"}
-    twin["metadata"]["labels"] = {**node["metadata"]["labels"]}
-    facts = NodeModels(MFRS)
+    twin["metadata"]["labels"] = {**node["metadata"]["labels"], "kubernetes.io/hostname": "twin"}
+    # TAS on: the hostname is a topology level, so each node's labels view differs in it
+    facts = NodeModels(MFRS, topology=ChainPolicy(manufacturers=MFRS).topology)
     first, second = facts.model(node), facts.model(twin)
     assert first == node_model(node, facts.settings)
     assert second == node_model(twin, facts.settings)
     assert first.capacity_labels is second.capacity_labels
     assert first.names is second.names
-    assert first.view[2] is second.view[2]  # the selected labels
+    pairs = list(zip(first.view[2], second.view[2], strict=True))  # the selected labels
+    assert [a for a, b in pairs if a is not b] == [
+        ("kubernetes.io/hostname", node["metadata"]["name"])
+    ]
     assert first.dedication_taints is second.dedication_taints
     assert first.profiles[0].flavor is second.profiles[0].flavor
