@@ -7,7 +7,6 @@ None of it knows about a particular Kueue kind; each reconciler module stays a t
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
@@ -228,13 +227,15 @@ def _key(resource: Resource, obj: Mapping[str, Any]) -> tuple[Resource, str, str
 
 
 class _Applied:
-    """What one apply sent and what the server answered."""
+    """What one apply sent and what the server answered (without its ``managedFields``, the
+    largest part of the answer, which no caller reads; strings interned: a cold start keeps
+    thousands of these until the caches have seen them)."""
 
     __slots__ = ("cache", "resource_version", "result", "want")
 
     def __init__(self, want: JSON, result: JSON, cache: Informer) -> None:
-        self.want = copy.deepcopy(want)
-        self.result = result
+        self.want = compact(want)  # a deep copy: the caller may change its dict
+        self.result = compact(strip_managed_fields(result))
         self.cache = cache
         self.resource_version = _revision(metadata(result).get("resourceVersion"))
 
