@@ -249,3 +249,4 @@ def test_models_of_nodes_of_one_shape_share_their_equal_parts() -> None:
     ]
     assert first.dedication_taints is second.dedication_taints
     assert first.profiles[0].flavor is second.profiles[0].flavor
+    assert not hasattr(first.profiles[0], "__dict__")  # slots: no dict per profile
