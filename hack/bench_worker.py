@@ -44,7 +44,9 @@ it, since that worker never writes the topology label this tree's ``plan`` expec
 
 ``BENCH_WORKER_PROFILE=FILE`` writes a cProfile of the worker child to FILE;
 ``BENCH_WORKER_LOG_LEVEL=info`` shows its logs; ``BENCH_WORKER_TRACEMALLOC=FILE`` writes
-the 40 largest allocation sites (tracemalloc) at convergence to FILE.
+the 40 largest allocation sites (tracemalloc) at convergence to FILE and the whole snapshot
+to FILE.snapshot (``tracemalloc.Snapshot.load``; two runs' difference divided by the difference
+in nodes is the worker's cost per node, docs/performance.md).
 """
 
 from __future__ import annotations
@@ -151,9 +153,25 @@ def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _rss_mib() -> float:
+    """This process's resident memory now (VmRSS), beside the peak: what the caches hold at
+    convergence, apart from what a cold start's LIST held for a while."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
 def _usage() -> dict[str, float]:
     ru = resource.getrusage(resource.RUSAGE_SELF)
-    return {"cpu_s": ru.ru_utime + ru.ru_stime, "max_rss_mib": _peak_rss_mib()}
+    return {
+        "cpu_s": ru.ru_utime + ru.ru_stime,
+        "max_rss_mib": _peak_rss_mib(),
+        "rss_mib": _rss_mib(),
+    }
 
 
 def _worker_config(config: Any, tas: bool) -> Any:
@@ -198,7 +216,9 @@ def worker_child(kubeconfig: str, report: Path, resync_period: float, tas: bool 
         with report.open("a") as fh:
             fh.write(json.dumps(_usage()) + "\n")
         if memory_to:
-            top = tracemalloc.take_snapshot().statistics("lineno")[:40]
+            taken = tracemalloc.take_snapshot()
+            taken.dump(memory_to + ".snapshot")  # for compare_to between two runs
+            top = taken.statistics("lineno")[:40]
             Path(memory_to).write_text("\n".join(str(stat) for stat in top) + "\n")
 
     signal.signal(signal.SIGUSR1, snapshot)
@@ -207,8 +227,7 @@ def worker_child(kubeconfig: str, report: Path, resync_period: float, tas: bool 
         with report.open("a") as fh:  # imports done: the worker starts now
             fh.write(json.dumps({"started": time.time(), **_usage()}) + "\n")
         # The benchmark's server shares its event loop with the parent, which may still be
-        # busy (computing what plan expects of 20,000 nodes holds it for a minute and more):
-        # the worker waits for it rather than failing the run.
+        # busy seeding a large cluster: the worker waits for it rather than failing the run.
         deadline = time.monotonic() + 900
         while True:
             try:
@@ -387,8 +406,7 @@ async def bench(
             )
             try:
                 settle = 1.0 + count / 2000
-                polled = time.time()
-                converged = polled + await cluster.converge(bound, settle=settle, idle=lambda: True)
+                converged = await _converged(cluster, expected, bound, settle)
                 child.send_signal(signal.SIGUSR1)
                 start = await _read_report(report, 1)
                 usage = await _read_report(report, 2)
@@ -418,6 +436,7 @@ async def bench(
         "cpu_s": usage["cpu_s"],
         "startup_cpu_s": start["cpu_s"],
         "max_rss_mib": usage["max_rss_mib"],
+        "rss_mib": usage.get("rss_mib", 0.0),
         "by_verb": dict(by_verb),
         "desired": dict(desired),
         "writes_by_kind": dict(writes_by_kind),
@@ -427,6 +446,41 @@ async def bench(
         "load_average": os.getloadavg()[0],
         "reaction": reactions,
     }
+
+
+async def _converged(cluster: Any, expected: Any, bound: float, settle: float) -> float:
+    """The wall-clock time from which the server has held *expected* (what ``plan`` computed
+    before the worker started) and stayed still for *settle* seconds.
+
+    The simulated server shares this process's event loop with the check, so the check must
+    not hold the loop while the worker is busy: computing ``plan`` again (over a minute at
+    20,000 nodes) or reading and comparing the whole chain on every poll made the worker's
+    requests time out. Here ``plan`` is computed once, before the worker starts, and the chain
+    is compared only once the store's resourceVersion has stood still for *settle* seconds
+    (a cheap poll); the state it was still at is then the converged one.
+    """
+    from gpustack_sim.cluster.chain import differences
+
+    store = cluster.sim.store
+    deadline = time.monotonic() + bound
+    seen_rv, seen_at = store.resource_version, time.time()
+    compared_rv = -1
+    left: list[str] = []
+    while True:
+        await anyio.sleep(0.1)
+        rv = store.resource_version
+        if rv != seen_rv:
+            seen_rv, seen_at = rv, time.time()
+        elif rv != compared_rv and time.time() - seen_at >= settle:
+            compared_rv = rv
+            left = differences(cluster.actual(), expected, server_defaults=cluster.server_defaults)
+            if not left and store.resource_version == rv:
+                return seen_at
+        if time.monotonic() > deadline:
+            raise SystemExit(
+                f"bench_worker: not converged within {bound:.0f} s; {len(left)} differences "
+                f"from plan at the last comparison, e.g. {left[:3]}"
+            )
 
 
 _WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE", "APPLY", "DELETECOLLECTION")

@@ -67,7 +67,7 @@ _VIEW_SUFFIXES: Final = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Profile:
     """One capacity profile of one node, as its labels publish it."""
 

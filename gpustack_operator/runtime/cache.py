@@ -12,7 +12,7 @@ from __future__ import annotations
 import builtins
 import sys
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import structlog
 
@@ -20,6 +20,7 @@ __all__ = [
     "LAST_APPLIED_ANNOTATION",
     "IndexFunc",
     "Indexer",
+    "compact",
     "namespace_index",
     "object_key",
     "strip_managed_fields",
@@ -28,6 +29,7 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 JSON = dict[str, Any]
+_T = TypeVar("_T")
 IndexFunc = Callable[[JSON], Iterable[str]]
 LAST_APPLIED_ANNOTATION = "kubectl.kubernetes.io/last-applied-configuration"
 
@@ -54,6 +56,33 @@ def shared_strings(labels: dict[str, Any]) -> dict[str, Any]:
         intern(k) if type(k) is str else k: intern(v) if type(v) is str else v
         for k, v in labels.items()
     }
+
+
+def compact(value: _T) -> _T:
+    """A copy of decoded JSON *value* whose strings, keys and values alike, are interned.
+
+    The JSON decoder shares a key string only within one document, so every cached object
+    holds its own copy of ``"metadata"``, ``"labels"``, ``"cpu"`` and of each value it shares
+    with thousands of others (a card model, a CPU name, a quantity): most of a cached Node's
+    strings. Interned, each is kept once for the whole cache (CPython drops an interned
+    string with its last reference). Dicts and lists are copied, anything else is kept.
+    """
+    return cast("_T", _compact(value))
+
+
+def _compact(value: Any) -> Any:
+    kind = type(value)
+    if kind is str:
+        return sys.intern(value)
+    if kind is dict:
+        intern = sys.intern
+        return {
+            intern(k) if type(k) is str else k: intern(v) if type(v) is str else _compact(v)
+            for k, v in value.items()
+        }
+    if kind is list:
+        return [_compact(v) for v in value]
+    return value
 
 
 def strip_managed_fields(obj: JSON) -> JSON:

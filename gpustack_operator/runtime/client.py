@@ -560,30 +560,37 @@ class Client:
         field_selector: str | None = None,
         resource_version: str | None = None,
         page_size: int | None = 500,
+        transform: Callable[[JSON], JSON] | None = None,
     ) -> ListResult:
         """LIST every page (``limit``/``continue``), returning the first page's resourceVersion.
 
         All pages of one paged LIST are a single snapshot, so the first page's resourceVersion
         is the whole list's. When the snapshot expires between pages (410 on a continue
         token, under heavy churn), the list is taken again in one unpaged request, as
-        client-go's pager does.
+        client-go's pager does. *transform* is applied to each page's items as the page
+        arrives (an informer's trim), so that the whole list is never held untrimmed.
         """
         list_selected = functools.partial(
             self.list, res, namespace, label_selector=label_selector, field_selector=field_selector
         )
+
+        def kept(items: list[JSON]) -> list[JSON]:
+            return items if transform is None else [transform(item) for item in items]
+
         page = await list_selected(limit=page_size, resource_version=resource_version)
-        items = page.items
+        items = kept(page.items)
         rv = page.resource_version
         try:
             while page.continue_token:
                 page = await list_selected(limit=page_size, continue_token=page.continue_token)
-                items.extend(page.items)
+                items.extend(kept(page.items))
         except Gone as exc:
             self._log.info(
                 "list_continue_expired_listing_unpaged", resource=str(res), error=str(exc)
             )
+            del items
             full = await list_selected()
-            return ListResult(items=full.items, resource_version=full.resource_version)
+            return ListResult(items=kept(full.items), resource_version=full.resource_version)
         return ListResult(items=items, resource_version=rv, continue_token=None)
 
     @contextlib.asynccontextmanager

@@ -62,6 +62,7 @@ __all__ = [
     "Informer",
     "InformerFactory",
     "ReflectorSettings",
+    "Released",
     "ResyncHandler",
     "Transform",
     "object_key",
@@ -72,6 +73,9 @@ log = structlog.get_logger(__name__)
 
 JSON = dict[str, Any]
 Transform = Callable[[JSON], JSON]
+Released = Callable[[JSON, JSON | None], None]
+"""Told that an object left the cache once every handler has seen it: ``(old, new)`` for a
+replaced object, ``(old, None)`` for a removed one."""
 
 
 class EventHandler(Protocol):
@@ -167,6 +171,7 @@ class Informer:
         self._transform = transform
         self._resync_period = resync_period
         self._handlers: list[EventHandler] = []
+        self._released: list[Released] = []
         self._synced = False
         self._sync_event: anyio.Event | None = None
         self._running = False
@@ -239,6 +244,17 @@ class Informer:
     def remove_event_handler(self, handler: EventHandler) -> None:
         """Stop delivering events to *handler* (a stopped controller's); others are kept."""
         self._handlers = [h for h in self._handlers if h is not handler]
+
+    def on_released(self, callback: Released) -> None:
+        """Call *callback* with every object that leaves the cache, once every handler has
+        seen it: ``(old, new)`` when *new* replaced it, ``(old, None)`` when it was removed.
+
+        For a store that keeps something per cached object (the worker's node models): what
+        it keeps for *old* is needed no more, since handlers run synchronously and reconcilers
+        read the cache, so holding it would keep a second version of every object alive.
+        Not called on resync, where nothing leaves.
+        """
+        self._released.append(callback)
 
     def add_index(self, name: str, fn: IndexFunc) -> None:
         """Add a named index to the cache (existing objects are indexed at once)."""
@@ -384,6 +400,8 @@ class Informer:
         self._replace(result)
 
     async def _list(self, resource_version: str | None, page_size: int | None) -> ListResult:
+        """The LIST with the transform applied page by page: a cold start of thousands of
+        Nodes never holds them all untrimmed (managedFields, images) at once."""
         return await self.client.list_all(
             self.resource,
             self.namespace,
@@ -391,6 +409,7 @@ class Informer:
             field_selector=self.field_selector,
             resource_version=resource_version,
             page_size=page_size,
+            transform=self._transformed,
         )
 
     async def _watch(self) -> None:
@@ -427,8 +446,7 @@ class Informer:
     def _replace(self, result: ListResult) -> None:
         """Make the cache equal *result*: adds, updates, and deletes for what vanished."""
         fresh: dict[str, JSON] = {}
-        for item in result.items:
-            obj = self._transformed(item)
+        for obj in result.items:  # transformed as each page arrived (_list)
             fresh[object_key(obj)] = obj
         for obj in fresh.values():
             old = self.indexer.upsert(obj)
@@ -436,10 +454,12 @@ class Informer:
                 self._dispatch("on_add", obj)
             else:
                 self._dispatch("on_update", old, obj)
+                self._release(old, obj)
         for key in set(self.indexer.keys()) - fresh.keys():
             gone = self.indexer.delete(key)
             if gone is not None:
                 self._dispatch("on_delete", gone)
+                self._release(gone, None)
         self._last_rv = result.resource_version
         self.log.debug("listed", count=len(fresh), resource_version=self._last_rv)
         if not self._synced:
@@ -455,14 +475,19 @@ class Informer:
             return
         obj = self._transformed(event.object)
         if event.type == "DELETED":
-            self.indexer.delete(object_key(obj))
+            gone = self.indexer.delete(object_key(obj))
             self._dispatch("on_delete", obj)
+            if gone is not None:
+                self._release(gone, None)
+            if gone is not obj:
+                self._release(obj, None)
         else:
             old = self.indexer.upsert(obj)
             if old is None:
                 self._dispatch("on_add", obj)
             else:
                 self._dispatch("on_update", old, obj)
+                self._release(old, obj)
         if rv:
             self._last_rv = rv
 
@@ -478,6 +503,13 @@ class Informer:
     def _dispatch(self, method: str, *objs: JSON) -> None:
         for handler in list(self._handlers):
             self._call(handler, method, *objs)
+
+    def _release(self, old: JSON, new: JSON | None) -> None:
+        for callback in self._released:
+            try:
+                callback(old, new)
+            except Exception:
+                self.log.exception("release_callback_failed", key=object_key(old))
 
     def _call(self, handler: EventHandler, method: str, *objs: JSON) -> None:
         """Run one handler; its failure is logged and never stops the informer."""

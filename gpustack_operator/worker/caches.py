@@ -66,13 +66,15 @@ def node_models(
     """A :class:`NodeModels` for the Node informer *nodes*, sized by its Node count. Create
     one per informer and share it: the cache pays off when every user asks the same one.
     *publishes_labels* is False in a vCluster tenant (no capacity labels to await)."""
-    return NodeModels(
+    models = NodeModels(
         manufacturers,
         size_hint=lambda: len(nodes.indexer),
         publishes_labels=publishes_labels,
         topology=topology,
         tolerations=tolerations,
     )
+    nodes.on_released(models.release)  # no model kept of a version the cache replaced
+    return models
 
 
 def add_node_indexes(nodes: Informer, facts: NodeModels) -> None:

@@ -7,7 +7,6 @@ None of it knows about a particular Kueue kind; each reconciler module stays a t
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
@@ -26,7 +25,7 @@ from gpustack_operator.domain.labels import (
 from gpustack_operator.domain.manufacturers import Manufacturer
 from gpustack_operator.domain.nodefeature import NODE_FEATURE_COMPARISON, NODE_FEATURE_KIND
 from gpustack_operator.domain.nodeview import labels_of, metadata, name_of, uid_of
-from gpustack_operator.runtime.cache import strip_managed_fields
+from gpustack_operator.runtime.cache import compact, strip_managed_fields
 from gpustack_operator.runtime.client import Client, Conflict, NotFound
 from gpustack_operator.runtime.controller import (
     EventRecorderLike,
@@ -49,15 +48,21 @@ _OWN_METADATA_PREFIXES: Final = (NOTE_PREFIX, SCHEDULE_PREFIX, RESOURCE_PREFIX)
 
 
 def trim_for_worker(obj: JSON) -> JSON:
-    """Informer transform: managedFields always; for Nodes, everything the worker never reads.
+    """Informer transform: managedFields always; for Nodes, everything the worker never reads;
+    what is kept, with its strings interned (:func:`~gpustack_operator.runtime.cache.compact`).
 
     A Node's status carries images, conditions, addresses and volume lists that dwarf the
     rest; the worker reads only labels, annotations, ``status.capacity``,
     ``status.allocatable``, the Ready condition, taints and ``spec.unschedulable``. Other
     kinds keep everything (ClusterQueue status holds the reservations the deletion rule
-    reads).
+    reads). No reader of the worker's caches reads ``managedFields`` (label repair reads
+    the NodeFeature's labels, ownership checks the owner references and the managed-by
+    label).
     """
-    obj = strip_managed_fields(obj)
+    return compact(_trimmed(strip_managed_fields(obj)))
+
+
+def _trimmed(obj: JSON) -> JSON:
     if obj.get("kind") != "Node" or obj.get("apiVersion") != "v1":
         return obj
     status = obj.get("status")
@@ -222,13 +227,15 @@ def _key(resource: Resource, obj: Mapping[str, Any]) -> tuple[Resource, str, str
 
 
 class _Applied:
-    """What one apply sent and what the server answered."""
+    """What one apply sent and what the server answered (without its ``managedFields``, the
+    largest part of the answer, which no caller reads; strings interned: a cold start keeps
+    thousands of these until the caches have seen them)."""
 
     __slots__ = ("cache", "resource_version", "result", "want")
 
     def __init__(self, want: JSON, result: JSON, cache: Informer) -> None:
-        self.want = copy.deepcopy(want)
-        self.result = result
+        self.want = compact(want)  # a deep copy: the caller may change its dict
+        self.result = compact(strip_managed_fields(result))
         self.cache = cache
         self.resource_version = _revision(metadata(result).get("resourceVersion"))
 

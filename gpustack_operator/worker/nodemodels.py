@@ -12,8 +12,9 @@ controllers and per reconcile with the number of nodes of a profile.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final, Protocol
 
 from gpustack_operator.domain.flavors import Profile, TolerationPolicy, node_profiles
@@ -36,6 +37,30 @@ class PoolClaims(Protocol):
 
 _MIN_GENERATION: Final = 1024
 _VERSIONS: Final = 2
+_MIN_SHARED: Final = 4096
+_MAP: Final = object()
+"""Marks a mapping's items in the shared table (a mapping is not hashable itself)."""
+_PROFILE_STRINGS: Final = (
+    "node",
+    "flavor",
+    "queue",
+    "cohort",
+    "gkey",
+    "akey",
+    "manufacturer",
+    "queue_label",
+    "queue_spec",
+    "flavor_label",
+    "flavor_spec",
+    "group",
+)
+
+
+def _interned(profile: Profile) -> Profile:
+    """*profile* with its strings interned: its names and labels are formatted afresh for
+    every Node version, and thousands of nodes share them."""
+    strings: dict[str, Any] = {n: sys.intern(getattr(profile, n)) for n in _PROFILE_STRINGS}
+    return replace(profile, **strings)
 
 
 @dataclass
@@ -89,6 +114,8 @@ class NodeModels:
         # id(object) -> the entry of that very object (entry.node is it), for every entry
         # filed above: the lookup without reading the object's metadata
         self._ids: dict[int, _Entry] = {}
+        # equal parts of different models, one copy each (_shared_parts)
+        self._shared: dict[Any, Any] = {}
         self.built = 0
         """How many models this store has built (one per Node version it was asked about)."""
         self.pools: PoolClaims | None = None
@@ -114,7 +141,49 @@ class NodeModels:
 
     def _build(self, node: Mapping[str, Any]) -> _Entry:
         self.built += 1
-        return _Entry(node, node_model(node, self.settings))
+        return _Entry(node, self._shared_parts(node_model(node, self.settings)))
+
+    def _shared_parts(self, model: NodeModel) -> NodeModel:
+        """*model* with its parts that equal another model's replaced by that model's: nodes
+        of one shape have equal label pairs in their views (all but the hostname), capacity
+        labels, names and (mostly empty) taint and manufacturer sets, each built afresh per
+        Node version. Equal values, so
+        the chain reads the same; the shared table is dropped now and then (when it outgrows
+        the larger of 4,096 and four times the Node count), so it stays bounded."""
+        table = self._shared
+        hint = self._size_hint() if self._size_hint is not None else 0
+        if len(table) > max(_MIN_SHARED, 4 * hint):
+            table.clear()
+
+        def share(value: Any) -> Any:
+            try:
+                return table.setdefault(value, value)
+            except TypeError:  # unhashable (a list in a hand-made Node): kept as it is
+                return value
+
+        def share_map(mapping: Mapping[Any, Any]) -> Any:
+            try:
+                return table.setdefault((_MAP, *mapping.items()), mapping)
+            except TypeError:
+                return mapping
+
+        view = model.view
+        if len(view) > 2:
+            # the selected labels: their pairs are shared, the tuple holds the node's hostname
+            selected = view[2]
+            if type(selected) is tuple:
+                selected = share(tuple(map(share, selected)))
+            view = (*view[:2], selected, *map(share, view[3:]))
+        return replace(
+            model,
+            view=view,
+            profiles=tuple(_interned(p) for p in model.profiles),
+            names=share_map({part: tuple(map(sys.intern, n)) for part, n in model.names.items()}),
+            capacity_labels=share_map(model.capacity_labels),
+            dedication_taints=share(model.dedication_taints),
+            published=share(model.published),
+            unpooled=share(model.unpooled),
+        )
 
     def _entry(self, node: Mapping[str, Any]) -> _Entry:
         entry = self._ids.get(id(node))
@@ -150,6 +219,27 @@ class NodeModels:
     def _forget(self, entry: _Entry) -> None:
         if self._ids.get(id(entry.node)) is entry:
             del self._ids[id(entry.node)]
+
+    def release(self, node: Mapping[str, Any], replaced_by: Mapping[str, Any] | None) -> None:
+        """*node* left the Node cache and every handler has seen it
+        (``Informer.on_released``): forget its model, so that a Node's previous version and
+        its model are not kept alive beside the current ones. *replaced_by* (the object now
+        cached) takes the entry over when it is the same version decoded again (a re-LIST)."""
+        entry = self._ids.get(id(node))
+        if entry is None or entry.node is not node:
+            return
+        self._forget(entry)
+        uid, version = entry.model.uid, entry.model.version
+        if replaced_by is not None and version:
+            meta = metadata(replaced_by)
+            if meta.get("uid") == uid and meta.get("resourceVersion") == version:
+                entry.node = replaced_by
+                self._ids[id(replaced_by)] = entry
+                return
+        for table in (self._current, self._previous):
+            versions = table.get(uid)
+            if versions is not None:
+                versions[:] = [(v, e) for v, e in versions if e is not entry]
 
     def _claimed(self, entry: _Entry) -> _Entry:
         """*entry* with the declared pools' claim of its node applied (again after the

@@ -226,6 +226,64 @@ async def test_watch_cut_mid_stream_resumes_from_last_rv_without_relist(
     assert sleep.delays == [], "progress was made, so no backoff"
 
 
+async def test_an_object_that_leaves_the_cache_is_released_after_every_handler(
+    sim: SimServer, client: Client
+) -> None:
+    """``on_released`` is told (old, new) of a replaced object and (old, None) of a removed
+    one (the cached version and the watch event's last state), after every handler saw the
+    event; never on resync."""
+    sim.store.create(cm("kept"))
+    sim.store.create(cm("doomed"))
+    informer, rec, _ = make(client)
+    released: list[tuple[str, str | None, int]] = []
+
+    def on_released(old: dict[str, Any], new: dict[str, Any] | None) -> None:
+        assert informer.indexer.get(object_key(old)) is new  # the cache holds new (or none)
+        value = new["data"]["v"] if new is not None else None
+        released.append((old["metadata"]["resourceVersion"], value, len(rec.events)))
+
+    informer.on_released(on_released)
+    async with running(informer):
+        assert await informer.wait_for_sync(60)
+        first = informer.indexer.get("default/kept")
+        assert first is not None
+        informer.resync()
+        assert released == []
+        live = sim.store.get("v1", "ConfigMap", "kept", "default")
+        assert live is not None
+        live["data"] = {"v": "1"}
+        sim.store.update(live)
+        sim.store.delete("v1", "ConfigMap", "doomed", "default")
+        await eventually(lambda: len(released) == 3, "the releases")
+        handled = len(rec.events)
+        assert released[0] == (first["metadata"]["resourceVersion"], "1", handled - 1)
+        assert [r[1:] for r in released[1:]] == [(None, handled)] * 2
+
+
+async def test_a_paged_list_is_transformed_page_by_page(sim: SimServer, client: Client) -> None:
+    """Each page's items are trimmed before the next page is asked for: a cold start never
+    holds the whole list untrimmed."""
+    for i in range(7):
+        sim.store.create(cm(f"c{i}"))
+    log: list[str] = []
+    original = client.list
+
+    async def list_page(*args: Any, **kwargs: Any) -> Any:
+        log.append("page")
+        return await original(*args, **kwargs)
+
+    def transform(obj: dict[str, Any]) -> dict[str, Any]:
+        log.append("item")
+        return {**obj, "trimmed": True}
+
+    client.list = list_page  # type: ignore[method-assign]
+    informer, _, _ = make(client, settings={"page_size": 3}, transform=transform)
+    async with running(informer):
+        assert await informer.wait_for_sync(60)
+    assert "".join(x[0] for x in log) == "piiipiiipi"
+    assert all(o["trimmed"] for o in informer.indexer.list()) and len(informer.indexer) == 7
+
+
 async def test_history_exceeded_relists_and_reports_objects_deleted_in_the_gap(
     sim: SimServer, client: Client
 ) -> None:

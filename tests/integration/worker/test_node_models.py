@@ -60,6 +60,8 @@ async def test_one_model_per_node_version_for_the_whole_worker(
         await eventually(lambda: idle(running.manager), "the controllers to go idle")
         store = running.worker.facts
         assert store.built == len(versions) >= 6  # 3 nodes, before and after their labels
+        # One model kept per cached Node: the version its update replaced is released.
+        assert len(store) == 3
 
         for informer in running.manager.informers.informers:
             informer.resync()  # every cached Node to every controller again: nothing new
@@ -76,5 +78,6 @@ async def test_one_model_per_node_version_for_the_whole_worker(
         )
         await converged(sim, config)
         assert store.built == len(versions) >= 7
+        assert len(store) == 3
     # No controller built a model of its own: every one the process built is the store's.
     assert nodemodel.BUILT[0] - before - planned[0] == store.built

@@ -365,3 +365,12 @@ def test_a_new_lifecycle_taint_is_one_entry_in_the_table(monkeypatch: pytest.Mon
     assert [s.code for s in model.lifecycle.signals] == ["reclaim"]
     assert model.dedication_taints == {("dedicated", "ml", "NoSchedule")}
     assert model.view != before.view
+
+
+def test_every_node_memory_without_maintenance_shares_one_empty_set() -> None:
+    """The worker remembers every node; most remember no signal from before a maintenance,
+    and an empty frozenset is 216 bytes each (docs/performance.md, "Memory per node")."""
+    first, second = (remember(node(), None, 0.0) for _ in range(2))
+    later = remember(node(), first, 10.0)
+    assert first.before_maintenance == frozenset()
+    assert first.before_maintenance is second.before_maintenance is later.before_maintenance

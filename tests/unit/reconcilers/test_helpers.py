@@ -77,6 +77,19 @@ def test_the_node_transform_keeps_only_what_the_worker_reads() -> None:
     assert trim_for_worker(cq)["status"] == {"a": 1}
 
 
+def test_nodes_the_worker_caches_share_their_strings() -> None:
+    """Two Nodes decoded apart keep one copy of what they share (keys, CPU name, quantities)."""
+    import json
+
+    first, second = (trim_for_worker(json.loads(json.dumps(a_node()))) for _ in range(2))
+    assert first == trim_for_worker(a_node())
+    cpu_name = "feature.gpustack.ai/cpu-name"
+    assert first["metadata"]["annotations"][cpu_name] is second["metadata"]["annotations"][cpu_name]
+    assert first["status"]["capacity"]["memory"] is second["status"]["capacity"]["memory"]
+    key_a, key_b = (next(iter(n["status"]["allocatable"])) for n in (first, second))
+    assert key_a is key_b
+
+
 @pytest.mark.parametrize(
     ("change", "relevant"),
     [

@@ -134,3 +134,28 @@ async def test_a_removal_is_a_merge_patch_to_null_sent_once_while_the_cache_lags
     cache.last_resource_version = "11"  # seen: a quota applied again since is removed again
     await w.remove(COHORTS, cohort, field, cache=cast(Informer, cache))
     assert len(client.patches) == 2
+
+
+async def test_the_writer_remembers_an_answer_without_its_managed_fields() -> None:
+    """What a skipped apply returns is the last answer less ``managedFields`` (the largest part
+    of it, read by no caller), and the memo holds no reference to the caller's object."""
+    w, client = writer()
+    informer = cast(Informer, FakeCache("10"))
+    answer = {**queue(), "metadata": {**queue()["metadata"], "resourceVersion": "11"}}
+    answer["metadata"]["managedFields"] = [{"manager": "gpustack-operator", "fieldsV1": {}}]
+
+    async def apply(resource: object, want: dict[str, Any], **_: object) -> dict[str, Any]:
+        client.applies.append(want)
+        return copy.deepcopy(answer)
+
+    client.apply = apply  # type: ignore[method-assign]
+    sent = queue()
+    first = await w.apply(LOCAL_QUEUES, sent, existed=False, cache=informer)
+    assert "managedFields" in first["metadata"]  # the caller gets the whole answer
+    sent["spec"]["clusterQueue"] = "changed after the call"
+    again = await w.apply(LOCAL_QUEUES, queue(), existed=False, cache=informer)
+    assert len(client.applies) == 1  # skipped: the cache has not seen revision 11
+    assert "managedFields" not in again["metadata"]
+    assert again == {k: v for k, v in first.items() if k != "metadata"} | {
+        "metadata": {k: v for k, v in first["metadata"].items() if k != "managedFields"}
+    }

@@ -10,6 +10,7 @@ import pytest
 from gpustack_operator.runtime.cache import (
     LAST_APPLIED_ANNOTATION,
     Indexer,
+    compact,
     namespace_index,
     object_key,
     strip_managed_fields,
@@ -169,3 +170,33 @@ def test_strip_managed_fields_shares_node_feature_label_strings_and_keeps_the_in
     assert first == before and decoded[0] == before
     key_a, key_b = (next(iter(o["spec"]["labels"])) for o in (first, second))
     assert key_a is key_b
+
+
+def test_compact_keeps_the_value_and_shares_every_string_between_objects() -> None:
+    """Two objects decoded apart hold one copy of each string they share, keys and values,
+    at any depth; the copy equals the input and the input is left intact."""
+    import json
+
+    node = {
+        "metadata": {"name": "n", "annotations": {"cpu-name": "AMD EPYC 7763"}},
+        "status": {
+            "capacity": {"cpu": "64", "memory": "263781504Ki"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+        "spec": {"taints": [{"key": "k", "effect": "NoSchedule"}], "unschedulable": False},
+        "count": 3,
+    }
+    decoded = [json.loads(json.dumps(node)) for _ in range(2)]
+    before = copy.deepcopy(decoded[0])
+    first, second = (compact(o) for o in decoded)
+    assert first == node and decoded[0] == before
+    assert first["status"] is not decoded[0]["status"]  # copied, not shared
+    a, b = first, second
+    pairs = [
+        (next(iter(a["metadata"])), next(iter(b["metadata"]))),
+        (a["metadata"]["annotations"]["cpu-name"], b["metadata"]["annotations"]["cpu-name"]),
+        (a["status"]["capacity"]["memory"], b["status"]["capacity"]["memory"]),
+        (a["status"]["conditions"][0]["status"], b["status"]["conditions"][0]["status"]),
+        (a["spec"]["taints"][0]["effect"], b["spec"]["taints"][0]["effect"]),
+    ]
+    assert all(x is y for x, y in pairs)

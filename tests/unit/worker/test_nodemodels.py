@@ -224,3 +224,29 @@ def test_a_node_that_is_never_labelled_does_not_keep_the_fleet_settling() -> Non
     clock.now += 2.0  # nothing moved for 11 s: NFD is not labelling it
     assert not settling.active()
     assert cache.indexer.index_keys(AWAITING_LABELS, "yes") == [bare["metadata"]["name"]]
+
+
+def test_models_of_nodes_of_one_shape_share_their_equal_parts() -> None:
+    """Two Nodes of one shape hold one copy of what their models have in common, and each
+    model equals the one the domain builds for its Node alone."""
+    from gpustack_operator.domain.nodemodel import node_model
+
+    node = next(n for n in profiled_nodes() if node_profiles(n, MFRS))
+    node["metadata"]["labels"]["kubernetes.io/hostname"] = node["metadata"]["name"]
+    twin = copy.deepcopy(node)
+    twin["metadata"] |= {"name": "twin", "uid": "uid-twin"}
+    twin["metadata"]["labels"] = {**node["metadata"]["labels"], "kubernetes.io/hostname": "twin"}
+    # TAS on: the hostname is a topology level, so each node's labels view differs in it
+    facts = NodeModels(MFRS, topology=ChainPolicy(manufacturers=MFRS).topology)
+    first, second = facts.model(node), facts.model(twin)
+    assert first == node_model(node, facts.settings)
+    assert second == node_model(twin, facts.settings)
+    assert first.capacity_labels is second.capacity_labels
+    assert first.names is second.names
+    pairs = list(zip(first.view[2], second.view[2], strict=True))  # the selected labels
+    assert [a for a, b in pairs if a is not b] == [
+        ("kubernetes.io/hostname", node["metadata"]["name"])
+    ]
+    assert first.dedication_taints is second.dedication_taints
+    assert first.profiles[0].flavor is second.profiles[0].flavor
+    assert not hasattr(first.profiles[0], "__dict__")  # slots: no dict per profile
