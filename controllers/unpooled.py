@@ -16,6 +16,7 @@ nothing else.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any, Final
 
 import structlog
@@ -32,9 +33,9 @@ from gpustack_operator.runtime.controller import EventRecorderLike, Request, Res
 from gpustack_operator.runtime.informer import Informer
 from gpustack_operator.runtime.manager import Manager
 from gpustack_operator.runtime.metrics import REGISTRY
+from gpustack_operator.runtime.predicates import Predicate
 from gpustack_operator.runtime.resources import NODES, RESOURCE_SLICES
 from gpustack_operator.worker.caches import BY_SLICE_NODE, slice_node, slices_by_node
-from gpustack_operator.worker.common import NodeChanged
 from gpustack_operator.worker.nodemodels import NodeModels
 
 NAME: Final = "unpooled"
@@ -54,6 +55,27 @@ UNPOOLED_DEVICES = Gauge(
 
 Report = tuple[tuple[Diagnostic, int], ...]
 JSON = dict[str, Any]
+
+
+class ReportChanged(Predicate):
+    """Passes creates and deletes, and updates that change what the report reads of the
+    Node's model: whether it is managed, its unpooled devices, the manufacturers our agent
+    publishes for and the topology level it lacks. A Node's version that only carries the
+    capacity labels NFD merged (every Node's second version in a cold start) changes none
+    of them, so it costs no reconcile. The DRA ResourceSlices have their own watch."""
+
+    def __init__(self, models: NodeModels) -> None:
+        self._models = models
+
+    def _read(self, node: Mapping[str, Any]) -> tuple[Any, ...]:
+        model = self._models.model(node)
+        return (model.managed, model.unpooled, model.published, model.missing_level)
+
+    def update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+        return self._read(old) != self._read(new)
+
+    def __repr__(self) -> str:
+        return "ReportChanged()"
 
 
 class UnpooledReconciler:
@@ -187,7 +209,7 @@ def setup_unpooled(
     nodes = manager.informer(NODES)
     slices = slices_by_node(manager) if dra else None
     reconciler = UnpooledReconciler(nodes, manager.recorder, facts, slices, settling=settling)
-    builder = manager.controller(NAME).for_(NODES, NodeChanged(facts))
+    builder = manager.controller(NAME).for_(NODES, ReportChanged(facts))
     if slices is not None:
         builder = builder.watches(RESOURCE_SLICES, slice_node)
     builder.with_options(max_concurrent_reconciles=1).complete(reconciler)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
 from gpustack_operator.domain.availability import Lifecycle, availability_inputs, lifecycle_of
@@ -39,6 +39,7 @@ from gpustack_operator.domain.labels import (
     ACCELERATABLE_PREFIX,
     ARCH_LABEL,
     CPU_ANNOTATION_PREFIX,
+    CPU_NAME_ANNOTATION,
     FEATURE_PREFIX,
     GENERAL_PREFIX,
     NFD_CPU_FAMILY_LABEL,
@@ -50,6 +51,7 @@ from gpustack_operator.domain.labels import (
 from gpustack_operator.domain.manufacturers import Manufacturer
 from gpustack_operator.domain.nodefeature import can_publish_for
 from gpustack_operator.domain.nodeview import (
+    annotations_of,
     is_deleting,
     labels_of,
     metadata,
@@ -60,6 +62,7 @@ from gpustack_operator.domain.nodeview import (
 from gpustack_operator.domain.queues import HOST_RESOURCES, NodeDevices, node_devices
 from gpustack_operator.domain.tenancy import HOST_LABELS_ANNOTATION, INSTANCE_TYPE_LABEL
 from gpustack_operator.domain.topology import (
+    HOSTNAME_LABEL,
     TopologyPolicy,
     is_level_label,
     missing_level,
@@ -178,31 +181,142 @@ class NodeModel:
 BUILT: list[int] = [0]
 """How many models :func:`node_model` has built in this process (tests count with it)."""
 
+# Labels neither the capacity derivation nor the profiles read (the profiles take the
+# node's name from its metadata): left out of their inputs, so that Nodes of one shape
+# share one derivation.
+UNREAD_LABELS: Final = frozenset({HOSTNAME_LABEL})
 
-def node_model(node: Mapping[str, Any], settings: ModelSettings) -> NodeModel:
-    """The model of *node* under *settings*."""
+_Capacity = tuple[dict[str, str], tuple[tuple[Diagnostic, int], ...]]
+
+
+class Derivations:
+    """The capacity labels with the unpooled devices, and the profiles, derived once per
+    distinct input rather than once per Node version (docs/worker.md, "One model per Node
+    version"). Nodes of one shape share them, and so do the versions of a fleet's Nodes
+    after NFD merged the same capacity labels.
+
+    The inputs are spelled out in :func:`capacity_inputs` and :func:`profile_inputs`, and
+    a derivation is computed from its inputs alone (never from the Node it was first asked
+    for), so a reused result is the one the Node would give. At most *limit* inputs of each
+    kind are kept; past that the memo starts again. For one :class:`ModelSettings` only.
+    """
+
+    def __init__(self, limit: int = 4096) -> None:
+        self.limit = limit
+        self._capacity: dict[tuple[Any, ...], _Capacity] = {}
+        self._profiles: dict[frozenset[tuple[str, str]], tuple[Profile, ...]] = {}
+        self.derived = 0
+        """How many derivations (capacity or profiles) were computed rather than reused."""
+
+    def capacity(
+        self, inputs: tuple[Any, ...], manufacturers: Mapping[str, Manufacturer]
+    ) -> _Capacity:
+        found = self._capacity.get(inputs)
+        if found is None:
+            self.derived += 1
+            if len(self._capacity) >= self.limit:
+                self._capacity.clear()
+            found = self._capacity[inputs] = _capacity_of(_node_of(inputs), manufacturers)
+        return found
+
+    def profiles(
+        self, inputs: frozenset[tuple[str, str]], manufacturers: Mapping[str, Manufacturer]
+    ) -> tuple[Profile, ...]:
+        """The profiles of a Node with these labels, with ``""`` for the node's name."""
+        found = self._profiles.get(inputs)
+        if found is None:
+            self.derived += 1
+            if len(self._profiles) >= self.limit:
+                self._profiles.clear()
+            node = {"metadata": {"labels": dict(inputs)}}
+            found = self._profiles[inputs] = tuple(node_profiles(node, manufacturers))
+        return found
+
+
+def profile_inputs(labels: Mapping[str, str]) -> frozenset[tuple[str, str]]:
+    """What :func:`~gpustack_operator.domain.flavors.node_profiles` reads of a Node besides
+    its name: its labels (the topology group is one of them), :data:`UNREAD_LABELS` left
+    out."""
+    return frozenset((k, v) for k, v in labels.items() if k not in UNREAD_LABELS)
+
+
+def capacity_inputs(node: Mapping[str, Any], labels: Mapping[str, str]) -> tuple[Any, ...] | None:
+    """What the capacity derivation reads of *node* (*labels* are its labels): the labels
+    (:data:`UNREAD_LABELS` left out), the CPU name annotation, ``status.capacity`` and
+    ``status.allocatable``. Not the name: it selects the node's DRA ResourceSlices, and the
+    model derives without slices. ``None`` when an amount is not a string (not as the API
+    gives it): such a Node is derived on its own."""
+    capacity = status_field(node, "capacity")
+    allocatable = status_field(node, "allocatable")
+    for value in (*capacity.values(), *allocatable.values()):
+        if type(value) is not str:
+            return None
+    return (
+        profile_inputs(labels),
+        annotations_of(node).get(CPU_NAME_ANNOTATION),
+        frozenset(capacity.items()),
+        frozenset(allocatable.items()),
+    )
+
+
+def _node_of(inputs: tuple[Any, ...]) -> dict[str, Any]:
+    """A Node that carries *inputs* (:func:`capacity_inputs`) and nothing else."""
+    labels, cpu_name, capacity, allocatable = inputs
+    return {
+        "metadata": {
+            "labels": dict(labels),
+            "annotations": {} if cpu_name is None else {CPU_NAME_ANNOTATION: cpu_name},
+        },
+        "status": {"capacity": dict(capacity), "allocatable": dict(allocatable)},
+    }
+
+
+def _capacity_of(node: Mapping[str, Any], manufacturers: Mapping[str, Manufacturer]) -> _Capacity:
+    """The capacity labels the worker publishes for *node* (no DRA slices, interned) and its
+    unpooled devices."""
+    capacity, derived = capacity_labels_and_devices(
+        node, manufacturers, ram_gi_per_cpu=WORKER_RAM_GI_PER_CPU
+    )
+    intern = sys.intern
+    labels = {intern(k): intern(v) for k, v in capacity.items()}
+    return labels, counted_diagnostics(derived.diagnostics, status_field(node, "allocatable"))
+
+
+def node_model(
+    node: Mapping[str, Any], settings: ModelSettings, derivations: Derivations | None = None
+) -> NodeModel:
+    """The model of *node* under *settings*; *derivations* (kept for these settings) reuses
+    the capacity labels and profiles of an earlier Node with the same inputs."""
     BUILT[0] += 1
     meta = metadata(node)
     version = meta.get("resourceVersion")
     labels = labels_of(node)
     name = name_of(node)
     deleting = is_deleting(node)
-    profiles = tuple(node_profiles(node, settings.manufacturers))
+    if derivations is None:
+        profiles = tuple(node_profiles(node, settings.manufacturers))
+    else:
+        profiles = tuple(
+            replace(p, node=name)
+            for p in derivations.profiles(profile_inputs(labels), settings.manufacturers)
+        )
     capacity: dict[str, str] = {}
     unpooled: tuple[tuple[Diagnostic, int], ...] = ()
     if settings.capacity:
-        capacity, derived = capacity_labels_and_devices(
-            node, settings.manufacturers, ram_gi_per_cpu=WORKER_RAM_GI_PER_CPU
-        )
-        allocatable = status_field(node, "allocatable")
-        unpooled = counted_diagnostics(derived.diagnostics, allocatable)
+        inputs = capacity_inputs(node, labels) if derivations is not None else None
+        if derivations is None or inputs is None:
+            capacity, unpooled = _capacity_of(node, settings.manufacturers)
+        else:
+            capacity, unpooled = derivations.capacity(inputs, settings.manufacturers)
     if settings.capacity and settings.topology is not None:
+        intern = sys.intern
         capacity = {
             **capacity,
-            **topology_labels(node, settings.topology, settings.tolerations),
+            **{
+                intern(k): intern(v)
+                for k, v in topology_labels(node, settings.topology, settings.tolerations).items()
+            },
         }
-    intern = sys.intern
-    capacity = {intern(k): intern(v) for k, v in capacity.items()}
     awaits = (
         settings.capacity
         and settings.publishes_labels

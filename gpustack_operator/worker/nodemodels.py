@@ -19,7 +19,13 @@ from typing import Any, Final, Protocol
 
 from gpustack_operator.domain.flavors import Profile, TolerationPolicy, node_profiles
 from gpustack_operator.domain.manufacturers import Manufacturer
-from gpustack_operator.domain.nodemodel import ModelSettings, NodeModel, Part, node_model
+from gpustack_operator.domain.nodemodel import (
+    Derivations,
+    ModelSettings,
+    NodeModel,
+    Part,
+    node_model,
+)
 from gpustack_operator.domain.nodeview import metadata
 from gpustack_operator.domain.queues import NodeDevices
 from gpustack_operator.domain.topology import TopologyPolicy
@@ -118,6 +124,9 @@ class NodeModels:
         self._shared: dict[Any, Any] = {}
         self.built = 0
         """How many models this store has built (one per Node version it was asked about)."""
+        self.derivations = Derivations()
+        """The capacity labels and profiles, derived once per distinct input for all
+        models (a fleet's Nodes of one shape share them)."""
         self.pools: PoolClaims | None = None
         """The declared pools (docs/autoscaling.md): a node one of them selects has no
         profiles of its own; it feeds the pool's flavor."""
@@ -141,7 +150,7 @@ class NodeModels:
 
     def _build(self, node: Mapping[str, Any]) -> _Entry:
         self.built += 1
-        return _Entry(node, self._shared_parts(node_model(node, self.settings)))
+        return _Entry(node, self._shared_parts(node_model(node, self.settings, self.derivations)))
 
     def _shared_parts(self, model: NodeModel) -> NodeModel:
         """*model* with its parts that equal another model's replaced by that model's: nodes

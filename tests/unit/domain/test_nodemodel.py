@@ -91,3 +91,141 @@ def test_device_amounts_and_lifecycle_are_derived_on_first_use_and_once(
     assert model.devices == node_devices(node, akeys) and model.devices is model.devices
     assert model.lifecycle == lifecycle_of(node) and model.lifecycle is model.lifecycle
     assert calls == ["devices", "lifecycle"]
+
+
+def _gpu_node(name: str = "gpu-1") -> dict[str, Any]:
+    """A Node as the worker first sees it: NFD's CPU labels, GPU feature discovery's labels,
+    no capacity labels yet."""
+    return {
+        "metadata": {
+            "name": name,
+            "uid": f"uid-{name}",
+            "resourceVersion": "1",
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "feature.node.kubernetes.io/cpu-model.vendor_id": "Intel",
+                "feature.node.kubernetes.io/cpu-model.family": "6",
+                "feature.node.kubernetes.io/cpu-model.id": "143",
+                "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+                "nvidia.com/gpu.count": "8",
+                "nvidia.com/gpu.memory": "81559",
+            },
+            "annotations": {"feature.gpustack.ai/cpu-name": "Intel Xeon Platinum 8480+"},
+        },
+        "status": {
+            "capacity": {
+                "cpu": "96",
+                "memory": "1056Gi",
+                "ephemeral-storage": "1000Gi",
+                "nvidia.com/gpu": "8",
+            },
+            "allocatable": {
+                "cpu": "95",
+                "memory": "1050Gi",
+                "ephemeral-storage": "990Gi",
+                "nvidia.com/gpu": "8",
+            },
+        },
+    }
+
+
+def _labelled(key: str, value: str | None) -> Any:
+    def change(node: dict[str, Any]) -> None:
+        if value is None:
+            del node["metadata"]["labels"][key]
+        else:
+            node["metadata"]["labels"][key] = value
+
+    return change
+
+
+def _amount(section: str, resource: str, value: str) -> Any:
+    def change(node: dict[str, Any]) -> None:
+        node["status"][section][resource] = value
+
+    return change
+
+
+def _cpu_name(value: str | None) -> Any:
+    def change(node: dict[str, Any]) -> None:
+        if value is None:
+            node["metadata"]["annotations"].clear()
+        else:
+            node["metadata"]["annotations"]["feature.gpustack.ai/cpu-name"] = value
+
+    return change
+
+
+# One change of each input the capacity derivation and the profiles read
+# (nodemodel.capacity_inputs, nodemodel.profile_inputs).
+CHANGED_INPUTS = {
+    "managed label": _labelled("gpustack.ai/managed", "false"),
+    "architecture label": _labelled("kubernetes.io/arch", "arm64"),
+    "CPU vendor label": _labelled("feature.node.kubernetes.io/cpu-model.vendor_id", "AMD"),
+    "GPU product label": _labelled("nvidia.com/gpu.product", "NVIDIA-A100-SXM4-80GB"),
+    "GPU memory label": _labelled("nvidia.com/gpu.memory", "40960"),
+    "published CPU label": _labelled(
+        "general.feature.gpustack.ai/intel-xeon-platinum-8480-ln-x64.cpu", "64"
+    ),
+    "CPU name annotation": _cpu_name("AMD EPYC 9654"),
+    "CPU capacity": _amount("capacity", "cpu", "128"),
+    "memory capacity": _amount("capacity", "memory", "2048Gi"),
+    "storage capacity": _amount("capacity", "ephemeral-storage", "2000Gi"),
+    "allocatable cards": _amount("allocatable", "nvidia.com/gpu", "0"),
+    "an extended resource nothing pools": _amount("allocatable", "example.com/fpga", "2"),
+}
+
+
+def _derived(model: nodemodel.NodeModel) -> tuple[Any, ...]:
+    return (dict(model.capacity_labels), model.unpooled, model.profiles)
+
+
+@pytest.mark.parametrize("change", sorted(CHANGED_INPUTS))
+def test_a_changed_input_of_the_shared_derivations_changes_the_model(change: str) -> None:
+    """The capacity labels, unpooled devices and profiles are derived once per distinct
+    input and shared (the worker's store): a change of any input they read is a new input,
+    and gives what deriving that Node on its own gives."""
+    settings = ModelSettings(MFRS)
+    derivations = nodemodel.Derivations()
+    base = node_model(_gpu_node(), settings, derivations)
+    changed = _gpu_node()
+    CHANGED_INPUTS[change](changed)
+    model = node_model(changed, settings, derivations)
+    assert _derived(model) != _derived(base)
+    assert _derived(model) == _derived(node_model(changed, settings))
+    # the same once its capacity labels are merged (the second version in a cold converge)
+    changed["metadata"]["labels"].update(model.capacity_labels)
+    merged = node_model(changed, settings, derivations)
+    assert _derived(merged) == _derived(node_model(changed, settings))
+    assert merged.profiles and all(p.node == "gpu-1" for p in merged.profiles)
+
+
+def test_nodes_of_one_shape_share_their_derivations() -> None:
+    """Two Nodes that differ only by name and hostname derive once; each model still names
+    its own node; the Node's name is not an input."""
+    settings = ModelSettings(MFRS)
+    derivations = nodemodel.Derivations()
+    first, second = _gpu_node("gpu-1"), _gpu_node("gpu-2")
+    for node in (first, second):
+        node["metadata"]["labels"].update(node_model(node, settings).capacity_labels)
+    a = node_model(first, settings, derivations)
+    derived = derivations.derived
+    b = node_model(second, settings, derivations)
+    assert derivations.derived == derived == 2  # capacity and profiles, once each
+    assert a.capacity_labels == b.capacity_labels and a.unpooled == b.unpooled
+    assert [p.node for p in a.profiles] == ["gpu-1"] * len(a.profiles) and a.profiles
+    assert [p.node for p in b.profiles] == ["gpu-2"] * len(b.profiles)
+    assert _derived(b) == _derived(node_model(second, settings))
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_shared_derivations_give_what_each_node_gives(name: str) -> None:
+    settings = ModelSettings(MFRS)
+    derivations = nodemodel.Derivations()
+    raw, _ = read_nodes_file(EXAMPLES / name)
+    for node in [*raw, *merged_nodes(name)]:
+        assert _derived(node_model(node, settings, derivations)) == _derived(
+            node_model(node, settings)
+        )

@@ -17,7 +17,8 @@ from gpustack_operator.domain.flavors import (
     node_profile_names,
     node_profiles,
 )
-from gpustack_operator.domain.nodemodel import node_view
+from gpustack_operator.domain.nodemodel import UNREAD_LABELS, node_view
+from gpustack_operator.domain.nodeview import labels_of, status_field
 from gpustack_operator.domain.plan import plan_state
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.queues import desired_cohort, desired_cohorts
@@ -57,6 +58,11 @@ def test_one_node_renders_the_same_flavors_and_cohorts_as_all() -> None:
     assert desired_cohort("gpustack--nothing-1c-2g", nodes, MFRS) is None
 
 
+def _read_labels(node: Any) -> dict[str, str]:
+    """What the shared derivations read of *node*'s labels (domain/nodemodel.py)."""
+    return {k: v for k, v in labels_of(node).items() if k not in UNREAD_LABELS}
+
+
 def test_facts_equal_the_domain_and_are_computed_once_per_version(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -78,7 +84,8 @@ def test_facts_equal_the_domain_and_are_computed_once_per_version(
     changed = copy.deepcopy(node)  # a hand-made object reusing the version is not trusted
     changed["metadata"]["labels"]["gpustack.ai/managed"] = "false"
     assert facts.profiles(changed) == ()
-    assert calls == [changed]
+    # derived once, from its inputs (its labels but the unread ones), not from the Node
+    assert [labels_of(c) for c in calls] == [_read_labels(changed)]
 
 
 def test_capacity_labels_equal_the_domain_and_are_derived_once_per_version(
@@ -105,7 +112,8 @@ def test_capacity_labels_equal_the_domain_and_are_derived_once_per_version(
     relabelled["metadata"]["labels"]["gpustack.ai/managed"] = "paused"  # echoed back
     assert facts.capacity_labels(relabelled)["gpustack.ai/managed"] == "paused"
     assert facts.capacity_labels(node)["gpustack.ai/managed"] == "true"
-    assert calls == [relabelled]
+    assert [labels_of(c) for c in calls] == [_read_labels(relabelled)]
+    assert [status_field(c, "capacity") for c in calls] == [status_field(relabelled, "capacity")]
 
 
 def test_the_cache_keeps_two_versions_per_node_and_forgets_deleted_nodes() -> None:
