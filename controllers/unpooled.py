@@ -26,7 +26,7 @@ from gpustack_operator.domain.devicesources import (
     judged_diagnostics,
     unpooled_devices,
 )
-from gpustack_operator.domain.flavors import is_managed
+from gpustack_operator.domain.nodeprofiles import is_managed
 from gpustack_operator.runtime.clock import MONOTONIC_CLOCK, Clock
 from gpustack_operator.runtime.controller import EventRecorderLike, Request, Result
 from gpustack_operator.runtime.informer import Informer

@@ -16,12 +16,13 @@ import yaml
 from gpustack_operator.domain.capacity import device_keys
 from gpustack_operator.domain.desired import DesiredState
 from gpustack_operator.domain.explain import NodeExplanation
-from gpustack_operator.domain.flavors import flavor_nodes, is_managed
+from gpustack_operator.domain.flavors import flavor_nodes
 from gpustack_operator.domain.keys import cpu_node_key
 from gpustack_operator.domain.labels import note
+from gpustack_operator.domain.nodedevices import pool_resource_label
+from gpustack_operator.domain.nodeprofiles import is_managed
 from gpustack_operator.domain.nodeview import annotations_of, labels_of, name_of
 from gpustack_operator.domain.poolchain import unbounded_resources
-from gpustack_operator.domain.queues import pool_resource_label
 from gpustack_operator.domain.teams import SHARE_ANNOTATION, TEAM_LABEL, pool_of
 from gpustack_operator.domain.tenancy import Tenancy
 from gpustack_operator.domain.topology import domain_tree, topology_levels

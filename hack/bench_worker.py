@@ -161,8 +161,8 @@ def _worker_config(config: Any, tas: bool) -> Any:
     if tas:
         return config()
     try:
+        from gpustack_operator.domain.nodetopology import TopologyPolicy
         from gpustack_operator.domain.policy import ChainPolicy
-        from gpustack_operator.domain.topology import TopologyPolicy
         from gpustack_operator.environment import load_manufacturers
     except ImportError:  # a checkout older than TAS
         return config()
@@ -344,8 +344,8 @@ async def bench(
         report = Path(tmp) / "usage.jsonl"
         policy = None
         if not tas:
+            from gpustack_operator.domain.nodetopology import TopologyPolicy
             from gpustack_operator.domain.policy import ChainPolicy
-            from gpustack_operator.domain.topology import TopologyPolicy
 
             policy = ChainPolicy(manufacturers, topology=TopologyPolicy(enabled=False))
         async with SimCluster(

@@ -24,10 +24,10 @@ from gpustack_operator.domain.declaredpools import (
     PoolResult,
     validate_declared_pools,
 )
-from gpustack_operator.domain.flavors import TolerationPolicy
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.manufacturers import KNOWN_MANUFACTURERS
 from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
+from gpustack_operator.domain.nodetopology import TopologyPolicy
 from gpustack_operator.domain.policy import DEFAULT_UNPOOLED_SETTLING, ChainPolicy
 from gpustack_operator.domain.poolchain import ProvisioningSettings
 from gpustack_operator.domain.queues import (
@@ -37,9 +37,9 @@ from gpustack_operator.domain.queues import (
     HostCounting,
     QuotaResources,
 )
+from gpustack_operator.domain.taints import TolerationPolicy
 from gpustack_operator.domain.teams import Teams, TeamsError, validate_teams
 from gpustack_operator.domain.tenancy import Tenancy
-from gpustack_operator.domain.topology import TopologyPolicy
 from gpustack_operator.environment import load_manufacturers
 
 AUTO = "auto"

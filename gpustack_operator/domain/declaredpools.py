@@ -38,7 +38,6 @@ from gpustack_operator.domain.devicesources.karpenter import (
 )
 from gpustack_operator.domain.ec2gpus import GPU_MANUFACTURERS as EC2_GPU_MANUFACTURERS
 from gpustack_operator.domain.ec2gpus import INSTANCE_TYPES as EC2_INSTANCE_TYPES
-from gpustack_operator.domain.flavors import DEDICATION_EFFECTS
 from gpustack_operator.domain.labels import (
     SYSTEM_PREFIX,
 )
@@ -48,6 +47,7 @@ from gpustack_operator.domain.quantities import (
     parse_quantity,
 )
 from gpustack_operator.domain.selectors import labels_match
+from gpustack_operator.domain.taints import DEDICATION_EFFECTS
 from gpustack_operator.domain.validation import (
     is_valid_dns_label,
     is_valid_label_key,

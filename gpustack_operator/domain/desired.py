@@ -21,19 +21,15 @@ from gpustack_operator.domain.declaredpools import (
 )
 from gpustack_operator.domain.devicesources.dra import node_slices
 from gpustack_operator.domain.explain import NodeExplanation
-from gpustack_operator.domain.flavors import (
-    Profile,
-    desired_resource_flavors,
-    flavor_nodes,
-    is_managed,
-)
+from gpustack_operator.domain.flavors import desired_resource_flavors, flavor_nodes
+from gpustack_operator.domain.nodedevices import NodeDevices
 from gpustack_operator.domain.nodefeature import merge_node_features, worker_node_feature
 from gpustack_operator.domain.nodemodel import ModelSettings, node_model
+from gpustack_operator.domain.nodeprofiles import Profile, is_managed
 from gpustack_operator.domain.nodeview import name_of
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.poolchain import declared_pool_chain
 from gpustack_operator.domain.queues import (
-    NodeDevices,
     active_namespaces,
     desired_cluster_queues,
     desired_cohorts,

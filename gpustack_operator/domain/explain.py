@@ -19,7 +19,6 @@ from typing import Any, Final
 from gpustack_operator.domain.capacity import MAX_SPEC_NUMBER, device_keys
 from gpustack_operator.domain.devicesources import node_device_diagnostics
 from gpustack_operator.domain.devicesources.dra import node_slices
-from gpustack_operator.domain.flavors import is_managed, node_profiles
 from gpustack_operator.domain.keys import cpu_node_key
 from gpustack_operator.domain.labels import (
     ACCELERATABLE_PREFIX,
@@ -31,6 +30,7 @@ from gpustack_operator.domain.labels import (
 )
 from gpustack_operator.domain.manufacturers import Manufacturer
 from gpustack_operator.domain.nodefeature import can_publish_for
+from gpustack_operator.domain.nodeprofiles import is_managed, node_profiles
 from gpustack_operator.domain.nodeview import (
     annotations_of,
     is_deleting,

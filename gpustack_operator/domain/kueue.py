@@ -15,6 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from gpustack_operator.domain.comparison import Compare, ObjectComparison
 from gpustack_operator.domain.quantities import is_canonical_quantity
+from gpustack_operator.domain.taints import (
+    Toleration,
+)
 from gpustack_operator.domain.validation import (
     is_valid_dns_label,
     is_valid_dns_subdomain,
@@ -117,26 +120,6 @@ def _quantity(value: str) -> str:
     if not is_canonical_quantity(value):
         raise ValueError(f"quantity {value!r} is not in canonical form")
     return value
-
-
-class Toleration(BaseModel):
-    """One toleration of a ResourceFlavor: ``Equal`` with a value, else ``Exists``."""
-
-    model_config = ConfigDict(frozen=True)
-
-    key: str
-    effect: str
-    value: str = ""
-
-    def manifest(self) -> dict[str, str]:
-        if self.value:
-            return {
-                "key": self.key,
-                "operator": "Equal",
-                "value": self.value,
-                "effect": self.effect,
-            }
-        return {"key": self.key, "operator": "Exists", "effect": self.effect}
 
 
 class ResourceFlavor(BaseModel):

@@ -13,7 +13,6 @@ from typing import Any, Final
 
 from gpustack_operator.domain.capacity import worker_capacity_labels
 from gpustack_operator.domain.comparison import Compare, ObjectComparison
-from gpustack_operator.domain.flavors import TolerationPolicy, topology_labels
 from gpustack_operator.domain.labels import (
     ACCELERATABLE_LABEL,
     ACCELERATABLE_PREFIX,
@@ -29,6 +28,8 @@ from gpustack_operator.domain.labels import (
     TOPOLOGY_LABEL,
 )
 from gpustack_operator.domain.manufacturers import Manufacturer
+from gpustack_operator.domain.nodeprofiles import topology_labels
+from gpustack_operator.domain.nodetopology import TopologyPolicy
 from gpustack_operator.domain.nodeview import (
     is_deleting,
     labels_of,
@@ -37,7 +38,7 @@ from gpustack_operator.domain.nodeview import (
     uid_of,
 )
 from gpustack_operator.domain.profiles import fnv1a_64
-from gpustack_operator.domain.topology import TopologyPolicy
+from gpustack_operator.domain.taints import TolerationPolicy
 from gpustack_operator.domain.validation import (
     DNS_SUBDOMAIN_MAX_LEN,
     is_valid_dns_subdomain,

@@ -27,20 +27,14 @@ from gpustack_operator.domain.devicesources.merge import (
     counted_diagnostics,
 )
 from gpustack_operator.domain.devicesources.model import Diagnostic
-from gpustack_operator.domain.flavors import (
-    Profile,
-    TolerationPolicy,
-    dedication_taints,
-    is_managed,
-    node_profiles,
-    topology_labels,
-)
 from gpustack_operator.domain.labels import (
     ACCELERATABLE_PREFIX,
     ARCH_LABEL,
     CPU_ANNOTATION_PREFIX,
     FEATURE_PREFIX,
     GENERAL_PREFIX,
+    HOST_LABELS_ANNOTATION,
+    INSTANCE_TYPE_LABEL,
     NFD_CPU_FAMILY_LABEL,
     NFD_CPU_ID_LABEL,
     NFD_CPU_VENDOR_LABEL,
@@ -48,7 +42,20 @@ from gpustack_operator.domain.labels import (
     SYSTEM_PREFIX,
 )
 from gpustack_operator.domain.manufacturers import Manufacturer
+from gpustack_operator.domain.nodedevices import HOST_RESOURCES, NodeDevices, node_devices
 from gpustack_operator.domain.nodefeature import can_publish_for
+from gpustack_operator.domain.nodeprofiles import (
+    Profile,
+    is_managed,
+    node_profiles,
+    topology_labels,
+)
+from gpustack_operator.domain.nodetopology import (
+    TopologyPolicy,
+    is_level_label,
+    missing_level,
+    node_group,
+)
 from gpustack_operator.domain.nodeview import (
     is_deleting,
     labels_of,
@@ -57,14 +64,7 @@ from gpustack_operator.domain.nodeview import (
     status_field,
     uid_of,
 )
-from gpustack_operator.domain.queues import HOST_RESOURCES, NodeDevices, node_devices
-from gpustack_operator.domain.tenancy import HOST_LABELS_ANNOTATION, INSTANCE_TYPE_LABEL
-from gpustack_operator.domain.topology import (
-    TopologyPolicy,
-    is_level_label,
-    missing_level,
-    node_group,
-)
+from gpustack_operator.domain.taints import TolerationPolicy, dedication_taints
 
 Part = Literal["flavor", "queue", "cohort"]
 PARTS: Final[tuple[Part, ...]] = ("flavor", "queue", "cohort")

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field, replace
 
 from gpustack_operator.domain.availability import LifecycleTimers
 from gpustack_operator.domain.declaredpools import PoolResult
-from gpustack_operator.domain.flavors import TolerationPolicy
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.manufacturers import Manufacturer, default_manufacturers
 from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
+from gpustack_operator.domain.nodetopology import TopologyPolicy
 from gpustack_operator.domain.poolchain import ProvisioningSettings
 from gpustack_operator.domain.queues import (
     DEFAULT_EXCLUDED_NAMESPACES,
@@ -25,9 +25,9 @@ from gpustack_operator.domain.queues import (
     HostCounting,
     QuotaResources,
 )
+from gpustack_operator.domain.taints import TolerationPolicy
 from gpustack_operator.domain.teams import Teams
 from gpustack_operator.domain.tenancy import Tenancy, TenantSettings, detect_tenancy
-from gpustack_operator.domain.topology import TopologyPolicy
 
 DEFAULT_UNPOOLED_SETTLING = 300.0
 """Five minutes: a first install pulls the agent's image and starts a Pod per node."""

@@ -23,7 +23,6 @@ from gpustack_operator.domain.declaredpools import (
     PoolRejection,
     PoolResult,
 )
-from gpustack_operator.domain.flavors import is_managed
 from gpustack_operator.domain.kueue import (
     ClusterQueue,
     Cohort,
@@ -33,7 +32,6 @@ from gpustack_operator.domain.kueue import (
     ResourceFlavor,
     ResourceGroup,
     ResourceQuota,
-    Toleration,
 )
 from gpustack_operator.domain.labels import (
     MANAGED_BY_LABEL,
@@ -43,12 +41,14 @@ from gpustack_operator.domain.labels import (
     RESOURCE_TYPE_LABEL,
     note,
 )
+from gpustack_operator.domain.nodeprofiles import is_managed
 from gpustack_operator.domain.nodeview import status_field
 from gpustack_operator.domain.quantities import (
     format_binary_quantity,
     format_decimal_quantity,
     parse_quantity,
 )
+from gpustack_operator.domain.taints import Toleration
 from gpustack_operator.domain.validation import is_valid_dns_label
 
 POOL_COVERED: Final = ("cpu", "memory")

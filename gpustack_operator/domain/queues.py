@@ -9,21 +9,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from enum import StrEnum
 from fractions import Fraction
 from typing import Any, Final
 
 from gpustack_operator.domain.availability import DeviceBasis, NodeAvailability, Severity
-from gpustack_operator.domain.devicesources.merge import decode_resource
-from gpustack_operator.domain.flavors import (
-    ProfilesOf,
-    first_profile,
-    flavor_nodes,
-    is_managed,
-    managed_profiles,
-    node_profiles,
-)
+from gpustack_operator.domain.flavors import ProfilesOf, first_profile, flavor_nodes
 from gpustack_operator.domain.kueue import (
     MAX_FLAVORS_PER_GROUP,
     ClusterQueue,
@@ -53,22 +44,25 @@ from gpustack_operator.domain.labels import (
     RESOURCE_TYPE_NODES,
     SUFFIX_COMCAP,
     SUFFIX_CORES,
-    SUFFIX_COUNT,
-    SUFFIX_DRA,
     SUFFIX_FAMILY,
     SUFFIX_MEMORY,
     SUFFIX_PRODUCT,
-    SUFFIX_RESOURCE,
     accelerated_key,
     note,
 )
 from gpustack_operator.domain.manufacturers import Manufacturer
+from gpustack_operator.domain.nodedevices import (
+    HOST_RESOURCES,
+    DevicesOf,
+    NodeDevices,
+    node_devices,
+)
+from gpustack_operator.domain.nodeprofiles import is_managed, managed_profiles, node_profiles
 from gpustack_operator.domain.nodeview import (
     annotations_of,
     is_deleting,
     labels_of,
     name_of,
-    status_field,
     uid_of,
 )
 from gpustack_operator.domain.poolinfo import local_queue_metadata
@@ -76,7 +70,6 @@ from gpustack_operator.domain.profiles import NodeProfile, local_queue_name, par
 from gpustack_operator.domain.quantities import (
     format_binary_quantity,
     format_decimal_quantity,
-    parse_count,
     parse_quantity,
 )
 from gpustack_operator.domain.validation import is_valid_dns_label
@@ -119,7 +112,6 @@ def host_split(cpu: Fraction, memory: Fraction, pools: int) -> tuple[int, int]:
     return int(cpu / share), int(memory / share) // MIB * MIB
 
 
-HOST_RESOURCES: Final = ("cpu", "memory", "ephemeral-storage")
 OMITTED_FLAVORS_NOTE: Final = note("omittedFlavors")
 HOLD_NOTE: Final = note("hold")
 TEAM_HOLD_NOTE: Final = note("team-hold")
@@ -244,76 +236,6 @@ def _scaled(note_value: str, count: int) -> Fraction | None:
     return quantity * count
 
 
-@dataclass(frozen=True, slots=True)
-class PoolLabels:
-    """What one device pool's labels (``<akey>.…``) say about its amount."""
-
-    resource: str
-    """The ``.resource`` label, decoded (``""``: none; the manufacturer's resource)."""
-    dra: bool
-    """A DRA pool (``.dra``): no allocatable count, its ``.count`` is the amount."""
-    installed: int
-    """The ``.count`` label (0 when absent)."""
-
-
-@dataclass(frozen=True, slots=True)
-class NodeDevices:
-    """A node's device amounts as the queues read them, parsed once (the node model holds
-    them). Device resources are extended resources, whose names always hold a ``/``."""
-
-    allocatable: Mapping[str, int]
-    """Whole devices per resource in ``status.allocatable`` (positive amounts only)."""
-    capacity: Mapping[str, int]
-    """The same for ``status.capacity``."""
-    advertised: frozenset[str]
-    """Every device resource either lists, even at 0."""
-    pools: Mapping[str, PoolLabels]
-    """Per device key (``akey``) of the node's pools."""
-
-    def pool(self, akey: str) -> PoolLabels:
-        return self.pools.get(akey, _NO_POOL)
-
-
-_NO_POOL: Final = PoolLabels("", False, 0)
-
-
-def _whole(values: Mapping[str, object]) -> dict[str, int]:
-    """Positive whole amounts (truncated) of the device resources in *values*."""
-    out: dict[str, int] = {}
-    for resource, value in values.items():
-        if "/" in resource:
-            quantity = parse_quantity(value)
-            if quantity is not None and quantity.numerator > 0:
-                out[resource] = quantity.numerator // quantity.denominator  # int(), truncating
-    return out
-
-
-def node_devices(node: object, akeys: Iterable[str]) -> NodeDevices:
-    """:class:`NodeDevices` of *node* for the device pools *akeys*."""
-    if isinstance(node, NodeDevices):
-        return node
-    labels = labels_of(node)
-    allocatable = status_field(node, "allocatable")
-    capacity = status_field(node, "capacity")
-    return NodeDevices(
-        allocatable=_whole(allocatable),
-        capacity=_whole(capacity),
-        advertised=frozenset(r for r in (*allocatable, *capacity) if "/" in r),
-        pools={
-            akey: PoolLabels(
-                pool_resource_label(labels, akey),
-                labels.get(accelerated_key(akey, SUFFIX_DRA)) == "true",
-                parse_count(labels.get(accelerated_key(akey, SUFFIX_COUNT))) or 0,
-            )
-            for akey in akeys
-        },
-    )
-
-
-DevicesOf = Callable[[object], NodeDevices]
-"""Where a caller's node device amounts come from (the node model, or :func:`node_devices`)."""
-
-
 def pool_resource(node: object | None, akey: str, manufacturer: Manufacturer) -> str:
     """The extended resource a node's device pool *akey* is advertised as (docs/devices.md,
     "Quota resources"): its ``.resource`` label, else the manufacturer's resource. *node*: a
@@ -360,10 +282,6 @@ def advertises(node: object, akey: str, resource: str) -> bool:
     if pool.dra:
         return pool.resource == resource
     return resource in devices.advertised
-
-
-def pool_resource_label(labels: Mapping[str, str], akey: str) -> str:
-    return decode_resource(labels.get(accelerated_key(akey, SUFFIX_RESOURCE), ""))
 
 
 def queue_pool_resource(

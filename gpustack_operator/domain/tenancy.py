@@ -21,9 +21,11 @@ from typing import Any, Final
 from gpustack_operator.domain.capacity import WORKER_RAM_GI_PER_CPU, capacity_labels
 from gpustack_operator.domain.devicesources.merge import VENDOR_LABEL_PREFIXES
 from gpustack_operator.domain.explain import Reason
-from gpustack_operator.domain.flavors import Profile, flavor_nodes, node_profiles
+from gpustack_operator.domain.flavors import flavor_nodes
 from gpustack_operator.domain.labels import (
     ARCH_LABEL,
+    HOST_LABELS_ANNOTATION,
+    INSTANCE_TYPE_LABEL,
     MANAGED_LABEL,
     NFD_CPU_FAMILY_LABEL,
     NFD_CPU_ID_LABEL,
@@ -36,19 +38,19 @@ from gpustack_operator.domain.labels import (
     note,
 )
 from gpustack_operator.domain.manufacturers import Manufacturer
+from gpustack_operator.domain.nodedevices import (
+    HOST_RESOURCES,
+)
+from gpustack_operator.domain.nodeprofiles import Profile, node_profiles
 from gpustack_operator.domain.nodeview import annotations_of, label_of, labels_of, name_of
 from gpustack_operator.domain.profiles import fnv1a_64
 from gpustack_operator.domain.quantities import format_decimal_quantity, parse_quantity
-from gpustack_operator.domain.queues import HOST_RESOURCES
 from gpustack_operator.domain.selectors import labels_match
 
 FAKE_NODE_LABEL: Final = "vcluster.loft.sh/fake-node"
 """On vCluster's pseudo nodes (value ``"true"``)."""
 SYNCED_NODE_LABEL: Final = "vcluster.loft.sh/managed-by"
 """On Nodes vCluster copies from the host (value: the vCluster's name)."""
-HOST_LABELS_ANNOTATION: Final = "vcluster.loft.sh/managed-labels"
-"""The label keys the host owns on a synced Node, one per line."""
-INSTANCE_TYPE_LABEL: Final = "node.kubernetes.io/instance-type"
 HOST_NODES_ANNOTATION: Final = "gpustack.ai/host-nodes"
 """On a tenant's ResourceFlavor: ``<count>-<fnv64 of the sorted node names>``, the same in
 every tenant whose flavor covers the same host nodes (docs/worker-gateway.md, "Tenants")."""

@@ -16,12 +16,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from gpustack_operator.domain.flavors import Profile, TolerationPolicy, node_profiles
 from gpustack_operator.domain.manufacturers import Manufacturer
+from gpustack_operator.domain.nodedevices import NodeDevices
 from gpustack_operator.domain.nodemodel import ModelSettings, NodeModel, Part, node_model
+from gpustack_operator.domain.nodeprofiles import Profile, node_profiles
+from gpustack_operator.domain.nodetopology import TopologyPolicy
 from gpustack_operator.domain.nodeview import metadata
-from gpustack_operator.domain.queues import NodeDevices
-from gpustack_operator.domain.topology import TopologyPolicy
+from gpustack_operator.domain.taints import TolerationPolicy
 
 __all__ = ["NodeModels", "Part", "PoolClaims"]
 
@@ -200,7 +201,7 @@ class NodeModels:
 
     def index_names(self, node: Mapping[str, Any], part: Part) -> list[str]:
         """What the Node indexes file *node* under: its names when managed, else none
-        (``domain.flavors.node_profile_names``)."""
+        (``domain.nodeprofiles.node_profile_names``)."""
         entry = self._entry(node)
         return self.names(node, part) if entry.model.managed else []
 

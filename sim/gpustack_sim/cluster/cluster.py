@@ -34,8 +34,8 @@ from gpustack_operator.domain.availability import node_availability
 from gpustack_operator.domain.declaredpools import is_capi_infrastructure
 from gpustack_operator.domain.desired import DesiredState
 from gpustack_operator.domain.explain import explain_nodes
-from gpustack_operator.domain.flavors import is_managed
 from gpustack_operator.domain.manufacturers import Manufacturer
+from gpustack_operator.domain.nodeprofiles import is_managed
 from gpustack_operator.domain.nodeview import annotations_of, name_of
 from gpustack_operator.domain.plan import plan_state, tenant_explanations, with_availability
 from gpustack_operator.domain.policy import ChainPolicy

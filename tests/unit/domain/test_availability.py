@@ -344,8 +344,8 @@ def test_a_new_lifecycle_taint_is_one_entry_in_the_table(monkeypatch: pytest.Mon
     withholds the node at once, the node model and its view see it, and flavors never
     tolerate it (docs/node-lifecycle.md, "Signals")."""
     from gpustack_operator.domain import availability
-    from gpustack_operator.domain.flavors import dedication_taints
     from gpustack_operator.domain.nodemodel import ModelSettings, node_model
+    from gpustack_operator.domain.taints import dedication_taints
 
     key = "example.com/reclaimed"
     n = tainted(key)

@@ -25,11 +25,11 @@ from gpustack_operator.domain.devicesources.merge import decode_resource, derive
 from gpustack_operator.domain.devicesources.neuron import neuron_pools
 from gpustack_operator.domain.labels import ACCELERATABLE_PREFIX
 from gpustack_operator.domain.manufacturers import default_manufacturers
+from gpustack_operator.domain.nodedevices import HOST_RESOURCES
 from gpustack_operator.domain.nodeview import labels_of, name_of, status_field
 from gpustack_operator.domain.plan import plan_state
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.quantities import parse_quantity
-from gpustack_operator.domain.queues import HOST_RESOURCES
 
 MFRS = default_manufacturers()
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"

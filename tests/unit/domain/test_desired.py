@@ -8,12 +8,7 @@ from typing import Any
 import pytest
 
 from gpustack_operator.domain.desired import desired_state
-from gpustack_operator.domain.flavors import (
-    desired_resource_flavors,
-    is_managed,
-    node_profile_names,
-    node_profiles,
-)
+from gpustack_operator.domain.flavors import desired_resource_flavors
 from gpustack_operator.domain.kueue import KueueVersion
 from gpustack_operator.domain.manufacturers import default_manufacturers
 from gpustack_operator.domain.nodefeature import (
@@ -24,6 +19,7 @@ from gpustack_operator.domain.nodefeature import (
     node_feature_name,
     worker_node_feature,
 )
+from gpustack_operator.domain.nodeprofiles import is_managed, node_profile_names, node_profiles
 from gpustack_operator.domain.plan import apply_sim_devices, plan_state
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.queues import (

@@ -30,13 +30,14 @@ from gpustack_operator.domain.devicesources.model import (
 )
 from gpustack_operator.domain.flavors import flavor_nodes
 from gpustack_operator.domain.manufacturers import default_manufacturers
+from gpustack_operator.domain.nodedevices import HOST_RESOURCES
 from gpustack_operator.domain.nodefeature import merge_node_features, worker_node_feature
 from gpustack_operator.domain.nodeview import labels_of, name_of, status_field
 from gpustack_operator.domain.plan import plan_state
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.profiles import parse_node_profile
 from gpustack_operator.domain.quantities import parse_quantity
-from gpustack_operator.domain.queues import HOST_RESOURCES, QuotaResources
+from gpustack_operator.domain.queues import QuotaResources
 
 from .nodes import make_node
 

@@ -12,11 +12,13 @@ from gpustack_operator.domain import nodemodel
 from gpustack_operator.domain.availability import DeviceBasis, lifecycle_of
 from gpustack_operator.domain.capacity import worker_capacity_labels
 from gpustack_operator.domain.devicesources import unpooled_devices
-from gpustack_operator.domain.flavors import dedication_taints, is_managed, node_profiles
+from gpustack_operator.domain.nodedevices import node_devices
 from gpustack_operator.domain.nodemodel import ModelSettings, node_model
+from gpustack_operator.domain.nodeprofiles import is_managed, node_profiles
 from gpustack_operator.domain.plan import plan_state
 from gpustack_operator.domain.policy import ChainPolicy
-from gpustack_operator.domain.queues import device_amount, node_devices, pool_amount
+from gpustack_operator.domain.queues import device_amount, pool_amount
+from gpustack_operator.domain.taints import dedication_taints
 from gpustack_operator.environment import load_manufacturers
 
 MFRS = load_manufacturers({})

@@ -29,19 +29,18 @@ from gpustack_operator.domain.flavors import (
 )
 from gpustack_operator.domain.labels import TOPOLOGY_LABEL, TOPOLOGY_NONE
 from gpustack_operator.domain.manufacturers import default_manufacturers
+from gpustack_operator.domain.nodetopology import (
+    HOSTNAME_LABEL,
+    TopologyPolicy,
+    missing_level,
+    node_levels,
+    tas_queue_name,
+)
 from gpustack_operator.domain.nodeview import labels_of, name_of
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.profiles import parse_node_profile, strip_tas_suffix
 from gpustack_operator.domain.teams import team_queue_name
-from gpustack_operator.domain.topology import (
-    HOSTNAME_LABEL,
-    TopologyPolicy,
-    explain_topology,
-    missing_level,
-    node_levels,
-    tas_queue_name,
-    topology_levels,
-)
+from gpustack_operator.domain.topology import explain_topology, topology_levels
 from gpustack_operator.domain.validation import is_valid_dns_label
 
 MFRS = default_manufacturers()

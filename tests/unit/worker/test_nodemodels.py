@@ -11,13 +11,9 @@ import pytest
 
 from gpustack_operator.commands.plan import read_nodes_file
 from gpustack_operator.domain.capacity import capacity_labels_and_devices, worker_capacity_labels
-from gpustack_operator.domain.flavors import (
-    desired_resource_flavor,
-    desired_resource_flavors,
-    node_profile_names,
-    node_profiles,
-)
+from gpustack_operator.domain.flavors import desired_resource_flavor, desired_resource_flavors
 from gpustack_operator.domain.nodemodel import node_view
+from gpustack_operator.domain.nodeprofiles import node_profile_names, node_profiles
 from gpustack_operator.domain.plan import plan_state
 from gpustack_operator.domain.policy import ChainPolicy
 from gpustack_operator.domain.queues import desired_cohort, desired_cohorts
