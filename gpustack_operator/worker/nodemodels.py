@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from gpustack_operator.domain.manufacturers import Manufacturer
-from gpustack_operator.domain.nodedevices import NodeDevices
-from gpustack_operator.domain.nodemodel import ModelSettings, NodeModel, Part, node_model
-from gpustack_operator.domain.nodeprofiles import Profile, node_profiles
-from gpustack_operator.domain.nodetopology import TopologyPolicy
+from gpustack_operator.domain.node.nodedevices import NodeDevices
+from gpustack_operator.domain.node.nodemodel import ModelSettings, NodeModel, Part, node_model
+from gpustack_operator.domain.node.nodeprofiles import Profile, node_profiles
+from gpustack_operator.domain.node.nodetopology import TopologyPolicy
+from gpustack_operator.domain.node.taints import TolerationPolicy
 from gpustack_operator.domain.nodeview import metadata
-from gpustack_operator.domain.taints import TolerationPolicy
 
 __all__ = ["NodeModels", "Part", "PoolClaims"]
 
@@ -206,7 +206,7 @@ class NodeModels:
         return self.names(node, part) if entry.model.managed else []
 
     def devices(self, node: object) -> NodeDevices:
-        """The model's device amounts (``domain.queues.DevicesOf``)."""
+        """The model's device amounts (``domain.node.nodedevices.DevicesOf``)."""
         if not isinstance(node, Mapping):
             raise TypeError(f"not a Node: {type(node).__name__}")
         return self._entry(node).model.devices

@@ -100,7 +100,7 @@ def test_the_graph_is_read() -> None:
     cluster_queues = "gpustack_operator.controllers.clusterqueue"
     assert MODULES[cluster_queues] == REPO / "controllers" / "clusterqueue.py"
     assert "gpustack_operator.runtime.controller" in GRAPH[cluster_queues]
-    assert "gpustack_operator.domain.queues" in GRAPH[cluster_queues]
+    assert "gpustack_operator.domain.chain.queues" in GRAPH[cluster_queues]
     assert "gpustack_sim.apiserver.store" in GRAPH["gpustack_sim.apiserver.server"]
 
 
