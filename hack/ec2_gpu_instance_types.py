@@ -14,7 +14,7 @@ import sys
 from fractions import Fraction
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parent.parent / "gpustack_operator" / "domain" / "ec2gpus.py"
+OUT = Path(__file__).resolve().parents[1] / "gpustack_operator/domain/chain/ec2gpus.py"
 ROW = re.compile(r"\|\s*([\w./-]+)\s*\|\s*([^|\n]*?)\s*\|")
 GPU = "karpenter.k8s.aws/instance-gpu-"
 
