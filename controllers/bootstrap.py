@@ -63,7 +63,7 @@ from gpustack_operator.domain.bootstrap.common import (
 from gpustack_operator.domain.bootstrap.crds import NODE_FEATURE_RULES_CRD, NODE_FEATURES_CRD
 from gpustack_operator.domain.bootstrap.desired import desired_bootstrap
 from gpustack_operator.domain.manufacturers import KNOWN_MANUFACTURERS
-from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
+from gpustack_operator.domain.node.nodefeature import DEFAULT_SYSTEM_NAMESPACE
 from gpustack_operator.environment import load_manufacturers, load_pci_class_prefixes
 from gpustack_operator.runtime.cache import object_key
 from gpustack_operator.runtime.client import ApiError, Client, NotFound

@@ -22,15 +22,15 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from gpustack_operator.apis import NODE_FEATURES
-from gpustack_operator.domain.availability import in_planned_maintenance
 from gpustack_operator.domain.labels import ACCELERATABLE_PREFIX, PART_OF_LABEL, PART_OF_WORKER
-from gpustack_operator.domain.nodefeature import (
+from gpustack_operator.domain.node.availability import in_planned_maintenance
+from gpustack_operator.domain.node.nodefeature import (
     is_worker_label,
     worker_node_feature,
     worker_node_feature_with,
 )
 from gpustack_operator.domain.nodeview import metadata, name_of
-from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.labelrepair import LabelsTaken, repair_request
 from gpustack_operator.runtime.coalesce import Coalesce, CoalescePresets
 from gpustack_operator.runtime.controller import Request

@@ -33,9 +33,22 @@ from typing import Any, Final
 import structlog
 from prometheus_client import Counter
 
-from gpustack_operator.domain.declaredpools import is_pool_chain_object
-from gpustack_operator.domain.kueue import OwnerReference
-from gpustack_operator.domain.kueueusage import has_reservations
+from gpustack_operator.domain.chain.declaredpools import is_pool_chain_object
+from gpustack_operator.domain.chain.kueue import OwnerReference
+from gpustack_operator.domain.chain.kueueusage import has_reservations
+from gpustack_operator.domain.chain.poolinfo import local_queue_metadata
+from gpustack_operator.domain.chain.queues import (
+    HOLD,
+    HOLD_NOTE,
+    cluster_queue_cohort,
+    devices_gone,
+    quota_below_usage,
+    without_flavors,
+)
+from gpustack_operator.domain.chain.teams import pool_of
+from gpustack_operator.domain.chain.transition import (
+    lending_nothing,
+)
 from gpustack_operator.domain.labels import QUEUE_ANNOTATION, UNIT_ANNOTATION
 from gpustack_operator.domain.nodeview import (
     annotations_of,
@@ -45,20 +58,7 @@ from gpustack_operator.domain.nodeview import (
     name_of,
     uid_of,
 )
-from gpustack_operator.domain.policy import ChainPolicy
-from gpustack_operator.domain.poolinfo import local_queue_metadata
-from gpustack_operator.domain.queues import (
-    HOLD,
-    HOLD_NOTE,
-    cluster_queue_cohort,
-    devices_gone,
-    quota_below_usage,
-    without_flavors,
-)
-from gpustack_operator.domain.teams import pool_of
-from gpustack_operator.domain.transition import (
-    lending_nothing,
-)
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.runtime.channel import Channel
 from gpustack_operator.runtime.client import NotFound
 from gpustack_operator.runtime.coalesce import Coalesce

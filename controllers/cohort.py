@@ -16,17 +16,17 @@ from __future__ import annotations
 
 from typing import Any, Final, cast
 
-from gpustack_operator.domain.declaredpools import is_pool_chain_object
-from gpustack_operator.domain.labels import QUEUE_ANNOTATION
-from gpustack_operator.domain.nodeview import annotations_of, is_deleting
-from gpustack_operator.domain.policy import ChainPolicy
-from gpustack_operator.domain.queues import (
+from gpustack_operator.domain.chain.declaredpools import is_pool_chain_object
+from gpustack_operator.domain.chain.queues import (
     cluster_queue_cohort,
     cohort_may_be_deleted,
     desired_cohort,
     queue_flavors,
 )
-from gpustack_operator.domain.teams import cohort_resource_groups, with_cohort_quota
+from gpustack_operator.domain.chain.teams import cohort_resource_groups, with_cohort_quota
+from gpustack_operator.domain.labels import QUEUE_ANNOTATION
+from gpustack_operator.domain.nodeview import annotations_of, is_deleting
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.runtime.channel import Channel
 from gpustack_operator.runtime.coalesce import Coalesce
 from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request, Result

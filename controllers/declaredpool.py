@@ -22,8 +22,7 @@ from typing import Any, Final
 
 import structlog
 
-from gpustack_operator.domain.comparison import Compare, ObjectComparison
-from gpustack_operator.domain.declaredpools import (
+from gpustack_operator.domain.chain.declaredpools import (
     CAPI_GROUP,
     CAPI_INFRASTRUCTURE_GROUP,
     DECLARED_POOLS_CONFIGMAP,
@@ -37,11 +36,12 @@ from gpustack_operator.domain.declaredpools import (
     pools_from_objects,
     validate_declared_pools,
 )
-from gpustack_operator.domain.kueue import KUEUE_GROUP
-from gpustack_operator.domain.nodemodel import Part
+from gpustack_operator.domain.chain.kueue import KUEUE_GROUP
+from gpustack_operator.domain.chain.poolchain import declared_pool_chain
+from gpustack_operator.domain.comparison import Compare, ObjectComparison
+from gpustack_operator.domain.node.nodemodel import Part
 from gpustack_operator.domain.nodeview import is_deleting, labels_of, name_of
-from gpustack_operator.domain.policy import ChainPolicy
-from gpustack_operator.domain.poolchain import declared_pool_chain
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.runtime.channel import Channel
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.clock import WALL_CLOCK, Clock

@@ -22,15 +22,15 @@ from typing import Any, Final
 
 import structlog
 
-from gpustack_operator.domain.declaredpools import is_pool_chain_object
-from gpustack_operator.domain.flavors import desired_resource_flavor
-from gpustack_operator.domain.kueueusage import flavor_in_use, queue_usage, usage_fields
+from gpustack_operator.domain.chain.declaredpools import is_pool_chain_object
+from gpustack_operator.domain.chain.flavors import desired_resource_flavor
+from gpustack_operator.domain.chain.kueueusage import flavor_in_use, queue_usage, usage_fields
+from gpustack_operator.domain.chain.tenancy import tenant_flavor
 from gpustack_operator.domain.labels import QUEUE_ANNOTATION, TOPOLOGY_LABEL
+from gpustack_operator.domain.node.nodetopology import manifests_digest, parse_group, tas_queue_name
 from gpustack_operator.domain.nodeview import annotations_of, is_deleting, name_of
-from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.domain.profiles import strip_tas_suffix
-from gpustack_operator.domain.tenancy import tenant_flavor
-from gpustack_operator.domain.topology import manifests_digest, parse_group, tas_queue_name
 from gpustack_operator.runtime.channel import Channel
 from gpustack_operator.runtime.coalesce import Coalesce
 from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request

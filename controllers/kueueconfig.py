@@ -17,14 +17,14 @@ from typing import Any, Final
 import structlog
 from prometheus_client import Gauge
 
-from gpustack_operator.domain.kueueconfig import (
+from gpustack_operator.domain.chain.kueueconfig import (
     FairSharing,
     Finding,
     fair_sharing,
     missing_pieces,
     parse_configuration,
 )
-from gpustack_operator.domain.queues import is_owned
+from gpustack_operator.domain.chain.queues import is_owned
 from gpustack_operator.runtime.controller import (
     Controller,
     ControllerBuilder,

@@ -22,11 +22,11 @@ from typing import Any, Final
 
 import structlog
 
+from gpustack_operator.domain.chain.queues import active_namespaces, desired_local_queues
+from gpustack_operator.domain.chain.teams import desired_local_queues_with_teams, pool_of
 from gpustack_operator.domain.labels import RESOURCE_TYPE_INSTANCETYPES, RESOURCE_TYPE_LABEL
 from gpustack_operator.domain.nodeview import is_deleting, labels_of, metadata, name_of
-from gpustack_operator.domain.policy import ChainPolicy
-from gpustack_operator.domain.queues import active_namespaces, desired_local_queues
-from gpustack_operator.domain.teams import desired_local_queues_with_teams, pool_of
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.runtime.client import ApiError, Forbidden, NotFound
 from gpustack_operator.runtime.coalesce import Coalesce
 from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request

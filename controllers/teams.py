@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from gpustack_operator.domain.chain.teams import TEAMS_CONFIGMAP
 from gpustack_operator.domain.declarationstatus import STATUS_CONFIGMAP
 from gpustack_operator.domain.nodeview import name_of
-from gpustack_operator.domain.teams import TEAMS_CONFIGMAP
 from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request
 from gpustack_operator.runtime.resources import CONFIGMAPS, NAMESPACES
 from gpustack_operator.worker.common import Writer

@@ -13,15 +13,15 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from gpustack_operator.domain.nodeview import is_deleting
-from gpustack_operator.domain.topology import (
+from gpustack_operator.domain.chain.topology import topology_manifest
+from gpustack_operator.domain.node.nodetopology import (
     TopologyPolicy,
     node_levels,
     parse_group,
-    topology_manifest,
     topology_name,
     topology_name_of_digest,
 )
+from gpustack_operator.domain.nodeview import is_deleting
 from gpustack_operator.runtime.controller import Controller, ControllerBuilder, Request
 from gpustack_operator.runtime.resources import NODES, Resource
 from gpustack_operator.worker.caches import BY_TOPOLOGY, KueueCaches

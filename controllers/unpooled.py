@@ -22,12 +22,12 @@ from typing import Any, Final
 import structlog
 from prometheus_client import Gauge
 
-from gpustack_operator.domain.devicesources import (
+from gpustack_operator.domain.node.devicesources import (
     Diagnostic,
     judged_diagnostics,
     unpooled_devices,
 )
-from gpustack_operator.domain.flavors import is_managed
+from gpustack_operator.domain.node.nodeprofiles import is_managed
 from gpustack_operator.runtime.clock import MONOTONIC_CLOCK, Clock
 from gpustack_operator.runtime.controller import EventRecorderLike, Request, Result
 from gpustack_operator.runtime.informer import Informer

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from gpustack_operator.domain.bootstrap.crds import NFD_GROUP, NFD_VERSION_NAME
-from gpustack_operator.domain.kueue import KUEUE_GROUP, KueueVersion
+from gpustack_operator.domain.chain.kueue import KUEUE_GROUP, KueueVersion
 from gpustack_operator.runtime.resources import Resource
 
 __all__ = [

@@ -1,6 +1,6 @@
 """How ``plan`` and ``sim`` print a Kueue chain: one ``v1`` ``List`` (JSON/YAML) or a tree.
 
-Pure text rendering of a :class:`~gpustack_operator.domain.desired.DesiredState`, whether it
+Pure text rendering of a :class:`~gpustack_operator.domain.plan.desired.DesiredState`, whether it
 was computed offline (``plan``) or read back from an API server (``sim``), so both commands
 print the same thing for the same chain.
 """
@@ -13,18 +13,19 @@ from typing import Any
 
 import yaml
 
-from gpustack_operator.domain.capacity import device_keys
-from gpustack_operator.domain.desired import DesiredState
-from gpustack_operator.domain.explain import NodeExplanation
-from gpustack_operator.domain.flavors import flavor_nodes, is_managed
-from gpustack_operator.domain.keys import cpu_node_key
+from gpustack_operator.domain.chain.explain import NodeExplanation
+from gpustack_operator.domain.chain.flavors import flavor_nodes
+from gpustack_operator.domain.chain.poolchain import unbounded_resources
+from gpustack_operator.domain.chain.teams import SHARE_ANNOTATION, TEAM_LABEL, pool_of
+from gpustack_operator.domain.chain.tenancy import Tenancy
+from gpustack_operator.domain.chain.topology import domain_tree, topology_levels
 from gpustack_operator.domain.labels import note
+from gpustack_operator.domain.node.capacity import device_keys
+from gpustack_operator.domain.node.keys import cpu_node_key
+from gpustack_operator.domain.node.nodedevices import pool_resource_label
+from gpustack_operator.domain.node.nodeprofiles import is_managed
 from gpustack_operator.domain.nodeview import annotations_of, labels_of, name_of
-from gpustack_operator.domain.poolchain import unbounded_resources
-from gpustack_operator.domain.queues import pool_resource_label
-from gpustack_operator.domain.teams import SHARE_ANNOTATION, TEAM_LABEL, pool_of
-from gpustack_operator.domain.tenancy import Tenancy
-from gpustack_operator.domain.topology import domain_tree, topology_levels
+from gpustack_operator.domain.plan.desired import DesiredState
 
 FORMATS = ("table", "yaml", "json")
 EXPLANATIONS_FIELD = "explanations"

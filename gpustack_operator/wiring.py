@@ -50,12 +50,15 @@ from gpustack_operator.controllers.teams import build_teams_controller
 from gpustack_operator.controllers.topology import NAME as TOPOLOGY
 from gpustack_operator.controllers.topology import build_topology_controller
 from gpustack_operator.controllers.unpooled import setup_unpooled
-from gpustack_operator.domain.kueueconfig import DEFAULT_KUEUE_CONFIGMAP, DEFAULT_KUEUE_NAMESPACE
+from gpustack_operator.domain.chain.kueueconfig import (
+    DEFAULT_KUEUE_CONFIGMAP,
+    DEFAULT_KUEUE_NAMESPACE,
+)
+from gpustack_operator.domain.chain.tenancy import TenantSettings
 from gpustack_operator.domain.labels import MANAGED_BY_VALUE
-from gpustack_operator.domain.policy import ChainPolicy
-from gpustack_operator.domain.tenancy import TenantSettings
-from gpustack_operator.domain.workertimers import TIMERS_CONFIGMAP, timers_configmap
-from gpustack_operator.domain.workerverdicts import VERDICTS_CONFIGMAP, verdicts_configmap
+from gpustack_operator.domain.node.workertimers import TIMERS_CONFIGMAP, timers_configmap
+from gpustack_operator.domain.node.workerverdicts import VERDICTS_CONFIGMAP, verdicts_configmap
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.runtime.backoff import BackoffPolicy
 from gpustack_operator.runtime.channel import Channel

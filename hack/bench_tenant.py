@@ -26,8 +26,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from gpustack_operator.domain.chain.tenancy import tenant_fleet  # noqa: E402
 from gpustack_operator.domain.manufacturers import default_manufacturers  # noqa: E402
-from gpustack_operator.domain.tenancy import tenant_fleet  # noqa: E402
 
 TEMPLATES = yaml.safe_load((REPO / "examples" / "vcluster-tenant.yaml").read_text())["items"]
 

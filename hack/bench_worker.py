@@ -179,8 +179,8 @@ def _worker_config(config: Any, tas: bool) -> Any:
     if tas:
         return config()
     try:
-        from gpustack_operator.domain.policy import ChainPolicy
-        from gpustack_operator.domain.topology import TopologyPolicy
+        from gpustack_operator.domain.node.nodetopology import TopologyPolicy
+        from gpustack_operator.domain.plan.policy import ChainPolicy
         from gpustack_operator.environment import load_manufacturers
     except ImportError:  # a checkout older than TAS
         return config()
@@ -350,7 +350,7 @@ async def bench(
 ) -> dict[str, Any]:
     """One run; the worker child runs from *worker*'s checkout and environment (default this
     tree's)."""
-    from gpustack_operator.domain.plan import apply_sim_devices
+    from gpustack_operator.domain.plan.plan import apply_sim_devices
     from gpustack_operator.environment import load_manufacturers
     from gpustack_operator.runtime.logs import configure_logging
     from gpustack_sim.cluster.cluster import SimCluster
@@ -363,8 +363,8 @@ async def bench(
         report = Path(tmp) / "usage.jsonl"
         policy = None
         if not tas:
-            from gpustack_operator.domain.policy import ChainPolicy
-            from gpustack_operator.domain.topology import TopologyPolicy
+            from gpustack_operator.domain.node.nodetopology import TopologyPolicy
+            from gpustack_operator.domain.plan.policy import ChainPolicy
 
             policy = ChainPolicy(manufacturers, topology=TopologyPolicy(enabled=False))
         async with SimCluster(
@@ -517,7 +517,7 @@ async def bench_real(count: int, bound: float, resync: float) -> dict[str, Any]:
     """One run against the real-cluster tier's etcd and kube-apiserver (module docstring)."""
     import httpx
 
-    from gpustack_operator.domain.plan import apply_sim_devices
+    from gpustack_operator.domain.plan.plan import apply_sim_devices
     from gpustack_operator.environment import load_manufacturers
     from tests.realcluster.cluster import chain_differences
     from tests.realcluster.controlplane import (

@@ -44,7 +44,61 @@ MOVES: dict[str, str] = {
     # The `sim` subcommand's code lives with the simulator; the product keeps a new, small
     # entry at the old path (what to do when the simulator is not installed).
     "gpustack_operator/commands/sim.py": "sim/gpustack_sim/command.py",
+    # domain/ along the pipeline: what one Node is, the chain built from node models, and
+    # the whole offline; the shared vocabulary stays at the domain's root.
+    "gpustack_operator/domain/availability.py": "gpustack_operator/domain/node/availability.py",
+    "gpustack_operator/domain/capacity.py": "gpustack_operator/domain/node/capacity.py",
+    "gpustack_operator/domain/devices.py": "gpustack_operator/domain/node/devices.py",
+    "gpustack_operator/domain/keys.py": "gpustack_operator/domain/node/keys.py",
+    "gpustack_operator/domain/simdevices.py": "gpustack_operator/domain/node/simdevices.py",
+    "gpustack_operator/domain/nodefeature.py": "gpustack_operator/domain/node/nodefeature.py",
+    "gpustack_operator/domain/nodemodel.py": "gpustack_operator/domain/node/nodemodel.py",
+    "gpustack_operator/domain/nodeprofiles.py": "gpustack_operator/domain/node/nodeprofiles.py",
+    "gpustack_operator/domain/nodetopology.py": "gpustack_operator/domain/node/nodetopology.py",
+    "gpustack_operator/domain/taints.py": "gpustack_operator/domain/node/taints.py",
+    "gpustack_operator/domain/nodedevices.py": "gpustack_operator/domain/node/nodedevices.py",
+    "gpustack_operator/domain/workertimers.py": "gpustack_operator/domain/node/workertimers.py",
+    "gpustack_operator/domain/workerverdicts.py": "gpustack_operator/domain/node/workerverdicts.py",
+    "gpustack_operator/domain/flavors.py": "gpustack_operator/domain/chain/flavors.py",
+    "gpustack_operator/domain/queues.py": "gpustack_operator/domain/chain/queues.py",
+    "gpustack_operator/domain/kueue.py": "gpustack_operator/domain/chain/kueue.py",
+    "gpustack_operator/domain/kueueusage.py": "gpustack_operator/domain/chain/kueueusage.py",
+    "gpustack_operator/domain/kueueconfig.py": "gpustack_operator/domain/chain/kueueconfig.py",
+    "gpustack_operator/domain/topology.py": "gpustack_operator/domain/chain/topology.py",
+    "gpustack_operator/domain/teams.py": "gpustack_operator/domain/chain/teams.py",
+    "gpustack_operator/domain/tenancy.py": "gpustack_operator/domain/chain/tenancy.py",
+    "gpustack_operator/domain/transition.py": "gpustack_operator/domain/chain/transition.py",
+    "gpustack_operator/domain/declaredpools.py": "gpustack_operator/domain/chain/declaredpools.py",
+    "gpustack_operator/domain/poolchain.py": "gpustack_operator/domain/chain/poolchain.py",
+    "gpustack_operator/domain/poolinfo.py": "gpustack_operator/domain/chain/poolinfo.py",
+    "gpustack_operator/domain/multikueue.py": "gpustack_operator/domain/chain/multikueue.py",
+    "gpustack_operator/domain/explain.py": "gpustack_operator/domain/chain/explain.py",
+    "gpustack_operator/domain/ec2gpus.py": "gpustack_operator/domain/chain/ec2gpus.py",
+    "gpustack_operator/domain/policy.py": "gpustack_operator/domain/plan/policy.py",
+    "gpustack_operator/domain/desired.py": "gpustack_operator/domain/plan/desired.py",
+    "gpustack_operator/domain/plan.py": "gpustack_operator/domain/plan/plan.py",
 }
+MOVES.update(
+    {
+        f"gpustack_operator/domain/devicesources/{name}.py": (
+            f"gpustack_operator/domain/node/devicesources/{name}.py"
+        )
+        for name in (
+            "__init__",
+            "amd",
+            "common",
+            "dra",
+            "gaudi",
+            "gfd",
+            "gke",
+            "karpenter",
+            "merge",
+            "model",
+            "neuron",
+            "unpooled",
+        )
+    }
+)
 LEFT_AN_ENTRY: frozenset[str] = frozenset({"gpustack_operator/commands/sim.py"})
 """Moved modules whose old path holds a new module afterwards: the move is done once the
 target exists."""
@@ -56,11 +110,26 @@ PACKAGES: dict[str, str] = {
         'pool queue and the writer (docs/architecture.md, "The house")."""\n'
     ),
     "tests/unit/worker/__init__.py": "",
+    "gpustack_operator/domain/node/__init__.py": (
+        '"""What one Node is: its raw reads made into profiles, capacity labels, devices,\n'
+        "lifecycle signals, topology group and dedication taints, and the node model that holds\n"
+        'them, built once per Node version (docs/architecture.md, "The house")."""\n'
+    ),
+    "gpustack_operator/domain/chain/__init__.py": (
+        '"""The Kueue chain built from node models: flavors, Cohorts, ClusterQueues and\n'
+        "LocalQueues, topologies, teams, tenants and declared pools, and why a node feeds the\n"
+        'pools it does (docs/architecture.md, "The house")."""\n'
+    ),
+    "gpustack_operator/domain/plan/__init__.py": (
+        '"""The whole chain offline: the one chain policy, the desired state of a cluster and\n'
+        '``plan``\'s composition of it (docs/architecture.md, "The house")."""\n'
+    ),
 }
 
 REWRITTEN = (".py", ".md", ".toml", ".cfg", ".yaml", ".yml")
 REWRITTEN_NAMES = ("Makefile", "Dockerfile")
 LEFT_AS_THEY_ARE = {"hack/layout_moves.py"}
+_PACKAGE_DIR = "gpustack_operator/"
 
 
 def git(*args: str) -> str:
@@ -120,10 +189,23 @@ def rewrites() -> list[tuple[re.Pattern[str], str]]:
     for old, new in MOVES.items():
         old_module, new_module = module_of(old), module_of(new)
         if old_module and new_module and not old.startswith("tests/") and old not in LEFT_AN_ENTRY:
-            found.append((rf"(?<![\w.]){re.escape(old_module)}(?!\w)", new_module))
+            # A module that became a package of the same name (domain/plan.py, now
+            # domain/plan/plan.py) keeps the names of its new modules as they are, so that a
+            # second run does not move them again.
+            inside = sorted(
+                m.removeprefix(old_module + ".")
+                for m in filter(None, map(module_of, MOVES.values()))
+                if m.startswith(old_module + ".")
+            )
+            kept = rf"(?!\.(?:{'|'.join(map(re.escape, inside))})(?!\w))" if inside else ""
+            found.append((rf"(?<![\w.]){re.escape(old_module)}(?!\w){kept}", new_module))
         # Paths, also as the package spells them (gpustack_operator/controllers/...); a
         # mapped folder's modules also as the source tree names them (controllers.liveteams).
         spellings = {old}
+        # The docs name the product's modules from inside the package (domain/flavors.py).
+        if old.startswith(_PACKAGE_DIR) and new.startswith(_PACKAGE_DIR):
+            short = old[len(_PACKAGE_DIR) :]
+            found.append((rf"(?<![\w/.]){re.escape(short)}(?![\w]|:\d)", new[len(_PACKAGE_DIR) :]))
         for source, target in mapped_dirs().items():
             if old.startswith(source.rstrip("/") + "/"):
                 spellings.add(target.rstrip("/") + old[len(source.rstrip("/")) :])

@@ -44,8 +44,8 @@ from gpustack_operator.devicemanager.detectors.pci import DEFAULT_PCI_ROOT
 from gpustack_operator.devicemanager.detectors.sim import SimDetector
 from gpustack_operator.devicemanager.pciids import PCI_IDS_ENV
 from gpustack_operator.domain.manufacturers import AGENT_MANUFACTURERS
-from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
-from gpustack_operator.domain.simdevices import SIM_DEVICES_ANNOTATION
+from gpustack_operator.domain.node.nodefeature import DEFAULT_SYSTEM_NAMESPACE
+from gpustack_operator.domain.node.simdevices import SIM_DEVICES_ANNOTATION
 from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.runtime import metrics as runtime_metrics
 from gpustack_operator.runtime.manager import Manager, ManagerOptions, run_async

@@ -28,21 +28,21 @@ from gpustack_operator.commands.policy_flags import (
     kueue_version,
     policy_from_args,
 )
-from gpustack_operator.domain.declarationtext import DeclarationError
-from gpustack_operator.domain.declaredpools import (
+from gpustack_operator.domain.chain.declaredpools import (
     DECLARED_POOLS_CONFIGMAP,
     declarations_in_configmap,
     is_pool_object,
 )
-from gpustack_operator.domain.devicesources.dra import KIND as DRA_KIND
+from gpustack_operator.domain.chain.teams import TeamsError
+from gpustack_operator.domain.chain.topology import explain_topology
+from gpustack_operator.domain.declarationtext import DeclarationError
+from gpustack_operator.domain.node.devicesources.dra import KIND as DRA_KIND
 from gpustack_operator.domain.nodeview import (
     has_status,
     name_of,
 )
-from gpustack_operator.domain.plan import plan_state
-from gpustack_operator.domain.policy import ChainPolicy
-from gpustack_operator.domain.teams import TeamsError
-from gpustack_operator.domain.topology import explain_topology
+from gpustack_operator.domain.plan.plan import plan_state
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.domain.validation import is_valid_dns_subdomain
 from gpustack_operator.environment import load_group_id_with_memory
 from gpustack_operator.kubeconfig import KubeconfigError

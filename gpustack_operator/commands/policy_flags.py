@@ -18,28 +18,28 @@ from typing import Final, TypeVar
 
 from gpustack_operator.commands.argtypes import comma_list, parse_duration
 from gpustack_operator.commands.envflags import SHARED_ENV
-from gpustack_operator.domain.availability import LifecycleTimers
-from gpustack_operator.domain.declarationtext import DeclarationError
-from gpustack_operator.domain.declaredpools import (
+from gpustack_operator.domain.chain.declaredpools import (
     PoolResult,
     validate_declared_pools,
 )
-from gpustack_operator.domain.flavors import TolerationPolicy
-from gpustack_operator.domain.kueue import KueueVersion
-from gpustack_operator.domain.manufacturers import KNOWN_MANUFACTURERS
-from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
-from gpustack_operator.domain.policy import DEFAULT_UNPOOLED_SETTLING, ChainPolicy
-from gpustack_operator.domain.poolchain import ProvisioningSettings
-from gpustack_operator.domain.queues import (
+from gpustack_operator.domain.chain.kueue import KueueVersion
+from gpustack_operator.domain.chain.poolchain import ProvisioningSettings
+from gpustack_operator.domain.chain.queues import (
     DEFAULT_EXCLUDED_NAMESPACES,
     DEFAULT_HOST_COUNTING,
     DEFAULT_QUOTA_RESOURCES,
     HostCounting,
     QuotaResources,
 )
-from gpustack_operator.domain.teams import Teams, TeamsError, validate_teams
-from gpustack_operator.domain.tenancy import Tenancy
-from gpustack_operator.domain.topology import TopologyPolicy
+from gpustack_operator.domain.chain.teams import Teams, TeamsError, validate_teams
+from gpustack_operator.domain.chain.tenancy import Tenancy
+from gpustack_operator.domain.declarationtext import DeclarationError
+from gpustack_operator.domain.manufacturers import KNOWN_MANUFACTURERS
+from gpustack_operator.domain.node.availability import LifecycleTimers
+from gpustack_operator.domain.node.nodefeature import DEFAULT_SYSTEM_NAMESPACE
+from gpustack_operator.domain.node.nodetopology import TopologyPolicy
+from gpustack_operator.domain.node.taints import TolerationPolicy
+from gpustack_operator.domain.plan.policy import DEFAULT_UNPOOLED_SETTLING, ChainPolicy
 from gpustack_operator.environment import load_manufacturers
 
 AUTO = "auto"

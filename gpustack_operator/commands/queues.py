@@ -31,11 +31,12 @@ from gpustack_operator.commands.policy_flags import (
     add_policy_flags,
     policy_from_args,
 )
-from gpustack_operator.domain.availability import (
-    NodeAvailability,
-    explain_availability,
-    node_availability,
-)
+from gpustack_operator.domain.chain.kueueusage import borrowed as borrowed_of
+from gpustack_operator.domain.chain.poolchain import unbounded_resources
+from gpustack_operator.domain.chain.poolinfo import unit_text
+from gpustack_operator.domain.chain.queues import is_owned, withheld_by_queue
+from gpustack_operator.domain.chain.teams import SHARE_ANNOTATION, TEAM_LABEL
+from gpustack_operator.domain.chain.topology import topology_levels
 from gpustack_operator.domain.declarationstatus import (
     KINDS,
     SOURCE_NONE,
@@ -43,20 +44,19 @@ from gpustack_operator.domain.declarationstatus import (
     DeclarationStatus,
     statuses_of,
 )
-from gpustack_operator.domain.kueueusage import borrowed as borrowed_of
-from gpustack_operator.domain.nodeview import annotations_of, labels_of, name_of, uid_of
-from gpustack_operator.domain.policy import ChainPolicy
-from gpustack_operator.domain.poolchain import unbounded_resources
-from gpustack_operator.domain.poolinfo import unit_text
-from gpustack_operator.domain.queues import is_owned, withheld_by_queue
-from gpustack_operator.domain.teams import SHARE_ANNOTATION, TEAM_LABEL
-from gpustack_operator.domain.topology import topology_levels
-from gpustack_operator.domain.workertimers import TIMERS_CONFIGMAP, timers_from_configmap
-from gpustack_operator.domain.workerverdicts import (
+from gpustack_operator.domain.node.availability import (
+    NodeAvailability,
+    explain_availability,
+    node_availability,
+)
+from gpustack_operator.domain.node.workertimers import TIMERS_CONFIGMAP, timers_from_configmap
+from gpustack_operator.domain.node.workerverdicts import (
     VERDICTS_CONFIGMAP,
     in_force,
     verdicts_from_configmap,
 )
+from gpustack_operator.domain.nodeview import annotations_of, labels_of, name_of, uid_of
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.gateway.pools import pool_entry
 from gpustack_operator.kr8sobjects import list_objects, served_versions
 from gpustack_operator.kubeconfig import KubeconfigError, close_kr8s, connect_kr8s

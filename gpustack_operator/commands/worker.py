@@ -29,7 +29,10 @@ from gpustack_operator.commands.cluster_flags import (
 from gpustack_operator.commands.helptext import env_epilog
 from gpustack_operator.commands.policy_flags import add_policy_flags, policy_from_args
 from gpustack_operator.controllers.bootstrap import BootstrapConfig
-from gpustack_operator.domain.kueueconfig import DEFAULT_KUEUE_CONFIGMAP, DEFAULT_KUEUE_NAMESPACE
+from gpustack_operator.domain.chain.kueueconfig import (
+    DEFAULT_KUEUE_CONFIGMAP,
+    DEFAULT_KUEUE_NAMESPACE,
+)
 from gpustack_operator.runtime.leaderelection import LeaderElectionConfig
 from gpustack_operator.runtime.manager import ManagerOptions, run_async
 from gpustack_operator.wiring import (

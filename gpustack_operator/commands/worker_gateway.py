@@ -15,7 +15,7 @@ import anyio
 
 from gpustack_operator.commands.argtypes import positive_int, positive_number
 from gpustack_operator.commands.helptext import env_epilog
-from gpustack_operator.domain.multikueue import (
+from gpustack_operator.domain.chain.multikueue import (
     DEFAULT_KUEUE_NAMESPACE,
     DEFAULT_UNREACHABLE_AFTER,
     MultiKueuePolicy,

@@ -35,13 +35,13 @@ from gpustack_operator.devicemanager.metrics import (
     register_device_metrics,
 )
 from gpustack_operator.domain.labels import MANAGED_LABEL
-from gpustack_operator.domain.nodefeature import (
+from gpustack_operator.domain.node.nodefeature import (
     DEVICE_MANAGER_SUFFIX,
     device_manager_node_feature,
     is_device_manager_label,
     node_feature_name,
 )
-from gpustack_operator.domain.simdevices import SIM_DEVICES_ANNOTATION
+from gpustack_operator.domain.node.simdevices import SIM_DEVICES_ANNOTATION
 from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.labelrepair import LabelsTaken, repair_request
 from gpustack_operator.runtime.controller import (

@@ -37,8 +37,8 @@ from gpustack_operator.devicemanager.detectors.pci import (
 )
 from gpustack_operator.devicemanager.detectors.sim import SimDetector
 from gpustack_operator.devicemanager.pciids import PciIds, find_pci_ids, load_pci_ids
-from gpustack_operator.domain.devices import DeviceGroup, device_labels
 from gpustack_operator.domain.manufacturers import AGENT_MANUFACTURERS, Manufacturer
+from gpustack_operator.domain.node.devices import DeviceGroup, device_labels
 from gpustack_operator.environment import (
     load_group_id_with_memory,
     load_manufacturers,

@@ -119,3 +119,10 @@ DEVICE_MODEL_LABEL: Final = "gpustack.ai/device-model"
 MANUFACTURER_LABEL: Final = "gpustack.ai/manufacturer"
 POOL_ACCELERATABLE_LABEL: Final = "gpustack.ai/acceleratable"
 UNIT_ANNOTATION: Final = "gpustack.ai/unit"
+
+
+HOST_LABELS_ANNOTATION: Final = "vcluster.loft.sh/managed-labels"
+"""The label keys the host owns on a synced Node, one per line."""
+
+
+INSTANCE_TYPE_LABEL: Final = "node.kubernetes.io/instance-type"

@@ -22,7 +22,7 @@ from typing import Any
 import anyio
 import structlog
 
-from gpustack_operator.domain.kueue import KUEUE_GROUP, KueueVersion
+from gpustack_operator.domain.chain.kueue import KUEUE_GROUP, KueueVersion
 from gpustack_operator.gateway.hub import Event, EventType, Hub
 from gpustack_operator.gateway.kinds import (
     KIND_NAMES,

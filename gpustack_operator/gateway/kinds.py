@@ -3,8 +3,8 @@
 Each cluster may serve a different Kueue version (docs/worker.md): ``kueue.x-k8s.io/v1beta2`` is
 preferred, ``v1beta1`` is the fallback. The descriptors come from
 :mod:`gpustack_operator.apis`; the objects are kept as the server sends them. Only
-:func:`gpustack_operator.domain.queues.cluster_queue_cohort` cares about the field that differs
-(``spec.cohortName`` vs ``spec.cohort``).
+:func:`gpustack_operator.domain.chain.queues.cluster_queue_cohort` cares about the field that
+differs (``spec.cohortName`` vs ``spec.cohort``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Final
 
 from gpustack_operator.apis import kueue_resources
-from gpustack_operator.domain.kueue import KueueVersion
+from gpustack_operator.domain.chain.kueue import KueueVersion
 from gpustack_operator.domain.labels import MANAGED_BY_LABEL, MANAGED_BY_VALUE
 from gpustack_operator.runtime.resources import Resource
 

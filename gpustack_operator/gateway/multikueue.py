@@ -3,7 +3,7 @@ pools of the member clusters the gateway watches (docs/multikueue.md).
 
 Every ``sync_interval`` seconds one pass reads the members' cached ClusterQueues and
 LocalQueues (the gateway's informers), computes the manager's objects with
-:func:`gpustack_operator.domain.multikueue.manager_objects`, and applies the difference to the
+:func:`gpustack_operator.domain.chain.multikueue.manager_objects`, and applies the difference to the
 manager: objects missing or changed are server-side applied, objects labelled as the mode's own
 (``app.kubernetes.io/managed-by=gpustack-operator-multikueue``) that are no longer wanted are
 deleted. Objects without that label are never changed or deleted: a same-named one is reported
@@ -22,8 +22,8 @@ from typing import Any, Final
 import anyio
 import structlog
 
-from gpustack_operator.domain.kueue import KUEUE_GROUP, KueueVersion
-from gpustack_operator.domain.multikueue import (
+from gpustack_operator.domain.chain.kueue import KUEUE_GROUP, KueueVersion
+from gpustack_operator.domain.chain.multikueue import (
     MANAGER_SELECTOR,
     KubeconfigRefused,
     Member,

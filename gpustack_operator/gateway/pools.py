@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gpustack_operator.domain.chain.queues import cluster_queue_cohort
 from gpustack_operator.domain.labels import note
 from gpustack_operator.domain.nodeview import annotations_of, name_of
 from gpustack_operator.domain.profiles import parse_node_profile
 from gpustack_operator.domain.quantities import sum_quantities
-from gpustack_operator.domain.queues import cluster_queue_cohort
 
 __all__ = ["pool_entry", "sum_quantities"]
 

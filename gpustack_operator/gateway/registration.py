@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Final
 
 import anyio
 
-from gpustack_operator.domain.kueue import KUEUE_GROUP, KueueVersion
+from gpustack_operator.domain.chain.kueue import KUEUE_GROUP, KueueVersion
 from gpustack_operator.gateway.kinds import MANAGED_SELECTOR, pick_version, watched_resources
 from gpustack_operator.kr8sobjects import first_object, served_versions
 from gpustack_operator.kubeconfig import KubeconfigError, close_kr8s, connect_kr8s

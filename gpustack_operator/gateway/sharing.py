@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from gpustack_operator.domain.chain.tenancy import HOST_NODES_ANNOTATION
 from gpustack_operator.domain.nodeview import annotations_of
-from gpustack_operator.domain.tenancy import HOST_NODES_ANNOTATION
 from gpustack_operator.gateway.pools import sum_quantities
 
 JSON = dict[str, Any]

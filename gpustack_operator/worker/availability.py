@@ -20,14 +20,14 @@ from typing import Any, Final
 import structlog
 from prometheus_client import Gauge
 
-from gpustack_operator.domain.availability import (
+from gpustack_operator.domain.node.availability import (
     LifecycleTimers,
     NodeAvailability,
     Observed,
     format_time,
     look_at,
 )
-from gpustack_operator.domain.nodemodel import NodeModel
+from gpustack_operator.domain.node.nodemodel import NodeModel
 from gpustack_operator.domain.nodeview import name_of
 from gpustack_operator.runtime.clock import WALL_CLOCK, Clock
 from gpustack_operator.runtime.controller import EventRecorderLike
@@ -111,7 +111,7 @@ class AvailabilityTracker:
 
     def verdicts(self) -> list[tuple[str, NodeAvailability]]:
         """(uid, verdict) of every node at its last look, as the worker publishes them for
-        ``queues`` (``domain/workerverdicts.py``)."""
+        ``queues`` (``domain/node/workerverdicts.py``)."""
         return [
             (self._memory[name][0] if name in self._memory else "", verdict)
             for name, verdict in sorted(self._verdicts.items())

@@ -14,19 +14,19 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from gpustack_operator.apis import KueueResources
-from gpustack_operator.domain.flavors import TolerationPolicy
+from gpustack_operator.domain.chain.queues import cluster_queue_cohort
+from gpustack_operator.domain.chain.teams import Teams, pool_of
+from gpustack_operator.domain.chain.tenancy import TenantSettings
 from gpustack_operator.domain.labels import COHORT_ANNOTATION, QUEUE_ANNOTATION
 from gpustack_operator.domain.manufacturers import Manufacturer
-from gpustack_operator.domain.nodeview import annotations_of
-from gpustack_operator.domain.policy import ChainPolicy
-from gpustack_operator.domain.queues import cluster_queue_cohort
-from gpustack_operator.domain.teams import Teams, pool_of
-from gpustack_operator.domain.tenancy import TenantSettings
-from gpustack_operator.domain.topology import (
+from gpustack_operator.domain.node.nodetopology import (
     TopologyPolicy,
     parse_group,
     topology_name_of_digest,
 )
+from gpustack_operator.domain.node.taints import TolerationPolicy
+from gpustack_operator.domain.nodeview import annotations_of
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.runtime.cache import namespace_index
 from gpustack_operator.runtime.coalesce import IndexHold
 from gpustack_operator.runtime.informer import Informer

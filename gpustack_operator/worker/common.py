@@ -12,9 +12,9 @@ from typing import Any, Final
 
 import structlog
 
+from gpustack_operator.domain.chain.kueue import ClusterQueue, Cohort, LocalQueue, ResourceFlavor
 from gpustack_operator.domain.comparison import ObjectComparison
 from gpustack_operator.domain.comparison import contains as contains
-from gpustack_operator.domain.kueue import ClusterQueue, Cohort, LocalQueue, ResourceFlavor
 from gpustack_operator.domain.labels import (
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
@@ -23,7 +23,7 @@ from gpustack_operator.domain.labels import (
     SCHEDULE_PREFIX,
 )
 from gpustack_operator.domain.manufacturers import Manufacturer
-from gpustack_operator.domain.nodefeature import NODE_FEATURE_COMPARISON, NODE_FEATURE_KIND
+from gpustack_operator.domain.node.nodefeature import NODE_FEATURE_COMPARISON, NODE_FEATURE_KIND
 from gpustack_operator.domain.nodeview import labels_of, metadata, name_of, uid_of
 from gpustack_operator.runtime.cache import compact, strip_managed_fields
 from gpustack_operator.runtime.client import Client, Conflict, NotFound

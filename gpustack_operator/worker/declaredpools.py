@@ -16,21 +16,21 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from gpustack_operator.domain.declaredpools import (
+from gpustack_operator.domain.chain.declaredpools import (
     DeclaredPool,
     PoolResult,
     is_pool_chain_object,
 )
-from gpustack_operator.domain.kueue import KueueVersion
-from gpustack_operator.domain.nodemodel import Part
-from gpustack_operator.domain.nodeview import is_deleting, name_of
-from gpustack_operator.domain.poolchain import (
+from gpustack_operator.domain.chain.kueue import KueueVersion
+from gpustack_operator.domain.chain.poolchain import (
     DeclaredPoolObjects,
     ProvisioningSettings,
     declared_pool_objects,
     has_stale_checks,
     without_admission_checks,
 )
+from gpustack_operator.domain.node.nodemodel import Part
+from gpustack_operator.domain.nodeview import is_deleting, name_of
 from gpustack_operator.runtime.informer import Informer
 from gpustack_operator.runtime.resources import Resource
 from gpustack_operator.worker.common import Writer, is_managed_object, is_up_to_date

@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Final
 
-from gpustack_operator.domain.declaredpools import is_pool_chain_object
-from gpustack_operator.domain.teams import (
+from gpustack_operator.domain.chain.declaredpools import is_pool_chain_object
+from gpustack_operator.domain.chain.teams import (
     TEAMS_CONFIGMAP,
     TEAMS_KEY,
     PoolFacts,

@@ -17,18 +17,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final, Protocol
 
-from gpustack_operator.domain.flavors import Profile, TolerationPolicy, node_profiles
 from gpustack_operator.domain.manufacturers import Manufacturer
-from gpustack_operator.domain.nodemodel import (
+from gpustack_operator.domain.node.nodedevices import NodeDevices
+from gpustack_operator.domain.node.nodemodel import (
     Derivations,
     ModelSettings,
     NodeModel,
     Part,
     node_model,
 )
+from gpustack_operator.domain.node.nodeprofiles import Profile, node_profiles
+from gpustack_operator.domain.node.nodetopology import TopologyPolicy
+from gpustack_operator.domain.node.taints import TolerationPolicy
 from gpustack_operator.domain.nodeview import metadata
-from gpustack_operator.domain.queues import NodeDevices
-from gpustack_operator.domain.topology import TopologyPolicy
 
 __all__ = ["NodeModels", "Part", "PoolClaims"]
 
@@ -299,12 +300,12 @@ class NodeModels:
 
     def index_names(self, node: Mapping[str, Any], part: Part) -> list[str]:
         """What the Node indexes file *node* under: its names when managed, else none
-        (``domain.flavors.node_profile_names``)."""
+        (``domain.nodeprofiles.node_profile_names``)."""
         entry = self._entry(node)
         return self.names(node, part) if entry.model.managed else []
 
     def devices(self, node: object) -> NodeDevices:
-        """The model's device amounts (``domain.queues.DevicesOf``)."""
+        """The model's device amounts (``domain.node.nodedevices.DevicesOf``)."""
         if not isinstance(node, Mapping):
             raise TypeError(f"not a Node: {type(node).__name__}")
         return self._entry(node).model.devices

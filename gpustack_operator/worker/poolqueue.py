@@ -11,14 +11,14 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any, Final, cast
 
-from gpustack_operator.domain.availability import NodeAvailability
-from gpustack_operator.domain.kueueusage import held_in
+from gpustack_operator.domain.chain.kueueusage import held_in
+from gpustack_operator.domain.chain.queues import HOLD, cluster_queue_cohort, desired_cluster_queue
+from gpustack_operator.domain.chain.teams import PoolSplit, Teams, divides, pool_of, split_pool
+from gpustack_operator.domain.chain.tenancy import tenant_cluster_queue
+from gpustack_operator.domain.chain.transition import held_by, less_held, own_quota
+from gpustack_operator.domain.node.availability import NodeAvailability
 from gpustack_operator.domain.nodeview import name_of
-from gpustack_operator.domain.policy import ChainPolicy
-from gpustack_operator.domain.queues import HOLD, cluster_queue_cohort, desired_cluster_queue
-from gpustack_operator.domain.teams import PoolSplit, Teams, divides, pool_of, split_pool
-from gpustack_operator.domain.tenancy import tenant_cluster_queue
-from gpustack_operator.domain.transition import held_by, less_held, own_quota
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.runtime.predicates import Predicate
 from gpustack_operator.worker.availability import AvailabilityTracker
 from gpustack_operator.worker.caches import BY_FLAVOR, BY_POOL, KueueCaches

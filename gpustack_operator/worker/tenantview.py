@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpustack_operator.domain.flavors import is_managed
+from gpustack_operator.domain.chain.tenancy import TenantSettings, tenant_fleet
+from gpustack_operator.domain.node.nodeprofiles import is_managed
 from gpustack_operator.domain.nodeview import name_of, uid_of
-from gpustack_operator.domain.tenancy import TenantSettings, tenant_fleet
 from gpustack_operator.runtime.informer import Informer
 from gpustack_operator.worker.nodemodels import NodeModels, Part
 

@@ -34,7 +34,7 @@ from gpustack_operator.commands.helptext import env_epilog
 from gpustack_operator.commands.plan import DEFAULT_NAMESPACES as PLAN_DEFAULT_NAMESPACES
 from gpustack_operator.commands.plan import PlanInputError, read_cluster_input
 from gpustack_operator.commands.policy_flags import add_policy_flags, policy_from_args
-from gpustack_operator.domain.plan import plan_state
+from gpustack_operator.domain.plan.plan import plan_state
 from gpustack_operator.environment import load_group_id_with_memory
 from gpustack_operator.render import FORMATS, render
 

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from gpustack_operator.apis import KUEUE_GROUP
 from gpustack_operator.commands.queues import pool_rows
+from gpustack_operator.domain.chain.topology import topology_levels
 from gpustack_operator.domain.labels import note
 from gpustack_operator.domain.nodeview import annotations_of, labels_of, name_of
 from gpustack_operator.domain.quantities import parse_quantity
 from gpustack_operator.domain.selectors import labels_match
-from gpustack_operator.domain.topology import topology_levels
 from gpustack_operator.gateway.pools import pool_entry
 from gpustack_sim.standins.kueuetas import assignment_placement
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpustack_operator.commands.queues import pool_rows
+from gpustack_operator.domain.chain.teams import POOL_ANNOTATION
 from gpustack_operator.domain.nodeview import annotations_of
-from gpustack_operator.domain.teams import POOL_ANNOTATION
 from gpustack_sim.demojobs import (
     DemoJob,
     _unit_requests,

@@ -31,8 +31,11 @@ import yaml
 from gpustack_operator.cli import build_parser
 from gpustack_operator.commands.worker import build_config, build_options
 from gpustack_operator.domain.bootstrap import installed_by_us, render_nfd_crds
-from gpustack_operator.domain.declaredpools import DECLARED_POOLS_CONFIGMAP, DECLARED_POOLS_KEY
-from gpustack_operator.domain.teams import TEAMS_CONFIGMAP, TEAMS_KEY
+from gpustack_operator.domain.chain.declaredpools import (
+    DECLARED_POOLS_CONFIGMAP,
+    DECLARED_POOLS_KEY,
+)
+from gpustack_operator.domain.chain.teams import TEAMS_CONFIGMAP, TEAMS_KEY
 from tests.e2e.helm import CHART, HELM_LABELS, RELEASE_NAMESPACE, Helm, require_helm
 from tests.e2e.test_deploy import KUBERNETES_VERSION, kustomize
 

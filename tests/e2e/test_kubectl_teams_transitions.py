@@ -19,7 +19,7 @@ import anyio
 import pytest
 import yaml
 
-from gpustack_operator.domain.availability import format_time
+from gpustack_operator.domain.node.availability import format_time
 from tests.e2e.conftest import Kubectl
 from tests.integration.worker.support import node
 

@@ -32,7 +32,7 @@ import httpx
 import structlog
 
 from gpustack_operator.domain.manufacturers import Manufacturer
-from gpustack_operator.domain.simdevices import SIM_DEVICES_ANNOTATION
+from gpustack_operator.domain.node.simdevices import SIM_DEVICES_ANNOTATION
 from gpustack_sim.standins.jobrunner import RUN_SECONDS_ANNOTATION
 from gpustack_sim.standins.kubelet import card_resources, kubelet_defaults
 from gpustack_sim.standins.nfdmaster import (

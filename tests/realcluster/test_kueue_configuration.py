@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gpustack_operator.domain.kueueconfig import recommended_configuration
+from gpustack_operator.domain.chain.kueueconfig import recommended_configuration
 from gpustack_operator.environment import load_manufacturers
 from tests.kueueconfig.snippets import kueue_configuration_snippets
 from tests.realcluster.controlplane import (

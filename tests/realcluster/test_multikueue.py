@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 from anyio.from_thread import start_blocking_portal
 
+from gpustack_operator.domain.node.simdevices import SIM_DEVICES_ANNOTATION
 from gpustack_operator.domain.profiles import local_queue_name
 from gpustack_operator.domain.quantities import parse_quantity, sum_quantities
-from gpustack_operator.domain.simdevices import SIM_DEVICES_ANNOTATION
 from gpustack_operator.environment import load_manufacturers
 from gpustack_sim.cluster.multikueue import queued_job
 from tests.multikueue_dispatch import (

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from anyio.from_thread import BlockingPortal
 
-from gpustack_operator.domain.simdevices import SIM_DEVICES_ANNOTATION
+from gpustack_operator.domain.node.simdevices import SIM_DEVICES_ANNOTATION
 from tests.realcluster.cluster import (
     Operator,
     condition,

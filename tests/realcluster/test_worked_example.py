@@ -14,7 +14,7 @@ import pytest
 import yaml
 from anyio.from_thread import BlockingPortal
 
-from gpustack_operator.domain.simdevices import SIM_DEVICES_ANNOTATION
+from gpustack_operator.domain.node.simdevices import SIM_DEVICES_ANNOTATION
 from tests.realcluster.cluster import Operator, get_all, load_nodes, wait_converged
 from tests.realcluster.conftest import register
 from tests.realcluster.controlplane import REPO, LoopbackPlane, RealClusterError, wait_until

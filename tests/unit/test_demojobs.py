@@ -6,8 +6,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from gpustack_operator.commands.plan import read_cluster_file
-from gpustack_operator.domain.plan import plan_state
-from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.plan.plan import plan_state
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.environment import load_manufacturers
 from gpustack_sim.demojobs import DemoJob, outcome, pick_demo_jobs
 

@@ -100,7 +100,7 @@ def test_the_graph_is_read() -> None:
     cluster_queues = "gpustack_operator.controllers.clusterqueue"
     assert MODULES[cluster_queues] == REPO / "controllers" / "clusterqueue.py"
     assert "gpustack_operator.runtime.controller" in GRAPH[cluster_queues]
-    assert "gpustack_operator.domain.queues" in GRAPH[cluster_queues]
+    assert "gpustack_operator.domain.chain.queues" in GRAPH[cluster_queues]
     assert "gpustack_sim.apiserver.store" in GRAPH["gpustack_sim.apiserver.server"]
 
 
@@ -352,3 +352,51 @@ def test_no_import_up_the_layers() -> None:
         if not is_simulator(t) and layer_of(t) > layer_of(m)
     )
     assert not upward, "imports up the layers:\n" + "\n".join(upward)
+
+
+DOMAIN_STAGES: tuple[tuple[str, ...], ...] = (
+    ("",),
+    ("node",),
+    ("chain", "bootstrap"),
+    ("plan",),
+)
+"""The domain's stages along the pipeline, first first, as folders of ``domain/``
+(docs/architecture.md, "The house"): the vocabulary every stage shares (the modules at the
+domain's root); what one Node is; the chain built from node models (and the bootstrap's
+objects); the whole, offline. A stage imports its own stage and those before it,
+never a later one."""
+
+
+def stage_of(module: str) -> int:
+    """The index in :data:`DOMAIN_STAGES` of the longest package prefix of domain *module*."""
+    best, found = -1, -1
+    for index, stage in enumerate(DOMAIN_STAGES):
+        for folder in stage:
+            prefix = ".".join(filter(None, ("gpustack_operator", "domain", folder)))
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
+                best, found = len(prefix), index
+    return found
+
+
+def test_the_domain_is_grouped_by_the_pipeline() -> None:
+    """Each later stage of ``domain/`` is a package of its own (the vocabulary stays at the
+    domain's root)."""
+    domain = PACKAGE / "domain"
+    for package in ("node", "chain", "plan"):
+        assert (domain / package / "__init__.py").is_file(), f"domain/{package}/ is missing"
+    assert "gpustack_operator.domain.node.nodemodel" in MODULES
+    assert "gpustack_operator.domain.chain.flavors" in MODULES
+    assert "gpustack_operator.domain.plan.desired" in MODULES
+
+
+def test_no_domain_stage_imports_a_later_one() -> None:
+    """The node model is built from the Node alone, the chain from node models, ``plan``
+    from both: no domain module imports a stage after its own."""
+    domain = sorted(m for m in GRAPH if stage_of(m) >= 0)
+    later = sorted(
+        f"{m} (stage {stage_of(m)}) -> {t} (stage {stage_of(t)})"
+        for m in domain
+        for t in GRAPH[m]
+        if stage_of(t) > stage_of(m)
+    )
+    assert not later, "domain imports of a later stage:\n" + "\n".join(later)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpustack_operator.domain.labels import LABEL_REPAIR_ANNOTATION
-from gpustack_operator.domain.nodefeature import is_worker_label
+from gpustack_operator.domain.node.nodefeature import is_worker_label
 from gpustack_operator.labelrepair import LabelsTaken, repair_request
 
 MANAGED = "gpustack.ai/managed"

@@ -36,7 +36,7 @@ from gpustack_operator.devicemanager.libraries import (
     amd_library_dirs,
     find_library,
 )
-from gpustack_operator.domain.devices import DetectedDevice, DeviceGroup, group_devices
+from gpustack_operator.domain.node.devices import DetectedDevice, DeviceGroup, group_devices
 
 log = structlog.get_logger(__name__)
 

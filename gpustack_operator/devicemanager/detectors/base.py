@@ -12,7 +12,7 @@ from typing import Protocol, runtime_checkable
 
 import structlog
 
-from gpustack_operator.domain.devices import DeviceGroup
+from gpustack_operator.domain.node.devices import DeviceGroup
 
 
 class LibraryUnavailable(Exception):

@@ -29,7 +29,7 @@ from gpustack_operator.devicemanager.detectors.base import (
     WarnOnce,
 )
 from gpustack_operator.devicemanager.libraries import NVML_LIBRARY
-from gpustack_operator.domain.devices import DetectedDevice, DeviceGroup, group_devices
+from gpustack_operator.domain.node.devices import DetectedDevice, DeviceGroup, group_devices
 
 log = structlog.get_logger(__name__)
 

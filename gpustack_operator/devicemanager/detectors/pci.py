@@ -17,7 +17,7 @@ from pathlib import Path
 import structlog
 
 from gpustack_operator.devicemanager.pciids import PciIds
-from gpustack_operator.domain.devices import DetectedDevice, DeviceGroup, group_devices
+from gpustack_operator.domain.node.devices import DetectedDevice, DeviceGroup, group_devices
 
 log = structlog.get_logger(__name__)
 

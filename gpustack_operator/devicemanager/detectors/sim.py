@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from gpustack_operator.domain.devices import DeviceGroup
 from gpustack_operator.domain.manufacturers import Manufacturer
-from gpustack_operator.domain.simdevices import parse_sim_devices
+from gpustack_operator.domain.node.devices import DeviceGroup
+from gpustack_operator.domain.node.simdevices import parse_sim_devices
 
 
 class SimDetector:

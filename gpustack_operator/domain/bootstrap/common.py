@@ -13,7 +13,7 @@ from gpustack_operator.domain.manufacturers import (
     Manufacturer,
     default_manufacturers,
 )
-from gpustack_operator.domain.nodefeature import DEFAULT_SYSTEM_NAMESPACE
+from gpustack_operator.domain.node.nodefeature import DEFAULT_SYSTEM_NAMESPACE
 
 JSON = dict[str, Any]
 

@@ -19,7 +19,7 @@ import structlog
 
 from gpustack_operator.devicemanager.agent import DeviceManagerAgent
 from gpustack_operator.devicemanager.detection import DetectionConfig
-from gpustack_operator.domain.simdevices import SIM_DEVICES_ANNOTATION
+from gpustack_operator.domain.node.simdevices import SIM_DEVICES_ANNOTATION
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.manager import Manager, ManagerOptions
 from gpustack_sim.apiserver.server import SimServer

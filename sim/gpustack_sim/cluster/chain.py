@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpustack_operator.apis import NODE_FEATURES, KueueResources, kueue_resources
-from gpustack_operator.domain.desired import DesiredState
 from gpustack_operator.domain.labels import (
     LABEL_REPAIR_ANNOTATION,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
 )
+from gpustack_operator.domain.plan.desired import DesiredState
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.errors import NotFound
 from gpustack_operator.runtime.resources import NODES, Resource

@@ -30,16 +30,16 @@ from anyio.abc import TaskGroup
 
 from gpustack_operator.apis import kueue_resources
 from gpustack_operator.devicemanager.detection import DetectionConfig
-from gpustack_operator.domain.availability import node_availability
-from gpustack_operator.domain.declaredpools import is_capi_infrastructure
-from gpustack_operator.domain.desired import DesiredState
-from gpustack_operator.domain.explain import explain_nodes
-from gpustack_operator.domain.flavors import is_managed
+from gpustack_operator.domain.chain.declaredpools import is_capi_infrastructure
+from gpustack_operator.domain.chain.explain import explain_nodes
+from gpustack_operator.domain.chain.tenancy import tenant_fleet
 from gpustack_operator.domain.manufacturers import Manufacturer
+from gpustack_operator.domain.node.availability import node_availability
+from gpustack_operator.domain.node.nodeprofiles import is_managed
 from gpustack_operator.domain.nodeview import annotations_of, name_of
-from gpustack_operator.domain.plan import plan_state, tenant_explanations, with_availability
-from gpustack_operator.domain.policy import ChainPolicy
-from gpustack_operator.domain.tenancy import tenant_fleet
+from gpustack_operator.domain.plan.desired import DesiredState
+from gpustack_operator.domain.plan.plan import plan_state, tenant_explanations, with_availability
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.manager import Manager, ManagerOptions

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from gpustack_operator.domain.declaredpools import POOL_KINDS
+from gpustack_operator.domain.chain.declaredpools import POOL_KINDS
 
 STAND_IN_LABEL: Final = "sim.gpustack.ai/stand-in"
 

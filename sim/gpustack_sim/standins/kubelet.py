@@ -27,7 +27,7 @@ from typing import Any
 import structlog
 
 from gpustack_operator.domain.manufacturers import Manufacturer
-from gpustack_operator.domain.simdevices import (
+from gpustack_operator.domain.node.simdevices import (
     SIM_DEVICES_ANNOTATION,
     parse_sim_devices,
     sim_card_counts,

@@ -23,8 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import structlog
 
-from gpustack_operator.domain.declarationtext import DeclarationError
-from gpustack_operator.domain.declaredpools import (
+from gpustack_operator.domain.chain.declaredpools import (
     DECLARED_POOLS_CONFIGMAP,
     DeclaredPool,
     PoolResult,
@@ -33,7 +32,8 @@ from gpustack_operator.domain.declaredpools import (
     is_pool_object,
     pools_from_objects,
 )
-from gpustack_operator.domain.devicesources.karpenter import (
+from gpustack_operator.domain.declarationtext import DeclarationError
+from gpustack_operator.domain.node.devicesources.karpenter import (
     COUNT_LABEL,
     MANUFACTURER_LABEL,
     NAME_LABEL,

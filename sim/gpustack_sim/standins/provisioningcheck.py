@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import structlog
 
-from gpustack_operator.domain.poolchain import PROVISIONING_CONTROLLER
+from gpustack_operator.domain.chain.poolchain import PROVISIONING_CONTROLLER
 from gpustack_sim.apiserver.errors import ApiError
 from gpustack_sim.apiserver.store import now_rfc3339
 from gpustack_sim.standins.standin import StoreLoop

@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 import structlog
 
+from gpustack_operator.domain.chain.tenancy import scheduling_labels
 from gpustack_operator.domain.nodeview import labels_of, name_of, status_field
 from gpustack_operator.domain.quantities import parse_quantity
 from gpustack_operator.domain.selectors import labels_match
-from gpustack_operator.domain.tenancy import scheduling_labels
 from gpustack_sim.apiserver.errors import ApiError
 from gpustack_sim.apiserver.store import now_rfc3339
 from gpustack_sim.standins.kueue import QUEUE_NAME_LABEL

@@ -21,8 +21,8 @@ from gpustack_operator.commands.bootstrap_flags import start_bootstrap
 from gpustack_operator.domain.bootstrap import (
     render_nfd_crds,
 )
+from gpustack_operator.domain.chain.declaredpools import POOL_KINDS
 from gpustack_operator.domain.declarationstatus import STATUS_CONFIGMAP
-from gpustack_operator.domain.declaredpools import POOL_KINDS
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.leaderelection import LeaderElectionConfig
 from gpustack_operator.runtime.manager import ManagerOptions

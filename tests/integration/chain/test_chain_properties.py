@@ -52,17 +52,17 @@ from hypothesis.stateful import (
     rule,
 )
 
-from gpustack_operator.domain.availability import LifecycleTimers, format_time
-from gpustack_operator.domain.declarationstatus import STATUS_CONFIGMAP, statuses_of
-from gpustack_operator.domain.declaredpools import (
+from gpustack_operator.domain.chain.declaredpools import (
     DECLARED_POOLS_CONFIGMAP,
     DECLARED_POOLS_KEY,
     is_pool_chain_object,
     validate_declared_pools,
 )
+from gpustack_operator.domain.chain.teams import TEAMS_CONFIGMAP, TEAMS_KEY, parse_teams
+from gpustack_operator.domain.declarationstatus import STATUS_CONFIGMAP, statuses_of
+from gpustack_operator.domain.node.availability import LifecycleTimers, format_time
 from gpustack_operator.domain.nodeview import name_of
 from gpustack_operator.domain.quantities import parse_quantity
-from gpustack_operator.domain.teams import TEAMS_CONFIGMAP, TEAMS_KEY, parse_teams
 from gpustack_sim.cluster.cluster import NotConverged, SimCluster
 from gpustack_sim.cluster.multikueue import queued_job
 from tests.conftest import shared_crds_dir

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gpustack_operator.domain.queues import HostCounting
+from gpustack_operator.domain.chain.queues import HostCounting
 from gpustack_sim.cluster.cluster import SimCluster
 from tests.integration.chain.test_kueue_admission import JOBS, QUEUE_LABEL, pools, until
 from tests.integration.worker.support import fast_config, node

@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from gpustack_operator.cli import main
-from gpustack_operator.domain.availability import LifecycleTimers, format_time
-from gpustack_operator.domain.plan import plan_state
-from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.node.availability import LifecycleTimers, format_time
+from gpustack_operator.domain.plan.plan import plan_state
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.environment import load_manufacturers
 from gpustack_sim.cluster.cluster import SimCluster
 from tests.integration.worker.support import fast_config, node

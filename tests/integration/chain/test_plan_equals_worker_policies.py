@@ -31,15 +31,12 @@ import anyio
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
-from gpustack_operator.domain.kueue import KueueVersion
-from gpustack_operator.domain.policy import ChainPolicy
-from gpustack_operator.domain.queues import QuotaResources
-from gpustack_operator.domain.teams import parse_teams
-from gpustack_operator.domain.tenancy import (
-    HOST_LABELS_ANNOTATION,
-    SYNCED_NODE_LABEL,
-    Tenancy,
-)
+from gpustack_operator.domain.chain.kueue import KueueVersion
+from gpustack_operator.domain.chain.queues import QuotaResources
+from gpustack_operator.domain.chain.teams import parse_teams
+from gpustack_operator.domain.chain.tenancy import SYNCED_NODE_LABEL, Tenancy
+from gpustack_operator.domain.labels import HOST_LABELS_ANNOTATION
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_sim.cluster.cluster import SimCluster
 from tests.integration.worker.support import MANUFACTURERS, fast_config, node
 

@@ -12,9 +12,9 @@ import anyio
 import pytest
 
 from gpustack_operator.commands.queues import pool_rows, render_table
-from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.chain.teams import POOL_ANNOTATION, parse_teams
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.domain.profiles import local_queue_name
-from gpustack_operator.domain.teams import POOL_ANNOTATION, parse_teams
 from gpustack_sim.cluster.cluster import SimCluster
 from tests.integration.worker.support import MANUFACTURERS, fast_config, node
 

@@ -12,8 +12,13 @@ from typing import Any
 import pytest
 
 from gpustack_operator.cli import main
-from gpustack_operator.domain.policy import ChainPolicy
-from gpustack_operator.domain.teams import POOL_ANNOTATION, TEAMS_CONFIGMAP, TEAMS_KEY, parse_teams
+from gpustack_operator.domain.chain.teams import (
+    POOL_ANNOTATION,
+    TEAMS_CONFIGMAP,
+    TEAMS_KEY,
+    parse_teams,
+)
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.environment import load_manufacturers
 from gpustack_sim.cluster.cluster import SimCluster
 from tests.integration.chain.support import example_nodes

@@ -13,9 +13,9 @@ import httpx
 import pytest
 import yaml
 
+from gpustack_operator.domain.chain.tenancy import Tenancy, host_owned_keys
 from gpustack_operator.domain.nodeview import labels_of, name_of
-from gpustack_operator.domain.policy import ChainPolicy
-from gpustack_operator.domain.tenancy import Tenancy, host_owned_keys
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.runtime.metrics import REGISTRY
 from gpustack_sim.cluster.cluster import SimCluster

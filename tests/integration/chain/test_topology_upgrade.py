@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from gpustack_operator.commands.plan import read_cluster_file
-from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.node.nodetopology import TopologyPolicy
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.domain.profiles import local_queue_name
-from gpustack_operator.domain.topology import TopologyPolicy
 from gpustack_sim.cluster.cluster import SimCluster
 from gpustack_sim.demojobs import DemoJob, job_manifest
 from tests.integration.worker.support import (

@@ -12,8 +12,8 @@ import anyio
 import httpx
 import pytest
 
-from gpustack_operator.domain.desired import desired_state
-from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.plan.desired import desired_state
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_sim.apiserver.server import SimServer
 from gpustack_sim.cluster.cluster import SimCluster
 from tests.conftest import shared_crds_dir

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gpustack_operator.domain.desired import DesiredState
-from gpustack_operator.domain.kueue import KueueVersion
+from gpustack_operator.domain.chain.kueue import KueueVersion
+from gpustack_operator.domain.plan.desired import DesiredState
 from gpustack_operator.gateway.cluster import ClusterSpec
 from gpustack_sim.apiserver.server import SimServer
 

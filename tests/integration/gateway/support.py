@@ -14,11 +14,11 @@ import anyio
 import httpx
 
 from gpustack_operator.commands.plan import read_nodes_file
-from gpustack_operator.domain.desired import DesiredState
-from gpustack_operator.domain.kueue import KueueVersion
+from gpustack_operator.domain.chain.kueue import KueueVersion
 from gpustack_operator.domain.manufacturers import default_manufacturers
-from gpustack_operator.domain.plan import plan_state
-from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.plan.desired import DesiredState
+from gpustack_operator.domain.plan.plan import plan_state
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.gateway.api import ApiOptions
 from gpustack_operator.gateway.cluster import ClusterSpec, RunnerSettings
 from gpustack_operator.gateway.gateway import Gateway

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from gpustack_operator.domain.kueue import KueueVersion
+from gpustack_operator.domain.chain.kueue import KueueVersion
 from gpustack_operator.gateway.kinds import KIND_NAMES
 
 from .conftest import SimCluster

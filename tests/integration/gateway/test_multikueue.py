@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 import yaml
 
+from gpustack_operator.domain.chain.multikueue import MULTIKUEUE_MANAGED_BY, MultiKueuePolicy
 from gpustack_operator.domain.labels import MANAGED_BY_LABEL
 from gpustack_operator.domain.manufacturers import default_manufacturers
-from gpustack_operator.domain.multikueue import MULTIKUEUE_MANAGED_BY, MultiKueuePolicy
-from gpustack_operator.domain.plan import plan_state
-from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.plan.plan import plan_state
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.gateway.cluster import ClusterSpec
 from gpustack_operator.gateway.gateway import Gateway
 from gpustack_operator.gateway.multikueue import ManagerSettings, MultiKueueSync

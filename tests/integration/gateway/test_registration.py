@@ -18,8 +18,8 @@ import httpx
 import pytest
 import yaml
 
-from gpustack_operator.domain.desired import DesiredState
-from gpustack_operator.domain.kueue import KueueVersion
+from gpustack_operator.domain.chain.kueue import KueueVersion
+from gpustack_operator.domain.plan.desired import DesiredState
 from gpustack_operator.gateway.api import ApiOptions
 from gpustack_operator.gateway.registration import MemberRefused, check_member
 from gpustack_sim.apiserver.authn import TokenAuthenticator

@@ -12,10 +12,10 @@ import httpx
 import pytest
 import yaml
 
+from gpustack_operator.domain.chain.tenancy import HOST_NODES_ANNOTATION
 from gpustack_operator.domain.manufacturers import default_manufacturers
-from gpustack_operator.domain.plan import plan_state
-from gpustack_operator.domain.policy import ChainPolicy
-from gpustack_operator.domain.tenancy import HOST_NODES_ANNOTATION
+from gpustack_operator.domain.plan.plan import plan_state
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.gateway.cluster import ClusterSpec
 from gpustack_sim.apiserver.server import SimServer
 

@@ -20,8 +20,8 @@ from gpustack_operator.domain.declarationstatus import (
     DeclarationStatus,
     status_data,
 )
-from gpustack_operator.domain.desired import desired_state
-from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.plan.desired import desired_state
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.runtime.client import Client
 from gpustack_sim.apiserver.server import SimServer
 from tests.conftest import shared_crds_dir

@@ -10,8 +10,8 @@ import anyio
 import pytest
 
 from gpustack_operator.cli import main
-from gpustack_operator.domain.desired import desired_state
-from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.plan.desired import desired_state
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_sim.apiserver.server import SimServer
 from tests.integration.worker.support import MANUFACTURERS, NS, node
 

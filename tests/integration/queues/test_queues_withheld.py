@@ -12,8 +12,8 @@ import pytest
 
 from gpustack_operator.cli import build_parser
 from gpustack_operator.commands.queues import run_queues
-from gpustack_operator.domain.desired import desired_state
-from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.plan.desired import desired_state
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_sim.apiserver.server import SimServer
 from tests.conftest import shared_crds_dir
 from tests.integration.worker.support import MANUFACTURERS, NS, node
@@ -66,8 +66,8 @@ async def test_queues_judges_nodes_with_the_timers_the_worker_published(
     """A node NotReady for 200 s: the worker, with --soft-grace 600, still counts it; so
     does ``queues``, reading the worker's timers ConfigMap (once it assumed the default
     120 s and said "not counted" for a node the QUOTA column still counted)."""
-    from gpustack_operator.domain.availability import LifecycleTimers, format_time
-    from gpustack_operator.domain.workertimers import timers_configmap
+    from gpustack_operator.domain.node.availability import LifecycleTimers, format_time
+    from gpustack_operator.domain.node.workertimers import timers_configmap
 
     timers = LifecycleTimers(soft_grace=600)
     since = format_time(time.time() - 200)

@@ -20,7 +20,7 @@ import anyio
 import pytest
 import yaml
 
-from gpustack_operator.domain.multikueue import secret_name
+from gpustack_operator.domain.chain.multikueue import secret_name
 from gpustack_operator.domain.profiles import local_queue_name
 from gpustack_operator.domain.quantities import parse_quantity, sum_quantities
 from gpustack_sim.cluster.multikueue import MultiKueueFleet, queued_job

@@ -17,7 +17,10 @@ import anyio
 import pytest
 
 from gpustack_operator.commands.plan import read_cluster_input
-from gpustack_operator.domain.declaredpools import DECLARED_POOLS_CONFIGMAP, DECLARED_POOLS_KEY
+from gpustack_operator.domain.chain.declaredpools import (
+    DECLARED_POOLS_CONFIGMAP,
+    DECLARED_POOLS_KEY,
+)
 from gpustack_operator.domain.profiles import local_queue_name
 from gpustack_sim.apiserver.server import SimServer
 from gpustack_sim.cluster.cluster import SimCluster

@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 
 from gpustack_operator.controllers.clusterqueue import NAME as CLUSTER_QUEUE
-from gpustack_operator.domain.availability import LifecycleTimers, format_time
+from gpustack_operator.domain.node.availability import LifecycleTimers, format_time
 from gpustack_operator.runtime.controller import Request
 from gpustack_sim.cluster.cluster import SimCluster
 from tests.integration.worker.support import KUEUE, fast_config, node

@@ -10,9 +10,9 @@ from typing import Any
 
 import anyio
 
-from gpustack_operator.domain.desired import DesiredState, desired_state
 from gpustack_operator.domain.labels import LABEL_REPAIR_ANNOTATION
-from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.plan.desired import DesiredState, desired_state
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.runtime.leaderelection import LeaderElectionConfig

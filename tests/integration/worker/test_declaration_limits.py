@@ -23,14 +23,14 @@ import anyio
 import httpx
 import pytest
 
-from gpustack_operator.domain.declarationstatus import STATUS_CONFIGMAP
-from gpustack_operator.domain.declaredpools import (
+from gpustack_operator.domain.chain.declaredpools import (
     DECLARED_POOLS_CONFIGMAP,
     DECLARED_POOLS_KEY,
     validate_declared_pools,
 )
-from gpustack_operator.domain.policy import ChainPolicy
-from gpustack_operator.domain.teams import TEAMS_CONFIGMAP, TEAMS_KEY, parse_teams
+from gpustack_operator.domain.chain.teams import TEAMS_CONFIGMAP, TEAMS_KEY, parse_teams
+from gpustack_operator.domain.declarationstatus import STATUS_CONFIGMAP
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.environment import load_manufacturers
 from gpustack_sim.apiserver.server import SimServer
 from tests.integration.bootstrap.support import NS, WORKER_TOKEN

@@ -22,8 +22,11 @@ import structlog
 from gpustack_operator.commands.plan import read_cluster_input
 from gpustack_operator.commands.policy_flags import read_declared_pools
 from gpustack_operator.controllers.declaredpool import INACTIVE_CHECK, PROVISIONING_NOT_SERVED
+from gpustack_operator.domain.chain.declaredpools import (
+    DECLARED_POOLS_CONFIGMAP,
+    DECLARED_POOLS_KEY,
+)
 from gpustack_operator.domain.declarationstatus import STATUS_CONFIGMAP
-from gpustack_operator.domain.declaredpools import DECLARED_POOLS_CONFIGMAP, DECLARED_POOLS_KEY
 from gpustack_operator.runtime.resources import NODES
 from gpustack_operator.worker.common import Writer
 from gpustack_sim.apiserver.authn import TokenAuthenticator

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from structlog.testing import capture_logs
 
-from gpustack_operator.domain.queues import QuotaResources
+from gpustack_operator.domain.chain.queues import QuotaResources
 from gpustack_operator.runtime.metrics import REGISTRY
 from gpustack_sim.apiserver.server import SimServer
 from tests.integration.worker.support import (

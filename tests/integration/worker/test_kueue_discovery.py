@@ -13,8 +13,8 @@ import pytest
 import yaml
 from structlog.testing import capture_logs
 
-from gpustack_operator.domain.desired import desired_state
-from gpustack_operator.domain.kueue import KueueVersion
+from gpustack_operator.domain.chain.kueue import KueueVersion
+from gpustack_operator.domain.plan.desired import desired_state
 from gpustack_operator.wiring import KUEUE_MISSING_MESSAGE, TAS_UNSERVED
 from gpustack_sim.apiserver.server import SimServer
 from tests.conftest import shared_crds_dir, stand_in_crds_of

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gpustack_operator.domain.availability import format_time
+from gpustack_operator.domain.node.availability import format_time
 from tests.integration.worker.lifecycle import GPU, TIMERS, Lifecycle, gpu_node, lifecycle_cluster
 
 pytestmark = pytest.mark.anyio
@@ -302,7 +302,7 @@ async def test_a_device_plugin_down_past_its_grace_keeps_the_flavor_at_quota_0()
 
 async def test_the_worker_publishes_its_timers_for_queues() -> None:
     """docs/node-lifecycle.md, "Timers": the ConfigMap ``queues`` reads them from."""
-    from gpustack_operator.domain.workertimers import TIMERS_CONFIGMAP, timers_from_configmap
+    from gpustack_operator.domain.node.workertimers import TIMERS_CONFIGMAP, timers_from_configmap
 
     async with lifecycle_cluster(pool) as life:
 
@@ -325,7 +325,10 @@ async def test_queues_shows_the_verdicts_the_worker_published(tmp_path: Any) -> 
 
     import anyio
 
-    from gpustack_operator.domain.workerverdicts import VERDICTS_CONFIGMAP, verdicts_from_configmap
+    from gpustack_operator.domain.node.workerverdicts import (
+        VERDICTS_CONFIGMAP,
+        verdicts_from_configmap,
+    )
 
     async with lifecycle_cluster(pool) as life:
         kubeconfig = life.cluster.sim.write_kubeconfig(tmp_path / "kubeconfig")

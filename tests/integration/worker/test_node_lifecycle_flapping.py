@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gpustack_operator.domain.availability import format_time
+from gpustack_operator.domain.node.availability import format_time
 from tests.integration.worker.lifecycle import GPU, TIMERS, Lifecycle, gpu_node, lifecycle_cluster
 
 pytestmark = pytest.mark.anyio

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from gpustack_operator.domain import nodemodel
+from gpustack_operator.domain.node import nodemodel
 from gpustack_operator.runtime.informer import HandlerFuncs
 from gpustack_operator.runtime.resources import NODES
 from gpustack_sim.apiserver.server import SimServer
@@ -42,7 +42,7 @@ async def test_one_model_per_node_version_for_the_whole_worker(
         planned[0] += 1
         return nodemodel.node_model(node, settings)
 
-    monkeypatch.setattr("gpustack_operator.domain.desired.node_model", plan_model)
+    monkeypatch.setattr("gpustack_operator.domain.plan.desired.node_model", plan_model)
     put_node(sim, node("cpu-a"))
     put_node(sim, node("gpu-t4", cpu="32", memory="128Gi", cards=("Tesla T4", 2)))
     put_node(sim, node("gpu-a10g", cpu="48", memory="192Gi", cards=("A10G", 4)))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpustack_operator.domain.desired import desired_state
+from gpustack_operator.domain.plan.desired import desired_state
 from gpustack_sim.apiserver.server import SimServer
 from tests.integration.worker.support import (
     KUEUE,

@@ -17,7 +17,7 @@ import anyio
 import pytest
 import yaml
 
-from gpustack_operator.domain.tenancy import host_owned_keys
+from gpustack_operator.domain.chain.tenancy import host_owned_keys
 from gpustack_operator.wiring import TENANT_NO_NODE_FEATURES
 from gpustack_sim.apiserver.server import SimServer
 from tests.integration.worker.support import put_node

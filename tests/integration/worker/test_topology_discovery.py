@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from gpustack_operator.domain.policy import ChainPolicy
-from gpustack_operator.domain.topology import TopologyPolicy
+from gpustack_operator.domain.node.nodetopology import TopologyPolicy
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.runtime.client import Client
 from gpustack_operator.wiring import TAS_UNSERVED, detect_topology_at_start
 from gpustack_sim.apiserver.server import SimServer

@@ -13,7 +13,7 @@ import pytest
 
 from gpustack_operator.commands.plan import read_cluster_file
 from gpustack_operator.domain.nodeview import name_of
-from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.runtime.metrics import REGISTRY
 from gpustack_sim.cluster.cluster import SimCluster

@@ -11,7 +11,7 @@ import yaml
 
 from gpustack_operator.domain.bootstrap import BootstrapSettings, render_cpu_info_rule
 from gpustack_operator.domain.bootstrap.crds import render_nfd_crds
-from gpustack_operator.domain.nodefeature import build_node_feature
+from gpustack_operator.domain.node.nodefeature import build_node_feature
 from gpustack_sim.apiserver.kinds import KindInfo, kinds_from_crd
 from gpustack_sim.apiserver.validation import find_unknown_fields, validate_object
 from tests.conftest import shared_crds_dir

@@ -6,7 +6,7 @@ import copy
 from typing import Any
 
 from gpustack_operator.devicemanager.agent import is_up_to_date
-from gpustack_operator.domain.nodefeature import device_manager_node_feature
+from gpustack_operator.domain.node.nodefeature import device_manager_node_feature
 
 
 def desired(labels: dict[str, str], uid: str = "uid-1") -> dict[str, Any]:

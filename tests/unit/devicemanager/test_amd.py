@@ -14,7 +14,7 @@ from gpustack_operator.devicemanager.detectors import amd
 from gpustack_operator.devicemanager.detectors.amd import AmdDetector, load_amdsmi
 from gpustack_operator.devicemanager.detectors.base import LibraryUnavailable
 from gpustack_operator.devicemanager.libraries import amd_library_dirs, find_library, rocm_root
-from gpustack_operator.domain.devices import device_labels
+from gpustack_operator.domain.node.devices import device_labels
 
 from .fakes import FakeAmdGpu, FakeAmdSmi
 

@@ -19,7 +19,7 @@ from gpustack_operator.devicemanager.detectors.amd import AmdDetector
 from gpustack_operator.devicemanager.detectors.base import Detector, LibraryUnavailable
 from gpustack_operator.devicemanager.detectors.nvidia import NvidiaDetector
 from gpustack_operator.devicemanager.detectors.sim import SimDetector
-from gpustack_operator.domain.devices import DeviceGroup
+from gpustack_operator.domain.node.devices import DeviceGroup
 from gpustack_operator.environment import load_manufacturers
 
 from .fakes import (

@@ -11,7 +11,7 @@ from gpustack_operator.devicemanager.detectors.nvidia import (
     family_from_compute_capability,
     format_cuda_version,
 )
-from gpustack_operator.domain.devices import device_labels
+from gpustack_operator.domain.node.devices import device_labels
 
 from .fakes import (
     DRIVER_NOT_LOADED,

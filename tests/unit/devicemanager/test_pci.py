@@ -21,7 +21,7 @@ from gpustack_operator.devicemanager.pciids import (
     load_pci_ids,
     parse_pci_ids,
 )
-from gpustack_operator.domain.devices import device_labels
+from gpustack_operator.domain.node.devices import device_labels
 
 from .fakes import PCI_IDS_SAMPLE, make_pci_device
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gpustack_operator.domain.availability import (
+from gpustack_operator.domain.node.availability import (
     DeviceBasis,
     LifecycleTimers,
     NodeAvailability,
@@ -19,8 +19,8 @@ from gpustack_operator.domain.availability import (
     node_availability,
     remember,
 )
-from gpustack_operator.domain.desired import desired_state
-from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.plan.desired import desired_state
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.environment import load_manufacturers
 
 T = LifecycleTimers(soft_grace=100, maintenance_grace=1000, join_window=50, device_grace=300)
@@ -328,7 +328,7 @@ def test_a_failing_card_lowers_the_quota_without_renaming_the_flavor() -> None:
 
 
 def test_plan_explains_a_withheld_node() -> None:
-    from gpustack_operator.domain.plan import plan_state
+    from gpustack_operator.domain.plan.plan import plan_state
 
     policy = ChainPolicy(load_manufacturers({}), lifecycle=T)
     state = plan_state(nodes_of_a_pool(node(), cordoned()), [], policy, now=NOW)
@@ -343,9 +343,9 @@ def test_a_new_lifecycle_taint_is_one_entry_in_the_table(monkeypatch: pytest.Mon
     """Adding a lifecycle taint is one entry of ``LIFECYCLE_TAINTS``: the availability rule
     withholds the node at once, the node model and its view see it, and flavors never
     tolerate it (docs/node-lifecycle.md, "Signals")."""
-    from gpustack_operator.domain import availability
-    from gpustack_operator.domain.flavors import dedication_taints
-    from gpustack_operator.domain.nodemodel import ModelSettings, node_model
+    from gpustack_operator.domain.node import availability
+    from gpustack_operator.domain.node.nodemodel import ModelSettings, node_model
+    from gpustack_operator.domain.node.taints import dedication_taints
 
     key = "example.com/reclaimed"
     n = tainted(key)

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from gpustack_operator.domain.capacity import capacity_labels, worker_capacity_labels
 from gpustack_operator.domain.manufacturers import default_manufacturers
+from gpustack_operator.domain.node.capacity import capacity_labels, worker_capacity_labels
 
 from .nodes import A, G, a10g, make_node, t4
 

@@ -17,19 +17,19 @@ from typing import Any
 import pytest
 
 from gpustack_operator.commands.plan import read_cluster_file
-from gpustack_operator.domain.capacity import device_keys
-from gpustack_operator.domain.desired import DesiredState
-from gpustack_operator.domain.devicesources.dra import node_slices
-from gpustack_operator.domain.devicesources.gfd import gfd_pools
-from gpustack_operator.domain.devicesources.merge import decode_resource, derive_devices
-from gpustack_operator.domain.devicesources.neuron import neuron_pools
 from gpustack_operator.domain.labels import ACCELERATABLE_PREFIX
 from gpustack_operator.domain.manufacturers import default_manufacturers
+from gpustack_operator.domain.node.capacity import device_keys
+from gpustack_operator.domain.node.devicesources.dra import node_slices
+from gpustack_operator.domain.node.devicesources.gfd import gfd_pools
+from gpustack_operator.domain.node.devicesources.merge import decode_resource, derive_devices
+from gpustack_operator.domain.node.devicesources.neuron import neuron_pools
+from gpustack_operator.domain.node.nodedevices import HOST_RESOURCES
 from gpustack_operator.domain.nodeview import labels_of, name_of, status_field
-from gpustack_operator.domain.plan import plan_state
-from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.plan.desired import DesiredState
+from gpustack_operator.domain.plan.plan import plan_state
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.domain.quantities import parse_quantity
-from gpustack_operator.domain.queues import HOST_RESOURCES
 
 MFRS = default_manufacturers()
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"

@@ -19,11 +19,11 @@ import jsonschema
 import pytest
 import yaml
 
-from gpustack_operator.domain.desired import DesiredState
-from gpustack_operator.domain.kueue import KueueVersion
+from gpustack_operator.domain.chain.kueue import KueueVersion
 from gpustack_operator.domain.manufacturers import default_manufacturers
-from gpustack_operator.domain.plan import plan_state
-from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.plan.desired import DesiredState
+from gpustack_operator.domain.plan.plan import plan_state
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.domain.validation import (
     is_valid_dns_label,
     is_valid_dns_subdomain,

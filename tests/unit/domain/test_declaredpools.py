@@ -18,8 +18,7 @@ import yaml
 
 from gpustack_operator.commands.plan import read_cluster_input
 from gpustack_operator.commands.policy_flags import read_declared_pools
-from gpustack_operator.domain.declarationtext import DeclarationError
-from gpustack_operator.domain.declaredpools import (
+from gpustack_operator.domain.chain.declaredpools import (
     CLASS_ATOMIC_SCALE_UP,
     CLASS_GKE_QUEUED,
     PoolRejection,
@@ -27,11 +26,12 @@ from gpustack_operator.domain.declaredpools import (
     parse_declarations,
     validate_declared_pools,
 )
-from gpustack_operator.domain.desired import DesiredState
+from gpustack_operator.domain.chain.poolchain import ProvisioningSettings
+from gpustack_operator.domain.declarationtext import DeclarationError
 from gpustack_operator.domain.manufacturers import default_manufacturers
-from gpustack_operator.domain.plan import plan_state
-from gpustack_operator.domain.policy import ChainPolicy
-from gpustack_operator.domain.poolchain import ProvisioningSettings
+from gpustack_operator.domain.plan.desired import DesiredState
+from gpustack_operator.domain.plan.plan import plan_state
+from gpustack_operator.domain.plan.policy import ChainPolicy
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "autoscaling"
 MFRS = default_manufacturers()
@@ -395,7 +395,7 @@ def test_a_new_pool_kind_is_one_entry_in_the_table() -> None:
     version and the simulator serves its stand-in CRD; its RBAC grant is the one more file
     (tests/integration/bootstrap/test_rbac.py reads the same table)."""
     from gpustack_operator.controllers.declaredpool import all_pool_kinds
-    from gpustack_operator.domain.declaredpools import (
+    from gpustack_operator.domain.chain.declaredpools import (
         POOL_KINDS,
         PoolKind,
         PoolObjects,

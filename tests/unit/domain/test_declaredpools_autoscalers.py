@@ -11,22 +11,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpustack_operator.domain.declaredpools import (
+from gpustack_operator.domain.chain.declaredpools import (
     DeclaredPool,
     PoolRejection,
     capi_pool,
     karpenter_pool,
     pools_from_objects,
 )
-from gpustack_operator.domain.kueue import KueueVersion
-from gpustack_operator.domain.manufacturers import default_manufacturers
-from gpustack_operator.domain.plan import plan_state
-from gpustack_operator.domain.policy import ChainPolicy
-from gpustack_operator.domain.poolchain import (
+from gpustack_operator.domain.chain.kueue import KueueVersion
+from gpustack_operator.domain.chain.poolchain import (
     ProvisioningSettings,
     declared_pool_chain,
     pool_cluster_queue,
 )
+from gpustack_operator.domain.manufacturers import default_manufacturers
+from gpustack_operator.domain.plan.plan import plan_state
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.render import render_table
 
 BY_RESOURCE = ChainPolicy(manufacturers=default_manufacturers()).manufacturers_by_resource

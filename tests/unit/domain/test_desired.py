@@ -7,26 +7,9 @@ from typing import Any
 
 import pytest
 
-from gpustack_operator.domain.desired import desired_state
-from gpustack_operator.domain.flavors import (
-    desired_resource_flavors,
-    is_managed,
-    node_profile_names,
-    node_profiles,
-)
-from gpustack_operator.domain.kueue import KueueVersion
-from gpustack_operator.domain.manufacturers import default_manufacturers
-from gpustack_operator.domain.nodefeature import (
-    device_manager_node_feature,
-    is_device_manager_label,
-    is_worker_label,
-    merge_node_features,
-    node_feature_name,
-    worker_node_feature,
-)
-from gpustack_operator.domain.plan import apply_sim_devices, plan_state
-from gpustack_operator.domain.policy import ChainPolicy
-from gpustack_operator.domain.queues import (
+from gpustack_operator.domain.chain.flavors import desired_resource_flavors
+from gpustack_operator.domain.chain.kueue import KueueVersion
+from gpustack_operator.domain.chain.queues import (
     QuotaResources,
     cohort_may_be_deleted,
     desired_cluster_queue,
@@ -34,6 +17,19 @@ from gpustack_operator.domain.queues import (
     desired_local_queues,
     is_owned,
 )
+from gpustack_operator.domain.manufacturers import default_manufacturers
+from gpustack_operator.domain.node.nodefeature import (
+    device_manager_node_feature,
+    is_device_manager_label,
+    is_worker_label,
+    merge_node_features,
+    node_feature_name,
+    worker_node_feature,
+)
+from gpustack_operator.domain.node.nodeprofiles import is_managed, node_profile_names, node_profiles
+from gpustack_operator.domain.plan.desired import desired_state
+from gpustack_operator.domain.plan.plan import apply_sim_devices, plan_state
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.domain.validation import is_valid_dns_subdomain
 
 from .nodes import A, G, a10g, make_node, t4

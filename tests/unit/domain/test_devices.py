@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from gpustack_operator.domain.devices import (
+from gpustack_operator.domain.manufacturers import default_manufacturers
+from gpustack_operator.domain.node.devices import (
     Accelerator,
     DetectedDevice,
     DeviceGroup,
@@ -14,8 +15,7 @@ from gpustack_operator.domain.devices import (
     device_labels,
     group_devices,
 )
-from gpustack_operator.domain.manufacturers import default_manufacturers
-from gpustack_operator.domain.simdevices import parse_sim_devices, sim_card_counts
+from gpustack_operator.domain.node.simdevices import parse_sim_devices, sim_card_counts
 from gpustack_operator.domain.validation import is_valid_label_key, is_valid_label_value
 
 P = "acceleratable.feature.gpustack.ai/"

@@ -13,30 +13,31 @@ import pytest
 
 from gpustack_operator.cli import main
 from gpustack_operator.commands.plan import read_cluster_file, read_nodes_file
-from gpustack_operator.domain.capacity import worker_capacity_labels
-from gpustack_operator.domain.devicesources import (
+from gpustack_operator.domain.chain.flavors import flavor_nodes
+from gpustack_operator.domain.chain.queues import QuotaResources
+from gpustack_operator.domain.manufacturers import default_manufacturers
+from gpustack_operator.domain.node.capacity import worker_capacity_labels
+from gpustack_operator.domain.node.devicesources import (
     derive_devices,
     node_device_diagnostics,
 )
-from gpustack_operator.domain.devicesources.amd import amd_pools
-from gpustack_operator.domain.devicesources.dra import dra_pools, node_slices
-from gpustack_operator.domain.devicesources.gfd import gfd_pools
-from gpustack_operator.domain.devicesources.merge import decode_resource, encode_resource
-from gpustack_operator.domain.devicesources.model import (
+from gpustack_operator.domain.node.devicesources.amd import amd_pools
+from gpustack_operator.domain.node.devicesources.dra import dra_pools, node_slices
+from gpustack_operator.domain.node.devicesources.gfd import gfd_pools
+from gpustack_operator.domain.node.devicesources.merge import decode_resource, encode_resource
+from gpustack_operator.domain.node.devicesources.model import (
     COUNT_MISSING,
     DESCRIBED_BY_AGENT,
     EXCLUDED_MIG_PROFILE,
     NO_ALLOCATABLE,
 )
-from gpustack_operator.domain.flavors import flavor_nodes
-from gpustack_operator.domain.manufacturers import default_manufacturers
-from gpustack_operator.domain.nodefeature import merge_node_features, worker_node_feature
+from gpustack_operator.domain.node.nodedevices import HOST_RESOURCES
+from gpustack_operator.domain.node.nodefeature import merge_node_features, worker_node_feature
 from gpustack_operator.domain.nodeview import labels_of, name_of, status_field
-from gpustack_operator.domain.plan import plan_state
-from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.plan.plan import plan_state
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.domain.profiles import parse_node_profile
 from gpustack_operator.domain.quantities import parse_quantity
-from gpustack_operator.domain.queues import HOST_RESOURCES, QuotaResources
 
 from .nodes import make_node
 
@@ -340,8 +341,8 @@ def test_plan_table_names_each_pools_resource(capsys: pytest.CaptureFixture[str]
 
 def test_unpooled_devices_are_judged_once_their_sources_had_their_chance() -> None:
     """docs/devices.md, "Why a device gets no pool": settling time, or the agent's word."""
-    from gpustack_operator.domain.devicesources import Diagnostic, judged_diagnostics
     from gpustack_operator.domain.manufacturers import default_manufacturers
+    from gpustack_operator.domain.node.devicesources import Diagnostic, judged_diagnostics
 
     manufacturers = default_manufacturers()
     gpu = Diagnostic("allocatable", "model-unknown", "nvidia.com/gpu (2): ...", "nvidia.com/gpu")

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from gpustack_operator.commands.plan import read_cluster_file
-from gpustack_operator.domain.explain import NodeExplanation
+from gpustack_operator.domain.chain.explain import NodeExplanation
 from gpustack_operator.domain.manufacturers import default_manufacturers
-from gpustack_operator.domain.plan import plan_state
-from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.plan.plan import plan_state
+from gpustack_operator.domain.plan.policy import ChainPolicy
 
 from .nodes import CPU_NAME, A, make_node, t4
 
@@ -187,7 +187,7 @@ def test_host_counted_once_shows_the_split() -> None:
     says what each of a node's pools counts of its CPU and memory."""
     from dataclasses import replace
 
-    from gpustack_operator.domain.queues import HostCounting
+    from gpustack_operator.domain.chain.queues import HostCounting
 
     node = make_node(**HOST, labels=t4(2), allocatable={"nvidia.com/gpu": "2"})
     policy = replace(ChainPolicy(manufacturers=MFRS), host_counting=HostCounting.ONCE)

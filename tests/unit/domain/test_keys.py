@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpustack_operator.domain.keys import cpu_node_key
 from gpustack_operator.domain.labels import GENERAL_KEY_MAX_LEN
+from gpustack_operator.domain.node.keys import cpu_node_key
 from gpustack_operator.domain.validation import is_valid_dns_label, is_valid_label_key
 
 from .nodes import CPU_NAME, FAMILY, MODEL, VENDOR

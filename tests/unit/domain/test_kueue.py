@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from gpustack_operator.domain.kueue import (
+from gpustack_operator.domain.chain.kueue import (
     ClusterQueue,
     FlavorQuotas,
     KueueVersion,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from gpustack_operator.domain.kueueconfig import (
+from gpustack_operator.domain.chain.kueueconfig import (
     missing_pieces,
     parse_configuration,
     recommended_configuration,

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpustack_operator.domain.kueueconfig import (
+from gpustack_operator.domain.chain.kueueconfig import (
     KueueConfiguration,
     fair_sharing,
     missing_pieces,

@@ -1,4 +1,4 @@
-"""Kueue's usage status has one reader (domain/kueueusage.py): deleting a queue, lowering
+"""Kueue's usage status has one reader (domain/chain/kueueusage.py): deleting a queue, lowering
 quotas while queues change kind, keeping a flavor for running work and ``queues``' borrowed
 amounts read the same amounts."""
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gpustack_operator.domain.kueueusage import (
+from gpustack_operator.domain.chain.kueueusage import (
     borrowed,
     flavor_in_use,
     has_reservations,
@@ -19,7 +19,7 @@ from gpustack_operator.domain.kueueusage import (
     in_use,
     queue_usage,
 )
-from gpustack_operator.domain.queues import quota_below_usage
+from gpustack_operator.domain.chain.queues import quota_below_usage
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -94,13 +94,13 @@ def test_absent_amounts_are_zero_and_unparsable_ones_in_use(
 
 
 def test_no_other_product_module_reads_the_usage_fields() -> None:
-    """Only domain/kueueusage.py names Kueue's usage fields; the gateway forwards Kueue's
+    """Only domain/chain/kueueusage.py names Kueue's usage fields; the gateway forwards Kueue's
     status to its clients as Kueue wrote it (summed per resource, docs/worker-gateway.md) and
     decides nothing from it."""
     fields = re.compile(
         r"\"(flavorsUsage|flavorsReservation|reservingWorkloads|admittedWorkloads)\""
     )
-    allowed = {"gpustack_operator/domain/kueueusage.py", "gpustack_operator/gateway/pools.py"}
+    allowed = {"gpustack_operator/domain/chain/kueueusage.py", "gpustack_operator/gateway/pools.py"}
     readers = sorted(
         str(path.relative_to(REPO))
         for root in ("gpustack_operator", "controllers")

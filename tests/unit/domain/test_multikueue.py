@@ -1,7 +1,7 @@
-"""The MultiKueue manager's objects (gpustack_operator/domain/multikueue.py, docs/multikueue.md):
-one ClusterQueue per distinct pool with the members' quotas summed, one check per distinct set
-of members, LocalQueues named as the members name the pool, kubeconfigs Kueue would refuse
-refused, and pool names that never depend on the cluster."""
+"""The MultiKueue manager's objects (gpustack_operator/domain/chain/multikueue.py,
+docs/multikueue.md): one ClusterQueue per distinct pool with the members' quotas summed, one
+check per distinct set of members, LocalQueues named as the members name the pool, kubeconfigs
+Kueue would refuse refused, and pool names that never depend on the cluster."""
 
 from __future__ import annotations
 
@@ -14,10 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpustack_operator.domain.kueue import KueueVersion
-from gpustack_operator.domain.labels import MANAGED_BY_LABEL
-from gpustack_operator.domain.manufacturers import default_manufacturers
-from gpustack_operator.domain.multikueue import (
+from gpustack_operator.domain.chain.kueue import KueueVersion
+from gpustack_operator.domain.chain.multikueue import (
     MULTIKUEUE_CONTROLLER,
     MULTIKUEUE_MANAGED_BY,
     NEUTRAL_FLAVOR,
@@ -30,8 +28,10 @@ from gpustack_operator.domain.multikueue import (
     member_object_name,
     member_pools,
 )
-from gpustack_operator.domain.plan import plan_state
-from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.labels import MANAGED_BY_LABEL
+from gpustack_operator.domain.manufacturers import default_manufacturers
+from gpustack_operator.domain.plan.plan import plan_state
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.domain.profiles import local_queue_name
 from gpustack_operator.domain.validation import is_valid_dns_label
 from tests.integration.gateway.support import example_nodes

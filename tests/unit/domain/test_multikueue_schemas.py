@@ -9,8 +9,8 @@ from functools import cache
 import pytest
 import yaml
 
-from gpustack_operator.domain.kueue import KueueVersion
-from gpustack_operator.domain.multikueue import MultiKueuePolicy, manager_objects
+from gpustack_operator.domain.chain.kueue import KueueVersion
+from gpustack_operator.domain.chain.multikueue import MultiKueuePolicy, manager_objects
 from gpustack_sim.apiserver.celrules import rule_causes
 from gpustack_sim.apiserver.kinds import KindInfo, kinds_from_crd
 from gpustack_sim.apiserver.validation import prune_unknown_fields, validate_object

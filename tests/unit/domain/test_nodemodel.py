@@ -1,4 +1,4 @@
-"""The node model: what the chain reads of a Node, derived once (domain/nodemodel.py)."""
+"""The node model: what the chain reads of a Node, derived once (domain/node/nodemodel.py)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,17 @@ from typing import Any
 import pytest
 
 from gpustack_operator.commands.plan import read_nodes_file
-from gpustack_operator.domain import nodemodel
-from gpustack_operator.domain.availability import DeviceBasis, lifecycle_of
-from gpustack_operator.domain.capacity import worker_capacity_labels
-from gpustack_operator.domain.devicesources import unpooled_devices
-from gpustack_operator.domain.flavors import dedication_taints, is_managed, node_profiles
-from gpustack_operator.domain.nodemodel import ModelSettings, node_model
-from gpustack_operator.domain.plan import plan_state
-from gpustack_operator.domain.policy import ChainPolicy
-from gpustack_operator.domain.queues import device_amount, node_devices, pool_amount
+from gpustack_operator.domain.chain.queues import device_amount, pool_amount
+from gpustack_operator.domain.node import nodemodel
+from gpustack_operator.domain.node.availability import DeviceBasis, lifecycle_of
+from gpustack_operator.domain.node.capacity import worker_capacity_labels
+from gpustack_operator.domain.node.devicesources import unpooled_devices
+from gpustack_operator.domain.node.nodedevices import node_devices
+from gpustack_operator.domain.node.nodemodel import ModelSettings, node_model
+from gpustack_operator.domain.node.nodeprofiles import is_managed, node_profiles
+from gpustack_operator.domain.node.taints import dedication_taints
+from gpustack_operator.domain.plan.plan import plan_state
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.environment import load_manufacturers
 
 MFRS = load_manufacturers({})

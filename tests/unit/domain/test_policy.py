@@ -6,11 +6,11 @@ import pytest
 
 from gpustack_operator.cli import build_parser
 from gpustack_operator.commands.policy_flags import READING_FLAGS, policy_from_args
-from gpustack_operator.domain.availability import LifecycleTimers
-from gpustack_operator.domain.kueue import KueueVersion
-from gpustack_operator.domain.policy import ChainPolicy
-from gpustack_operator.domain.queues import QuotaResources
-from gpustack_operator.domain.tenancy import Tenancy
+from gpustack_operator.domain.chain.kueue import KueueVersion
+from gpustack_operator.domain.chain.queues import QuotaResources
+from gpustack_operator.domain.chain.tenancy import Tenancy
+from gpustack_operator.domain.node.availability import LifecycleTimers
+from gpustack_operator.domain.plan.policy import ChainPolicy
 
 COMMANDS = {
     "worker": ["worker"],

@@ -16,13 +16,13 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpustack_operator.domain.capacity import worker_capacity_labels
-from gpustack_operator.domain.desired import desired_state
-from gpustack_operator.domain.devices import DetectedDevice, device_labels, group_devices
 from gpustack_operator.domain.manufacturers import KNOWN_MANUFACTURERS, default_manufacturers
 from gpustack_operator.domain.names import normalize_name, sanitize_label_value
-from gpustack_operator.domain.plan import plan_state
-from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.node.capacity import worker_capacity_labels
+from gpustack_operator.domain.node.devices import DetectedDevice, device_labels, group_devices
+from gpustack_operator.domain.plan.desired import desired_state
+from gpustack_operator.domain.plan.plan import plan_state
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.domain.profiles import format_node_profile, parse_node_profile
 from gpustack_operator.domain.quantities import GI, ceil_value, floor_gi, parse_quantity
 from gpustack_operator.domain.validation import (

@@ -14,13 +14,8 @@ import pytest
 import yaml
 
 from gpustack_operator.cli import main
-from gpustack_operator.domain.desired import DesiredState
-from gpustack_operator.domain.kueue import KueueVersion
-from gpustack_operator.domain.plan import plan_state
-from gpustack_operator.domain.policy import ChainPolicy
-from gpustack_operator.domain.profiles import local_queue_name
-from gpustack_operator.domain.quantities import parse_quantity
-from gpustack_operator.domain.teams import (
+from gpustack_operator.domain.chain.kueue import KueueVersion
+from gpustack_operator.domain.chain.teams import (
     POOL_ANNOTATION,
     TEAM_LABEL,
     PoolFacts,
@@ -31,6 +26,11 @@ from gpustack_operator.domain.teams import (
     parse_teams,
     team_queue_name,
 )
+from gpustack_operator.domain.plan.desired import DesiredState
+from gpustack_operator.domain.plan.plan import plan_state
+from gpustack_operator.domain.plan.policy import ChainPolicy
+from gpustack_operator.domain.profiles import local_queue_name
+from gpustack_operator.domain.quantities import parse_quantity
 
 from . import test_crd_schemas as crds
 

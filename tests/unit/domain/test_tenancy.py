@@ -14,12 +14,7 @@ import yaml
 
 from gpustack_operator.cli import main
 from gpustack_operator.commands.policy_flags import quota_caps, tenancy
-from gpustack_operator.domain.labels import MANAGED_LABEL
-from gpustack_operator.domain.manufacturers import default_manufacturers
-from gpustack_operator.domain.nodeview import labels_of, name_of
-from gpustack_operator.domain.plan import plan_state
-from gpustack_operator.domain.policy import ChainPolicy
-from gpustack_operator.domain.tenancy import (
+from gpustack_operator.domain.chain.tenancy import (
     FAKE_NODE_LABEL,
     HOST_NODES_ANNOTATION,
     SHARED_CAPACITY_ANNOTATION,
@@ -28,6 +23,11 @@ from gpustack_operator.domain.tenancy import (
     host_owned_keys,
     selects,
 )
+from gpustack_operator.domain.labels import MANAGED_LABEL
+from gpustack_operator.domain.manufacturers import default_manufacturers
+from gpustack_operator.domain.nodeview import labels_of, name_of
+from gpustack_operator.domain.plan.plan import plan_state
+from gpustack_operator.domain.plan.policy import ChainPolicy
 
 REPO = Path(__file__).resolve().parents[3]
 TENANT = REPO / "examples" / "vcluster-tenant.yaml"

@@ -5,12 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpustack_operator.domain.flavors import (
-    desired_resource_flavor,
-    desired_resource_flavors,
-    flavor_tolerations,
-)
+from gpustack_operator.domain.chain.flavors import desired_resource_flavor, desired_resource_flavors
 from gpustack_operator.domain.manufacturers import default_manufacturers
+from gpustack_operator.domain.node.taints import flavor_tolerations
 
 from .nodes import make_node, t4
 from .test_desired import converged

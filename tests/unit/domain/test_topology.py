@@ -21,27 +21,26 @@ import pytest
 from gpustack_operator.commands.plan import read_cluster_file
 from gpustack_operator.commands.policy_flags import topology_policy
 from gpustack_operator.commands.queues import pool_rows, queue_levels, render_table
-from gpustack_operator.domain.desired import DesiredState, desired_state
-from gpustack_operator.domain.flavors import (
+from gpustack_operator.domain.chain.flavors import (
     desired_resource_flavors,
     flavor_nodes,
     selects_plain_nodes,
 )
+from gpustack_operator.domain.chain.teams import team_queue_name
+from gpustack_operator.domain.chain.topology import explain_topology, topology_levels
 from gpustack_operator.domain.labels import TOPOLOGY_LABEL, TOPOLOGY_NONE
 from gpustack_operator.domain.manufacturers import default_manufacturers
-from gpustack_operator.domain.nodeview import labels_of, name_of
-from gpustack_operator.domain.policy import ChainPolicy
-from gpustack_operator.domain.profiles import parse_node_profile, strip_tas_suffix
-from gpustack_operator.domain.teams import team_queue_name
-from gpustack_operator.domain.topology import (
+from gpustack_operator.domain.node.nodetopology import (
     HOSTNAME_LABEL,
     TopologyPolicy,
-    explain_topology,
     missing_level,
     node_levels,
     tas_queue_name,
-    topology_levels,
 )
+from gpustack_operator.domain.nodeview import labels_of, name_of
+from gpustack_operator.domain.plan.desired import DesiredState, desired_state
+from gpustack_operator.domain.plan.policy import ChainPolicy
+from gpustack_operator.domain.profiles import parse_node_profile, strip_tas_suffix
 from gpustack_operator.domain.validation import is_valid_dns_label
 
 MFRS = default_manufacturers()

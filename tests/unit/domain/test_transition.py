@@ -5,7 +5,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
-from gpustack_operator.domain.transition import (
+from gpustack_operator.domain.chain.transition import (
     held_by,
     lending_nothing,
     less_held,

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from gpustack_operator.domain.availability import DeviceBasis, NodeAvailability, Severity
-from gpustack_operator.domain.workerverdicts import (
+from gpustack_operator.domain.node.availability import DeviceBasis, NodeAvailability, Severity
+from gpustack_operator.domain.node.workerverdicts import (
     MAX_BYTES,
     MAX_NODES,
     OMITTED_ANNOTATION,

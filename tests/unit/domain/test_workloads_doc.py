@@ -12,10 +12,10 @@ from typing import Any
 import yaml
 
 from gpustack_operator.commands.plan import read_cluster_file
-from gpustack_operator.domain.kueueconfig import recommended_configuration
+from gpustack_operator.domain.chain.kueueconfig import recommended_configuration
 from gpustack_operator.domain.manufacturers import default_manufacturers
-from gpustack_operator.domain.plan import plan_state
-from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.plan.plan import plan_state
+from gpustack_operator.domain.plan.policy import ChainPolicy
 
 DOC = Path(__file__).parents[3] / "docs" / "workloads.md"
 MFRS = default_manufacturers()

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gpustack_operator.domain.kueue import KueueVersion
+from gpustack_operator.domain.chain.kueue import KueueVersion
 from gpustack_operator.gateway.kinds import pick_version, watched_resources
 from gpustack_operator.gateway.kubeconfig import (
     ConfigError,

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from gpustack_operator.commands.plan import read_nodes_file
-from gpustack_operator.domain.kueue import KueueVersion
+from gpustack_operator.domain.chain.kueue import KueueVersion
 from gpustack_operator.domain.manufacturers import default_manufacturers
-from gpustack_operator.domain.plan import plan_state
-from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.plan.plan import plan_state
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.gateway.pools import pool_entry, sum_quantities
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "cluster.yaml"

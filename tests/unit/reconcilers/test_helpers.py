@@ -13,10 +13,10 @@ from gpustack_operator.cli import build_parser
 from gpustack_operator.commands.plan import read_nodes_file
 from gpustack_operator.commands.worker import build_config, build_options
 from gpustack_operator.controllers.capacity import NotLastApplied
-from gpustack_operator.domain.kueueusage import has_reservations
-from gpustack_operator.domain.nodemodel import node_view
-from gpustack_operator.domain.plan import plan_state
-from gpustack_operator.domain.policy import ChainPolicy
+from gpustack_operator.domain.chain.kueueusage import has_reservations
+from gpustack_operator.domain.node.nodemodel import node_view
+from gpustack_operator.domain.plan.plan import plan_state
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.wiring import WorkerTiming
 from gpustack_operator.worker.common import (

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from gpustack_operator.commands.policy_flags import read_declared_pools
-from gpustack_operator.domain.declaredpools import POOL_LABEL, DeclaredPool
-from gpustack_operator.domain.kueue import KueueVersion
-from gpustack_operator.domain.policy import ChainPolicy
-from gpustack_operator.domain.poolchain import ProvisioningSettings, declared_pool_chain
+from gpustack_operator.domain.chain.declaredpools import POOL_LABEL, DeclaredPool
+from gpustack_operator.domain.chain.kueue import KueueVersion
+from gpustack_operator.domain.chain.poolchain import ProvisioningSettings, declared_pool_chain
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.worker.declaredpools import BY_DECLARED_POOL, PoolRegistry, PoolsChanged
 

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import yaml
 
+from gpustack_operator.domain.chain.teams import TEAMS_CONFIGMAP, TEAMS_KEY
 from gpustack_operator.domain.declarationstatus import STATUS_CONFIGMAP, status_data
-from gpustack_operator.domain.plan import plan_state
-from gpustack_operator.domain.policy import ChainPolicy
-from gpustack_operator.domain.teams import TEAMS_CONFIGMAP, TEAMS_KEY
+from gpustack_operator.domain.plan.plan import plan_state
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.worker.liveteams import LiveTeams
 
 pytestmark = pytest.mark.anyio

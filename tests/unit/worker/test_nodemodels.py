@@ -10,18 +10,17 @@ from typing import Any
 import pytest
 
 from gpustack_operator.commands.plan import read_nodes_file
-from gpustack_operator.domain.capacity import capacity_labels_and_devices, worker_capacity_labels
-from gpustack_operator.domain.flavors import (
-    desired_resource_flavor,
-    desired_resource_flavors,
-    node_profile_names,
-    node_profiles,
+from gpustack_operator.domain.chain.flavors import desired_resource_flavor, desired_resource_flavors
+from gpustack_operator.domain.chain.queues import desired_cohort, desired_cohorts
+from gpustack_operator.domain.node.capacity import (
+    capacity_labels_and_devices,
+    worker_capacity_labels,
 )
-from gpustack_operator.domain.nodemodel import UNREAD_LABELS, node_view
+from gpustack_operator.domain.node.nodemodel import UNREAD_LABELS, node_view
+from gpustack_operator.domain.node.nodeprofiles import node_profile_names, node_profiles
 from gpustack_operator.domain.nodeview import labels_of, status_field
-from gpustack_operator.domain.plan import plan_state
-from gpustack_operator.domain.policy import ChainPolicy
-from gpustack_operator.domain.queues import desired_cohort, desired_cohorts
+from gpustack_operator.domain.plan.plan import plan_state
+from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.environment import load_manufacturers
 from gpustack_operator.runtime.cache import Indexer
 from gpustack_operator.runtime.coalesce import IndexHold
@@ -59,7 +58,7 @@ def test_one_node_renders_the_same_flavors_and_cohorts_as_all() -> None:
 
 
 def _read_labels(node: Any) -> dict[str, str]:
-    """What the shared derivations read of *node*'s labels (domain/nodemodel.py)."""
+    """What the shared derivations read of *node*'s labels (domain/node/nodemodel.py)."""
     return {k: v for k, v in labels_of(node).items() if k not in UNREAD_LABELS}
 
 
@@ -75,7 +74,7 @@ def test_facts_equal_the_domain_and_are_computed_once_per_version(
             assert facts.index_names(node, part) == node_profile_names(node, MFRS, part)
     calls = []
     monkeypatch.setattr(
-        "gpustack_operator.domain.nodemodel.node_profiles", lambda n, m: calls.append(n) or []
+        "gpustack_operator.domain.node.nodemodel.node_profiles", lambda n, m: calls.append(n) or []
     )
     node = nodes[0]
     same = copy.deepcopy(node)  # a relist decodes the same version into a new object
@@ -102,7 +101,9 @@ def test_capacity_labels_equal_the_domain_and_are_derived_once_per_version(
         calls.append(node)
         return capacity_labels_and_devices(node, manufacturers, **kwargs)
 
-    monkeypatch.setattr("gpustack_operator.domain.nodemodel.capacity_labels_and_devices", counted)
+    monkeypatch.setattr(
+        "gpustack_operator.domain.node.nodemodel.capacity_labels_and_devices", counted
+    )
     node = nodes[0]
     facts.awaits_labels(copy.deepcopy(node))
     facts.capacity_labels(node)
@@ -237,7 +238,7 @@ def test_a_node_that_is_never_labelled_does_not_keep_the_fleet_settling() -> Non
 def test_models_of_nodes_of_one_shape_share_their_equal_parts() -> None:
     """Two Nodes of one shape hold one copy of what their models have in common, and each
     model equals the one the domain builds for its Node alone."""
-    from gpustack_operator.domain.nodemodel import node_model
+    from gpustack_operator.domain.node.nodemodel import node_model
 
     node = next(n for n in profiled_nodes() if node_profiles(n, MFRS))
     node["metadata"]["labels"]["kubernetes.io/hostname"] = node["metadata"]["name"]
