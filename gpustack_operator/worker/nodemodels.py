@@ -47,27 +47,6 @@ _VERSIONS: Final = 2
 _MIN_SHARED: Final = 4096
 _MAP: Final = object()
 """Marks a mapping's items in the shared table (a mapping is not hashable itself)."""
-_PROFILE_STRINGS: Final = (
-    "node",
-    "flavor",
-    "queue",
-    "cohort",
-    "gkey",
-    "akey",
-    "manufacturer",
-    "queue_label",
-    "queue_spec",
-    "flavor_label",
-    "flavor_spec",
-    "group",
-)
-
-
-def _interned(profile: Profile) -> Profile:
-    """*profile* with its strings interned: its names and labels are formatted afresh for
-    every Node version, and thousands of nodes share them."""
-    strings: dict[str, Any] = {n: sys.intern(getattr(profile, n)) for n in _PROFILE_STRINGS}
-    return replace(profile, **strings)
 
 
 @dataclass
@@ -187,7 +166,6 @@ class NodeModels:
         return replace(
             model,
             view=view,
-            profiles=tuple(_interned(p) for p in model.profiles),
             names=share_map({part: tuple(map(sys.intern, n)) for part, n in model.names.items()}),
             capacity_labels=share_map(model.capacity_labels),
             dedication_taints=share(model.dedication_taints),
