@@ -27,6 +27,7 @@ from gpustack_operator.domain.declarationtext import (
     load_declaration,
 )
 from gpustack_operator.domain.labels import (
+    INSTANCE_TYPE_LABEL,
     SYSTEM_PREFIX,
 )
 from gpustack_operator.domain.node.devicesources.karpenter import (
@@ -263,7 +264,6 @@ KARPENTER_AZURE: Final = KarpenterLabels(
     "karpenter.azure.com/sku-memory",
 )
 """Azure/karpenter-provider-azure ``pkg/apis/v1beta1/labels.go``."""
-INSTANCE_TYPE_LABEL: Final = "node.kubernetes.io/instance-type"
 
 
 def _provider(tspec: Mapping[str, Any]) -> KarpenterLabels:

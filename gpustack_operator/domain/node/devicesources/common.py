@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final
 
+from gpustack_operator.domain.labels import INSTANCE_TYPE_LABEL
 from gpustack_operator.domain.quantities import parse_count, parse_quantity
-
-INSTANCE_TYPE_LABEL: Final = "node.kubernetes.io/instance-type"
 
 
 def allocatable_count(allocatable: Mapping[str, object], resource: str) -> int:

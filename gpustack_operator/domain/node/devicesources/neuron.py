@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
+from gpustack_operator.domain.labels import INSTANCE_TYPE_LABEL
 from gpustack_operator.domain.manufacturers import NEURON_MODELS
 from gpustack_operator.domain.node.devicesources.common import (
-    INSTANCE_TYPE_LABEL,
     allocatable_count,
     instance_family,
 )
