@@ -240,6 +240,10 @@ def worker_child(kubeconfig: str, report: Path, resync_period: float, tas: bool 
             health_probe_bind_address="0",
             metrics_bind_address="0",
             resync_period=resync_period or None,
+            # The first LIST of tens of thousands of Nodes from the simulated server can
+            # outlast the default 120 s (the worker's --cache-sync-timeout); the benchmark
+            # measures the converge, not the start-up bound.
+            cache_sync_timeout=900.0,
         )
         manager = new_worker_manager(client, options)
         setup_worker(manager, _worker_config(WorkerConfig, tas))
@@ -406,7 +410,7 @@ async def bench(
             )
             try:
                 settle = 1.0 + count / 2000
-                converged = await _converged(cluster, expected, bound, settle)
+                converged = await _converged(cluster, expected, bound, settle, child)
                 child.send_signal(signal.SIGUSR1)
                 start = await _read_report(report, 1)
                 usage = await _read_report(report, 2)
@@ -448,7 +452,9 @@ async def bench(
     }
 
 
-async def _converged(cluster: Any, expected: Any, bound: float, settle: float) -> float:
+async def _converged(
+    cluster: Any, expected: Any, bound: float, settle: float, child: Any = None
+) -> float:
     """The wall-clock time from which the server has held *expected* (what ``plan`` computed
     before the worker started) and stayed still for *settle* seconds.
 
@@ -457,7 +463,8 @@ async def _converged(cluster: Any, expected: Any, bound: float, settle: float) -
     20,000 nodes) or reading and comparing the whole chain on every poll made the worker's
     requests time out. Here ``plan`` is computed once, before the worker starts, and the chain
     is compared only once the store's resourceVersion has stood still for *settle* seconds
-    (a cheap poll); the state it was still at is then the converged one.
+    (a cheap poll); the state it was still at is then the converged one. A worker *child*
+    that has exited ends the wait at once (its log says why).
     """
     from gpustack_sim.cluster.chain import differences
 
@@ -476,6 +483,8 @@ async def _converged(cluster: Any, expected: Any, bound: float, settle: float) -
             left = differences(cluster.actual(), expected, server_defaults=cluster.server_defaults)
             if not left and store.resource_version == rv:
                 return seen_at
+        if child is not None and child.returncode is not None:
+            raise SystemExit(f"bench_worker: the worker exited ({child.returncode}) first")
         if time.monotonic() > deadline:
             raise SystemExit(
                 f"bench_worker: not converged within {bound:.0f} s; {len(left)} differences "
