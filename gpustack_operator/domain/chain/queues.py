@@ -1,8 +1,9 @@
 """Cohorts, ClusterQueues and LocalQueues (docs/worker.md).
 
-Each controller calls one function here with what its cache holds: the Cohort controller
-:func:`desired_cohorts` and :func:`cohort_may_be_deleted`, the ClusterQueue controller
-:func:`desired_cluster_queue`, the LocalQueue controller :func:`desired_local_queues`.
+The Cohort controller calls :func:`desired_cohort` and :func:`cohort_may_be_deleted` with
+what its cache holds, the LocalQueue controller :func:`desired_local_queues`; a pool's
+ClusterQueue (:func:`desired_cluster_queue`) is built only through the per-pool function
+of ``domain/chain/nodepool.py``, for ``plan`` and the worker alike.
 """
 
 from __future__ import annotations
@@ -468,7 +469,7 @@ def desired_cluster_queue(
 ) -> dict[str, Any] | None:
     """The ClusterQueue *name* for the ResourceFlavors targeting it (docs/worker.md).
 
-    *flavors* are ResourceFlavor objects (the cache's or :func:`desired_resource_flavors`'),
+    *flavors* are ResourceFlavor objects (the cache's or ``node_flavor``'s),
     *nodes* the Nodes with merged labels. ``None`` when no flavor targets the queue (the
     controller then deletes it once nothing is reserved) or the name is not a profile name.
     Without *cohort_uid* the owner reference to the Cohort is left out. *flavor_index*
