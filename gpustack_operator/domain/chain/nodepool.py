@@ -88,7 +88,8 @@ class PoolMembers:
 class NodePool:
     """One pool's queues: ``queue`` as the nodes make it, before teams divide it (what
     teams' shares and ``PoolFacts`` are read from), and its ``split`` among the teams
-    (None: no team has a share)."""
+    (None: no team has a share), whose remainder is the pool's part of its Cohort's own
+    quota."""
 
     name: str
     queue: dict[str, Any] | None
@@ -101,11 +102,6 @@ class NodePool:
         if self.split is not None:
             return list(self.split.team_queues)
         return [self.queue] if self.queue is not None else []
-
-    @property
-    def cohort_share(self) -> list[dict[str, Any]]:
-        """What the teams leave over of the pool: its part of the Cohort's own quota."""
-        return list(self.split.remainder) if self.split is not None else []
 
     def without_flavors(self) -> NodePool:
         """The pool's queues listing no flavor (docs/worker.md, "Chain objects deleted by
