@@ -1,8 +1,9 @@
 """ClusterQueues (docs/worker.md): quotas aggregated over the managed nodes of their flavors.
 
 Key: the queue name. The ResourceFlavors that target it (annotation index) and the managed
-Nodes of each flavor (Node index) go to ``desired_cluster_queue``, which does all the
-arithmetic. The queue is owned by its Cohort when the Cohort is ours; until the Cohort is
+Nodes of each flavor (Node index) go to the per-pool function ``plan`` uses too
+(``node_pool``, through ``worker/poolqueue.py``), which does all the arithmetic and the
+teams' split. The queue is owned by its Cohort when the Cohort is ours; until the Cohort is
 in the cache the queue waits (the Cohort's creation enqueues it again).
 
 With no flavor left the queue is deleted, but only once Kueue reports nothing reserved or
@@ -34,8 +35,8 @@ import structlog
 from prometheus_client import Counter
 
 from gpustack_operator.domain.chain.declaredpools import is_pool_chain_object
-from gpustack_operator.domain.chain.kueue import OwnerReference
 from gpustack_operator.domain.chain.kueueusage import has_reservations
+from gpustack_operator.domain.chain.nodepool import NodePool, pool_cohort
 from gpustack_operator.domain.chain.poolinfo import local_queue_metadata
 from gpustack_operator.domain.chain.queues import (
     HOLD,
@@ -43,7 +44,6 @@ from gpustack_operator.domain.chain.queues import (
     cluster_queue_cohort,
     devices_gone,
     quota_below_usage,
-    without_flavors,
 )
 from gpustack_operator.domain.chain.teams import pool_of
 from gpustack_operator.domain.chain.transition import (
@@ -83,7 +83,7 @@ from gpustack_operator.worker.declaredpools import PoolRegistry, PoolsChanged, p
 from gpustack_operator.worker.liveteams import watch_teams
 from gpustack_operator.worker.poolqueue import (
     RETIRING_RELEASED,
-    desired_pool_queue,
+    desired_pool,
     new_queues,
 )
 
@@ -164,49 +164,44 @@ class ClusterQueueReconciler:
             # A flavor the nodes want is missing from the cache (a person deleted it): the
             # flavor reconciler recreates it, and its creation brings the queue back here.
             return Result(requeue_after=self.waiting_requeue)
-        want, until = self._desired(name, flavors)
+        # The Cohort's uid makes the queues' owner reference (docs/worker.md); the queues
+        # wait for their Cohort below.
+        cohort = caches.cohorts.indexer.get(pool_cohort(name, flavors))
+        uid = uid_of(cohort) if cohort is not None and is_managed_object(cohort) else ""
+        pool, until = self._desired(name, flavors, uid)
         # A grace or join window ending changes the quota with no event: look again then.
         later = (
             Result.at(until, self.tracker.clock())
             if until is not None and self.tracker is not None
             else None
         )
-        if want is None and wanted and have is not None:
+        if pool.queue is None and wanted and have is not None:
             # Every flavor is being deleted (Kueue holds a flavor while a queue lists it):
             # the queue lets go of them instead of going away (docs/worker.md, "Chain
             # objects deleted by hand").
             live = [_without_deletion(f) for f in flavors]
-            full, _ = self._desired(name, live)
-            want = without_flavors(full) if full is not None else None
-        if want is None:
+            full, _ = self._desired(name, live, uid)
+            pool = full.without_flavors()
+        if pool.queue is None:
             return _sooner(await self._delete(have), await self._prune_teams(name, set()))
-        cohort_name = cluster_queue_cohort(want)
-        cohort = caches.cohorts.indexer.get(cohort_name)
+        cohort = caches.cohorts.indexer.get(cluster_queue_cohort(pool.queue))
         if cohort is None or is_deleting(cohort):
             return Result(requeue_after=self.waiting_requeue)  # its creation enqueues us too
-        if is_managed_object(cohort):
-            owner = OwnerReference(
-                api_version=caches.kueue.version.api_version,
-                kind="Cohort",
-                name=cohort_name,
-                uid=uid_of(cohort),
-            )
-            want["metadata"]["ownerReferences"] = [owner.manifest()]
-        teams = caches.teams_for(self.policy)
         # docs/teams.md: queues replacing retiring ones get what those do not hold; the
         # retiring ones' deletion requeues this key until they hold nothing.
-        want, split, _ = new_queues(caches, teams, want)
-        if split is not None:  # docs/teams.md: the pool's teams' queues replace its own
-            kept = {name_of(q) for q in split.team_queues}
+        pool, _ = new_queues(caches, pool)
+        if pool.split is not None:  # docs/teams.md: the pool's teams' queues replace its own
+            kept = {name_of(q) for q in pool.split.team_queues}
             # The retiring queues are held (or deleted) before their replacements are
             # written, so Kueue never sees both admitting.
             gone = _sooner(await self._delete(have), await self._prune_teams(name, kept))
-            for team_queue in split.team_queues:
+            for team_queue in pool.split.team_queues:
                 have_team = caches.cluster_queues.indexer.get(name_of(team_queue))
                 await self._put(have_team, team_queue, len(flavors), team=True)
             return _sooner(gone, later)
         gone = await self._prune_teams(name, set())
-        await self._put(have, want, len(flavors))
+        for queue in pool.cluster_queues:  # the pool's own queue, teams having no share
+            await self._put(have, queue, len(flavors))
         return _sooner(gone, later)
 
     async def _pool_queue(
@@ -335,10 +330,12 @@ class ClusterQueueReconciler:
         }
 
     def _desired(
-        self, name: str, flavors: list[dict[str, Any]]
-    ) -> tuple[dict[str, Any] | None, float | None]:
-        """The queue *name* wants, and when a node's verdict next changes by time alone."""
-        return desired_pool_queue(self.caches, self.policy, name, flavors, self.tracker)
+        self, name: str, flavors: list[dict[str, Any]], cohort_uid: str
+    ) -> tuple[NodePool, float | None]:
+        """The queues pool *name* wants, and when a node's verdict next changes by time alone."""
+        return desired_pool(
+            self.caches, self.policy, name, flavors, self.tracker, cohort_uid=cohort_uid
+        )
 
     async def _delete(self, have: Mapping[str, Any] | None) -> Result | None:
         if have is None or is_deleting(have):

@@ -17,13 +17,13 @@ from __future__ import annotations
 from typing import Any, Final, cast
 
 from gpustack_operator.domain.chain.declaredpools import is_pool_chain_object
+from gpustack_operator.domain.chain.nodepool import NodePool, with_cohort_share
 from gpustack_operator.domain.chain.queues import (
     cluster_queue_cohort,
     cohort_may_be_deleted,
     desired_cohort,
     queue_flavors,
 )
-from gpustack_operator.domain.chain.teams import cohort_resource_groups, with_cohort_quota
 from gpustack_operator.domain.labels import QUEUE_ANNOTATION
 from gpustack_operator.domain.nodeview import annotations_of, is_deleting
 from gpustack_operator.domain.plan.policy import ChainPolicy
@@ -44,7 +44,7 @@ from gpustack_operator.worker.declaredpools import PoolRegistry, PoolsChanged, p
 from gpustack_operator.worker.liveteams import watch_teams
 from gpustack_operator.worker.poolqueue import (
     RETIRING_RELEASED,
-    desired_pool_queue,
+    desired_pool,
     new_queues,
 )
 
@@ -134,25 +134,24 @@ class CohortReconciler:
         held = bool(((have or {}).get("spec") or {}).get("resourceGroups"))
         if teams is None and not held:
             return want, None
-        splits = []
+        divided: list[NodePool] = []
         untils: list[float] = []
         retiring = False
         flavors = self.caches.flavors.indexer.by_index(BY_COHORT, name)
         pools = sorted({annotations_of(f).get(QUEUE_ANNOTATION, "") for f in flavors} - {""})
-        for pool in pools if teams is not None else ():
-            members = cast("list[dict[str, Any]]", queue_flavors(pool, flavors))
-            queue, until = desired_pool_queue(self.caches, self.policy, pool, members, self.tracker)
+        for pool_name in pools if teams is not None else ():
+            members = cast("list[dict[str, Any]]", queue_flavors(pool_name, flavors))
+            pool, until = desired_pool(self.caches, self.policy, pool_name, members, self.tracker)
             if until is not None:
                 untils.append(until)
-            if queue is None or teams is None:
+            if pool.queue is None:
                 continue
             # docs/teams.md: while retiring queues hold work, the remainder is of what they
             # do not hold; looked at again until they hold nothing.
-            _, split, pending = new_queues(self.caches, teams, queue)
+            pool, pending = new_queues(self.caches, pool)
             retiring = retiring or pending
-            if split is not None:
-                splits.append(split)
-        want = with_cohort_quota(want, cohort_resource_groups(splits))
+            divided.append(pool)
+        want = with_cohort_share(want, divided)
         if held and "resourceGroups" not in want["spec"]:
             want["spec"]["resourceGroups"] = []
         tracker = self.tracker

@@ -1,9 +1,10 @@
 """ResourceFlavors (docs/worker.md) and their cleanup (docs/worker.md), one reconciler.
 
 Key: the flavor name. The managed Nodes whose profiles name the flavor come from the Node
-index; with at least one, the flavor is applied as ``desired_resource_flavor`` renders it
-from the first node by name (it provides the notes) with the tolerations the dedication
-taints of all those nodes need (docs/worker.md, "Tolerations"). With
+index; with at least one, the flavor is applied as the per-flavor function ``plan`` uses
+too (``node_flavor``) renders it from the first node by name (it provides the notes) with
+the tolerations the dedication taints of all those nodes need (docs/worker.md,
+"Tolerations"). With
 none, a flavor carrying the managed-by label is deleted (Kueue's ``resource-in-use``
 finalizer keeps it until no ClusterQueue lists it). A flavor of the same name without the
 label was made by a person: it is left alone and reported with a Warning Event. Node
@@ -23,9 +24,8 @@ from typing import Any, Final
 import structlog
 
 from gpustack_operator.domain.chain.declaredpools import is_pool_chain_object
-from gpustack_operator.domain.chain.flavors import desired_resource_flavor
 from gpustack_operator.domain.chain.kueueusage import flavor_in_use, queue_usage, usage_fields
-from gpustack_operator.domain.chain.tenancy import tenant_flavor
+from gpustack_operator.domain.chain.nodepool import node_flavor
 from gpustack_operator.domain.labels import QUEUE_ANNOTATION, TOPOLOGY_LABEL
 from gpustack_operator.domain.node.nodetopology import manifests_digest, parse_group, tas_queue_name
 from gpustack_operator.domain.nodeview import annotations_of, is_deleting, name_of
@@ -45,6 +45,7 @@ from gpustack_operator.worker.common import (
     is_up_to_date,
 )
 from gpustack_operator.worker.declaredpools import PoolRegistry, PoolsChanged, put_pool_object
+from gpustack_operator.worker.poolqueue import pool_settings
 
 NAME: Final = "resourceflavor"
 
@@ -80,18 +81,8 @@ class FlavorReconciler:
         if is_pool_chain_object(have):
             return  # a declared pool's, and no pools are read here
         nodes = self.caches.managed_nodes(BY_FLAVOR, name)
-        want = desired_resource_flavor(
-            name,
-            nodes,
-            self.caches.manufacturers,
-            self.caches.kueue.version,
-            profiles_of=self.caches.facts.profiles,
-            tolerations=self.policy.flavor_tolerations,
-            topology_on=self.caches.facts.topology is not None,
-        )
-        tenant = self.caches.tenant
-        if want is not None and tenant is not None:  # docs/tenants.md, "Flavors"
-            want = tenant_flavor(want, nodes, tenant.settings.virtual_scheduler)
+        settings = pool_settings(self.caches, self.policy)
+        want = node_flavor(name, nodes, settings, profiles_of=self.caches.facts.profiles)
         if want is None:
             if have is not None and is_managed_object(have) and not is_deleting(have):
                 if self._in_use(have):

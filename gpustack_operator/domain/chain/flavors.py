@@ -1,8 +1,9 @@
 """Node profiles and ResourceFlavors (docs/naming.md).
 
 A managed Node's merged labels describe one general profile and one per complete card model;
-each profile names a flavor, a queue and a cohort. ``desired_resource_flavors`` turns the
-profiles of all managed nodes into ResourceFlavor manifests.
+each profile names a flavor, a queue and a cohort. ``desired_resource_flavor`` turns the
+profiles of a flavor's managed nodes into its ResourceFlavor manifest (through
+``domain/chain/nodepool.py``'s ``node_flavor``, for ``plan`` and the worker alike).
 """
 
 from __future__ import annotations
@@ -85,39 +86,6 @@ def resource_flavor(
     )
 
 
-def desired_resource_flavors(
-    nodes: Iterable[object],
-    manufacturers: Mapping[str, Manufacturer],
-    version: KueueVersion = KueueVersion.V1BETA2,
-    tolerations: TolerationPolicy = None,
-    topology_on: bool = False,
-    profiles_of: ProfilesOf | None = None,
-) -> dict[str, dict[str, Any]]:
-    """Every ResourceFlavor the managed *nodes* call for, by name (sorted).
-
-    Two nodes with the same flavor name describe the same hardware; the first by node name
-    provides the notes; the tolerations come from all of them. *topology_on*: TAS is on
-    (:func:`selects_plain_nodes`). *profiles_of* defaults to :func:`node_profiles`.
-    """
-    firsts: dict[str, Profile] = {}
-    members: dict[str, list[object]] = {}
-    for node in sorted((n for n in nodes if is_managed(n)), key=name_of):
-        profiles = (
-            profiles_of(node) if profiles_of is not None else node_profiles(node, manufacturers)
-        )
-        for profile in profiles:
-            firsts.setdefault(profile.flavor, profile)
-            members.setdefault(profile.flavor, []).append(node)
-    return {
-        name: resource_flavor(
-            firsts[name],
-            flavor_tolerations(members[name], tolerations),
-            selects_plain_nodes(members[name], topology_on),
-        ).manifest(version)
-        for name in sorted(firsts)
-    }
-
-
 ProfilesOf = Callable[[object], Iterable[Profile]]
 """Where a caller's node profiles come from (``node_profiles``, or a cache of its results)."""
 
@@ -131,7 +99,7 @@ def first_profile(
 ) -> Profile | None:
     """The profile naming *name* as its *part* of the first managed node by name that has one.
 
-    This is the profile :func:`desired_resource_flavors` and ``desired_cohorts`` render for
+    This is the profile :func:`desired_resource_flavor` and ``desired_cohorts`` render for
     *name* (they take the first in :func:`managed_profiles` order), found without deriving
     the profiles of the other nodes: a controller that knows the nodes of one flavor or
     cohort (an index) asks for one object at the cost of one node, not all of them.
@@ -169,9 +137,11 @@ def desired_resource_flavor(
     tolerations: TolerationPolicy = None,
     topology_on: bool = False,
 ) -> dict[str, Any] | None:
-    """``desired_resource_flavors(nodes, ...).get(name)``: the notes from one representative
-    node, the tolerations from every node of the flavor (pass the flavor's nodes, an index,
-    to keep this proportional to them)."""
+    """ResourceFlavor *name* (docs/worker.md): the notes from the first node by name that
+    has it, the tolerations from every node of the flavor (:func:`flavor_tolerations`;
+    pass the flavor's nodes, an index, to keep this proportional to them), TAS's plain
+    selector with *topology_on* (:func:`selects_plain_nodes`); None when no managed node
+    has it. *profiles_of* defaults to :func:`node_profiles`."""
     nodes = list(nodes)
     profile = first_profile("flavor", name, nodes, manufacturers, profiles_of)
     if profile is None:

@@ -1,14 +1,15 @@
 """Cohorts, ClusterQueues and LocalQueues (docs/worker.md).
 
-Each controller calls one function here with what its cache holds: the Cohort controller
-:func:`desired_cohorts` and :func:`cohort_may_be_deleted`, the ClusterQueue controller
-:func:`desired_cluster_queue`, the LocalQueue controller :func:`desired_local_queues`.
+The Cohort controller calls :func:`desired_cohort` and :func:`cohort_may_be_deleted` with
+what its cache holds, the LocalQueue controller :func:`desired_local_queues`; a pool's
+ClusterQueue (:func:`desired_cluster_queue`) is built only through the per-pool function
+of ``domain/chain/nodepool.py``, for ``plan`` and the worker alike.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from enum import StrEnum
 from fractions import Fraction
 from typing import Any, Final
@@ -316,7 +317,7 @@ def quota_resource(pool: str, manufacturer: Manufacturer, quota_resources: Quota
 
 def _flavor_quotas(
     flavor: object,
-    nodes: list[object],
+    nodes: Sequence[object],
     resources: tuple[str, ...],
     credits_source: str | None,
     borrowing_limit: str | None,
@@ -458,7 +459,7 @@ def desired_cluster_queue(
     *,
     cohort_uid: str = "",
     version: KueueVersion = KueueVersion.V1BETA2,
-    flavor_index: Mapping[str, list[object]] | None = None,
+    flavor_index: Mapping[str, Sequence[object]] | None = None,
     quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES,
     availability: AvailabilityOf | None = None,
     host_counting: HostCounting = DEFAULT_HOST_COUNTING,
@@ -468,7 +469,7 @@ def desired_cluster_queue(
 ) -> dict[str, Any] | None:
     """The ClusterQueue *name* for the ResourceFlavors targeting it (docs/worker.md).
 
-    *flavors* are ResourceFlavor objects (the cache's or :func:`desired_resource_flavors`'),
+    *flavors* are ResourceFlavor objects (the cache's or ``node_flavor``'s),
     *nodes* the Nodes with merged labels. ``None`` when no flavor targets the queue (the
     controller then deletes it once nothing is reserved) or the name is not a profile name.
     Without *cohort_uid* the owner reference to the Cohort is left out. *flavor_index*
@@ -565,7 +566,7 @@ def desired_cluster_queue(
 def _pool_queue(
     name: str,
     matching: list[Any],
-    index: Mapping[str, list[object]],
+    index: Mapping[str, Sequence[object]],
     profile: NodeProfile,
     resources: tuple[str, ...],
     credits_source: str | None,
@@ -723,51 +724,6 @@ def without_flavors(queue: Mapping[str, Any]) -> dict[str, Any]:
     spec = dict(queue.get("spec") or {})
     spec["resourceGroups"] = []
     return {**queue, "spec": spec}
-
-
-def desired_cluster_queues(
-    flavors: Mapping[str, Mapping[str, Any]],
-    nodes: Iterable[object],
-    manufacturers: Mapping[str, Manufacturer],
-    *,
-    cohort_uids: Mapping[str, str] | None = None,
-    version: KueueVersion = KueueVersion.V1BETA2,
-    quota_resources: QuotaResources = DEFAULT_QUOTA_RESOURCES,
-    availability: AvailabilityOf | None = None,
-    host_counting: HostCounting = DEFAULT_HOST_COUNTING,
-    divided: DividedAmongTeams | None = None,
-    devices_of: DevicesOf | None = None,
-    profiles_of: ProfilesOf | None = None,
-) -> dict[str, dict[str, Any]]:
-    """Every ClusterQueue the *flavors* target, by name (sorted)."""
-    node_list = list(nodes)
-    index = flavor_nodes(node_list, manufacturers, profiles_of)
-    by_queue: dict[str, list[object]] = {}
-    for flavor in flavors.values():
-        by_queue.setdefault(_annotation(flavor, QUEUE_ANNOTATION), []).append(flavor)
-    by_queue.pop("", None)
-    result: dict[str, dict[str, Any]] = {}
-    for name in sorted(by_queue):
-        members = queue_flavors(name, by_queue[name])
-        cohort = _annotation(members[0], COHORT_ANNOTATION) if members else ""
-        queue = desired_cluster_queue(
-            name,
-            members,
-            node_list,
-            manufacturers,
-            cohort_uid=(cohort_uids or {}).get(cohort, ""),
-            version=version,
-            flavor_index=index,
-            quota_resources=quota_resources,
-            availability=availability,
-            host_counting=host_counting,
-            divided=divided,
-            devices_of=devices_of,
-            profiles_of=profiles_of,
-        )
-        if queue is not None:
-            result[name] = queue
-    return result
 
 
 # --- LocalQueues -----------------------------------------------------------------------------

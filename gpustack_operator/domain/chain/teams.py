@@ -800,25 +800,6 @@ def with_cohort_quota(cohort: Mapping[str, Any], groups: list[dict[str, Any]]) -
 # --- the whole chain -------------------------------------------------------------------------
 
 
-def split_queues(
-    pool_queues: Mapping[str, dict[str, Any]], teams: Teams | None
-) -> tuple[dict[str, dict[str, Any]], dict[str, list[PoolSplit]]]:
-    """Every ClusterQueue with teams applied, by name, and the splits by Cohort."""
-    if teams is None or not teams.teams:
-        return dict(pool_queues), {}
-    queues: dict[str, dict[str, Any]] = {}
-    by_cohort: dict[str, list[PoolSplit]] = {}
-    for name, queue in pool_queues.items():
-        split = split_pool(queue, teams)
-        if split is None:
-            queues[name] = queue
-            continue
-        by_cohort.setdefault(split.cohort, []).append(split)
-        for team_queue in split.team_queues:
-            queues[name_of(team_queue)] = team_queue
-    return dict(sorted(queues.items())), by_cohort
-
-
 def desired_local_queues_with_teams(
     cluster_queues: Iterable[Mapping[str, Any]],
     namespaces: Iterable[str | Mapping[str, Any]],

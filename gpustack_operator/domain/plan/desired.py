@@ -19,11 +19,20 @@ from gpustack_operator.domain.chain.declaredpools import (
     pools_from_objects,
 )
 from gpustack_operator.domain.chain.explain import NodeExplanation
-from gpustack_operator.domain.chain.flavors import desired_resource_flavors, flavor_nodes
+from gpustack_operator.domain.chain.flavors import flavor_nodes
+from gpustack_operator.domain.chain.nodepool import (
+    NodePool,
+    PoolMembers,
+    PoolSettings,
+    TenantPools,
+    node_flavor,
+    node_pool,
+    pool_cohort,
+    with_cohort_share,
+)
 from gpustack_operator.domain.chain.poolchain import declared_pool_chain
 from gpustack_operator.domain.chain.queues import (
     active_namespaces,
-    desired_cluster_queues,
     desired_cohorts,
     desired_local_queues,
 )
@@ -31,28 +40,23 @@ from gpustack_operator.domain.chain.teams import (
     PoolFacts,
     PoolSplit,
     check_teams,
-    cohort_resource_groups,
     desired_local_queues_with_teams,
-    divides,
     is_team_queue,
-    split_queues,
-    with_cohort_quota,
 )
 from gpustack_operator.domain.chain.tenancy import (
     Tenancy,
     TenantFleet,
-    tenant_cluster_queue,
-    tenant_flavor,
     tenant_fleet,
 )
 from gpustack_operator.domain.chain.topology import desired_topologies
+from gpustack_operator.domain.labels import QUEUE_ANNOTATION
 from gpustack_operator.domain.node.availability import NodeAvailability, node_availability
 from gpustack_operator.domain.node.devicesources.dra import node_slices
 from gpustack_operator.domain.node.nodedevices import NodeDevices
 from gpustack_operator.domain.node.nodefeature import merge_node_features, worker_node_feature
 from gpustack_operator.domain.node.nodemodel import ModelSettings, node_model
 from gpustack_operator.domain.node.nodeprofiles import Profile, is_managed
-from gpustack_operator.domain.nodeview import name_of
+from gpustack_operator.domain.nodeview import annotations_of, name_of
 from gpustack_operator.domain.plan.policy import ChainPolicy
 
 
@@ -195,20 +199,25 @@ def desired_state(
     claimed = claimed_nodes(merged, pools) if pools else set()
     all_nodes = merged
     merged = [n for n in merged if name_of(n) not in claimed]
-    flavors = desired_resource_flavors(
-        merged,
+    # One function per pool (domain/chain/nodepool.py), the worker's reconcilers' too.
+    pool_settings = PoolSettings(
         manufacturers,
         kueue_version,
+        quota_resources=policy.quota_resources,
+        host_counting=policy.host_counting,
         tolerations=policy.flavor_tolerations,
-        topology_on=not tenant.is_tenant and policy.topology.enabled,
-        profiles_of=profiles_of,
+        topology_on=policy.topology.enabled,
+        teams=policy.teams,
+        tenant=(
+            TenantPools(tenant.quota_caps, tenant.virtual_scheduler) if tenant.is_tenant else None
+        ),
     )
-    if tenant.is_tenant:
-        members = flavor_nodes(merged, manufacturers, profiles_of)
-        flavors = {
-            name: tenant_flavor(flavor, members.get(name, []), tenant.virtual_scheduler)
-            for name, flavor in flavors.items()
-        }
+    index = flavor_nodes(merged, manufacturers, profiles_of)
+    flavors = {
+        name: flavor
+        for name in sorted(index)
+        if (flavor := node_flavor(name, index[name], pool_settings, profiles_of)) is not None
+    }
     cohorts = desired_cohorts(merged, manufacturers, kueue_version, profiles_of)
     verdicts: dict[str, NodeAvailability] = {}
 
@@ -218,34 +227,36 @@ def desired_state(
             verdicts[name] = node_availability(models[id(node)].lifecycle, policy.lifecycle, now)
         return verdicts[name]
 
-    queues = desired_cluster_queues(
-        flavors,
-        merged,
-        manufacturers,
-        cohort_uids=cohort_uids,
-        version=kueue_version,
-        quota_resources=policy.quota_resources,
-        host_counting=policy.host_counting,
-        availability=availability,
-        divided=divides(policy.teams),
-        devices_of=devices_of,
-        profiles_of=profiles_of,
-    )
-    if tenant.is_tenant:
-        queues = {n: tenant_cluster_queue(q, tenant.quota_caps) for n, q in queues.items()}
+    members = PoolMembers(index, availability, devices_of, profiles_of)
+    by_queue: dict[str, list[dict[str, Any]]] = {}
+    for flavor in flavors.values():
+        by_queue.setdefault(annotations_of(flavor).get(QUEUE_ANNOTATION, ""), []).append(flavor)
+    by_queue.pop("", None)
+    node_pools: dict[str, NodePool] = {}
+    for name in sorted(by_queue):
+        uid = (cohort_uids or {}).get(pool_cohort(name, by_queue[name]), "")
+        pool = node_pool(name, by_queue[name], members, pool_settings, cohort_uid=uid)
+        if pool.queue is not None:
+            node_pools[name] = pool
     flavors.update(chain.resource_flavors)
     cohorts.update(chain.cohorts)
     namespace_list = list(namespaces)
     if policy.teams is not None:  # the worker's checks against the cluster (docs/teams.md)
-        check_teams(policy.teams, [PoolFacts.of(q) for q in queues.values()], namespace_list)
-    queues, splits = split_queues(queues, policy.teams)  # docs/teams.md
+        facts = [PoolFacts.of(p.queue) for p in node_pools.values() if p.queue is not None]
+        check_teams(policy.teams, facts, namespace_list)
+    queues = {name_of(q): q for p in node_pools.values() for q in p.cluster_queues}
     # A declared pool's queue stays whole: teams divide the pools of nodes (docs/teams.md,
     # "Which pools teams divide").
     queues.update(chain.cluster_queues)
-    for cohort_name, pool_splits in splits.items():
+    splits: dict[str, list[PoolSplit]] = {}
+    by_cohort: dict[str, list[NodePool]] = {}
+    for pool in node_pools.values():
+        if pool.split is not None:
+            splits.setdefault(pool.split.cohort, []).append(pool.split)
+            by_cohort.setdefault(pool.split.cohort, []).append(pool)
+    for cohort_name, divided in by_cohort.items():
         if cohort_name in cohorts:
-            groups = cohort_resource_groups(pool_splits)
-            cohorts[cohort_name] = with_cohort_quota(cohorts[cohort_name], groups)
+            cohorts[cohort_name] = with_cohort_share(cohorts[cohort_name], divided)
     locals_ = desired_local_queues(
         [q for q in queues.values() if not is_team_queue(q)],
         namespace_list,

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+from gpustack_operator.domain.chain.flavors import flavor_nodes
+from gpustack_operator.domain.chain.nodepool import PoolSettings, node_flavor
+from gpustack_operator.domain.manufacturers import Manufacturer
+from gpustack_operator.domain.node.taints import TolerationPolicy
 
 VENDOR = "feature.node.kubernetes.io/cpu-model.vendor_id"
 FAMILY = "feature.node.kubernetes.io/cpu-model.family"
@@ -66,3 +72,17 @@ def a10g(count: int, **extra: str) -> dict[str, str]:
     }
     labels.update(extra)
     return labels
+
+
+def planned_flavors(
+    nodes: Sequence[object],
+    manufacturers: Mapping[str, Manufacturer],
+    *,
+    tolerations: TolerationPolicy = None,
+    topology_on: bool = False,
+) -> dict[str, dict[str, Any]]:
+    """Every ResourceFlavor the managed *nodes* call for, by name, as ``desired_state``
+    builds them: the per-flavor function over the flavor index."""
+    settings = PoolSettings(manufacturers, tolerations=tolerations, topology_on=topology_on)
+    index = flavor_nodes(nodes, manufacturers)
+    return {n: f for n in sorted(index) if (f := node_flavor(n, index[n], settings)) is not None}

@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from gpustack_operator.domain.chain.flavors import desired_resource_flavors
 from gpustack_operator.domain.chain.kueue import KueueVersion
 from gpustack_operator.domain.chain.queues import (
     QuotaResources,
@@ -31,6 +30,7 @@ from gpustack_operator.domain.plan.desired import desired_state
 from gpustack_operator.domain.plan.plan import apply_sim_devices, plan_state
 from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.domain.validation import is_valid_dns_subdomain
+from tests.unit.domain.nodes import planned_flavors
 
 from .nodes import A, G, a10g, make_node, t4
 
@@ -131,7 +131,7 @@ def test_missing_general_label_suppresses_general_flavor() -> None:
 
 def test_resource_flavor_shape() -> None:
     nodes = converged(make_node("n", cpu="8", memory="31Gi", storage="97Gi", labels=t4(2)))
-    flavors = desired_resource_flavors(nodes, MFRS)
+    flavors = planned_flavors(nodes, MFRS)
     general = flavors["gpustack--amd-25-1-8c-16g-96g"]
     assert general["apiVersion"] == "kueue.x-k8s.io/v1beta2"
     assert general["metadata"]["labels"] == {**MANAGED_BY, "resource.gpustack.ai/type": "nodes"}
@@ -162,7 +162,7 @@ def test_generic_gkey_for_nodes_without_cpu_info() -> None:
     nodes = converged(
         make_node("n", cpu="8", memory="31Gi", storage="97Gi", labels=t4(2), amd=False)
     )
-    flavors = desired_resource_flavors(nodes, MFRS)
+    flavors = planned_flavors(nodes, MFRS)
     assert list(flavors) == ["gpustack--generic-8c-32g-96g--nvidia-tesla-t4-2d"]
     node_labels = flavors["gpustack--generic-8c-32g-96g--nvidia-tesla-t4-2d"]["spec"]["nodeLabels"]
     assert G + "generic" not in node_labels and len(node_labels) == 2
@@ -329,7 +329,7 @@ def test_cluster_queue_flavor_order_and_zero_node_flavors() -> None:
         make_node("a", cpu="16", memory="31Gi", storage="97Gi"),
         make_node("b", cpu="16", memory="31Gi", storage="199Gi"),
     )
-    flavors = list(desired_resource_flavors(nodes, MFRS).values())
+    flavors = list(planned_flavors(nodes, MFRS).values())
     flavors[0]["metadata"]["creationTimestamp"] = "2026-02-01T00:00:00Z"
     flavors[1]["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
     cq = desired_cluster_queue(

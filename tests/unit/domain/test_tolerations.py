@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpustack_operator.domain.chain.flavors import desired_resource_flavor, desired_resource_flavors
+from gpustack_operator.domain.chain.flavors import desired_resource_flavor
 from gpustack_operator.domain.manufacturers import default_manufacturers
 from gpustack_operator.domain.node.taints import flavor_tolerations
+from tests.unit.domain.nodes import planned_flavors
 
 from .nodes import make_node, t4
 from .test_desired import converged
@@ -43,7 +44,7 @@ def device_flavor(flavors: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 def test_only_taints_common_to_every_node_are_tolerated() -> None:
     nodes = t4_nodes((GPU, TEAM), (GPU,), (TEAM, GPU))
-    flavor = device_flavor(desired_resource_flavors(nodes, MFRS))
+    flavor = device_flavor(planned_flavors(nodes, MFRS))
     assert flavor["spec"]["tolerations"] == [
         {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"}
     ]
@@ -55,14 +56,14 @@ def test_only_taints_common_to_every_node_are_tolerated() -> None:
 
 def test_lifecycle_and_soft_taints_are_never_tolerated() -> None:
     nodes = t4_nodes((UNREACHABLE, NOT_READY, SCALE_DOWN, PREFER, DISRUPTED, SPOT_NOTICE, TEAM))
-    flavor = device_flavor(desired_resource_flavors(nodes, MFRS))
+    flavor = device_flavor(planned_flavors(nodes, MFRS))
     assert flavor["spec"]["tolerations"] == [
         {"key": "team", "operator": "Exists", "effect": "NoExecute"}
     ]
 
 
 def test_untainted_nodes_get_no_toleration() -> None:
-    flavors = desired_resource_flavors(t4_nodes(()), MFRS)
+    flavors = planned_flavors(t4_nodes(()), MFRS)
     assert all(f["spec"]["tolerations"] == [] for f in flavors.values())
     assert not any(
         t == {"operator": "Exists"} for f in flavors.values() for t in f["spec"]["tolerations"]
@@ -75,7 +76,7 @@ def test_policy_limits_the_keys() -> None:
     assert [t.key for t in only_gpu] == ["nvidia.com/gpu"]
     assert flavor_tolerations(nodes, ()) == ()
     assert [t.key for t in flavor_tolerations(nodes)] == ["nvidia.com/gpu", "team"]
-    flavor = device_flavor(desired_resource_flavors(nodes, MFRS, tolerations=()))
+    flavor = device_flavor(planned_flavors(nodes, MFRS, tolerations=()))
     assert flavor["spec"]["tolerations"] == []
 
 

@@ -22,7 +22,6 @@ from gpustack_operator.commands.plan import read_cluster_file
 from gpustack_operator.commands.policy_flags import topology_policy
 from gpustack_operator.commands.queues import pool_rows, queue_levels, render_table
 from gpustack_operator.domain.chain.flavors import (
-    desired_resource_flavors,
     flavor_nodes,
     selects_plain_nodes,
 )
@@ -42,6 +41,7 @@ from gpustack_operator.domain.plan.desired import DesiredState, desired_state
 from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.domain.profiles import parse_node_profile, strip_tas_suffix
 from gpustack_operator.domain.validation import is_valid_dns_label
+from tests.unit.domain.nodes import planned_flavors
 
 MFRS = default_manufacturers()
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -219,7 +219,7 @@ def test_a_plain_flavor_selects_the_label_only_once_all_its_nodes_carry_it() -> 
     on = _state("topology-mixed.yaml")
     nodes = [copy.deepcopy(dict(n)) for n in on.nodes]
     next(n for n in nodes if name_of(n) == "gke-mix-6")["metadata"]["labels"].pop(TOPOLOGY_LABEL)
-    flavors = desired_resource_flavors(nodes, MFRS, topology_on=True)
+    flavors = planned_flavors(nodes, MFRS, topology_on=True)
     plain = [f for f in flavors.values() if "topologyName" not in f["spec"]]
     assert plain
     assert all(TOPOLOGY_LABEL not in f["spec"]["nodeLabels"] for f in plain)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gpustack_operator.commands.plan import read_nodes_file
-from gpustack_operator.domain.chain.flavors import desired_resource_flavor, desired_resource_flavors
+from gpustack_operator.domain.chain.flavors import desired_resource_flavor
 from gpustack_operator.domain.chain.queues import desired_cohort, desired_cohorts
 from gpustack_operator.domain.node.capacity import (
     capacity_labels_and_devices,
@@ -26,6 +26,7 @@ from gpustack_operator.runtime.cache import Indexer
 from gpustack_operator.runtime.coalesce import IndexHold
 from gpustack_operator.worker.caches import AWAITING_LABELS, add_node_indexes, fleet_settling
 from gpustack_operator.worker.nodemodels import NodeModels
+from tests.unit.domain.nodes import planned_flavors
 
 MFRS = load_manufacturers({})
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "cluster.yaml"
@@ -44,7 +45,7 @@ def profiled_nodes() -> list[dict[str, Any]]:
 def test_one_node_renders_the_same_flavors_and_cohorts_as_all() -> None:
     nodes = profiled_nodes()
     facts = NodeModels(MFRS)
-    flavors = desired_resource_flavors(nodes, MFRS)
+    flavors = planned_flavors(nodes, MFRS)
     cohorts = desired_cohorts(nodes, MFRS)
     assert len(flavors) > 5 and len(cohorts) > 5
     for name, want in flavors.items():
