@@ -206,13 +206,19 @@ def _compacted(value: Any, shared: SharedValues) -> tuple[Any, bool]:
 
 def _compact_metadata(meta: dict[str, Any], shared: SharedValues) -> dict[str, Any]:
     """An object's metadata: copied (its name, uid, labels and owners are its own), its
-    annotations shared when equal."""
+    annotations shared when equal, its resourceVersion (no other object holds it) not
+    interned."""
     intern = sys.intern
     copied = {}
     for k, v in meta.items():
         if type(k) is str:
             k = intern(k)
-        copied[k] = _compact(v, shared) if k == "annotations" else _unshared(v)
+        if k == "annotations":
+            copied[k] = _compact(v, shared)
+        elif k == "resourceVersion":
+            copied[k] = v  # one object's version: interning it would only grow the table
+        else:
+            copied[k] = _unshared(v)
     return copied
 
 
@@ -281,7 +287,7 @@ class Indexer:
         # index name -> value -> keys
         self._indices: dict[str, dict[str, set[str]]] = {}
         # index name -> key -> values it is filed under (to unfile on update/delete)
-        self._filed: dict[str, dict[str, tuple[str, ...]]] = {}
+        self._filed: dict[str, dict[str, str | tuple[str, ...]]] = {}
         # index name -> how many times a key entered or left one of its values
         self._generations: dict[str, int] = {}
 
@@ -365,31 +371,39 @@ class Indexer:
         return old
 
     def _refile(self, name: str, key: str, obj: JSON) -> None:
-        """File *key* under the values index *name* gives *obj*, moving only what changed."""
+        """File *key* under the values index *name* gives *obj*, moving only what changed.
+
+        One value is filed as itself, several as a tuple, and every value is interned: an
+        index function formats its value anew for each object (a flavor's name for each of
+        its thousands of Nodes), and a Node stays filed for the worker's life."""
         try:
-            values = tuple(dict.fromkeys(self._index_funcs[name](obj)))
+            values = tuple(
+                sys.intern(v) if type(v) is str else v
+                for v in dict.fromkeys(self._index_funcs[name](obj))
+            )
         except Exception:
             # A faulty index function must not corrupt the store: the object stays stored,
             # just not filed under this index.
             log.exception("index_function_failed", index=name, key=key)
             values = ()
-        if self._filed[name].get(key, ()) == values:
+        filed: str | tuple[str, ...] = values[0] if len(values) == 1 else values
+        if self._filed[name].get(key, ()) == filed:
             return
         self._unfile(name, key)
         if not values:
             return
-        self._filed[name][key] = values
+        self._filed[name][key] = filed
         index = self._indices[name]
         for value in values:
             index.setdefault(value, set()).add(key)
         self._generations[name] += 1
 
     def _unfile(self, name: str, key: str) -> None:
-        values = self._filed[name].pop(key, ())
-        if values:
+        filed = self._filed[name].pop(key, ())
+        if filed:
             self._generations[name] += 1
         index = self._indices[name]
-        for value in values:
+        for value in (filed,) if type(filed) is str else filed:
             keys = index.get(value)
             if keys is not None:
                 keys.discard(key)

@@ -281,3 +281,20 @@ def test_a_mutated_shared_value_is_found() -> None:
     assert table.drop_changed() == 0
     held["cpu"] = "32"
     assert table.drop_changed() == 1 and len(table) == 0
+
+
+def test_an_index_files_one_value_once_for_all_its_objects() -> None:
+    """docs/performance.md, "Memory per node": thousands of Nodes filed under one flavor
+    hold one string of its name between them, and a single value is not wrapped in a tuple
+    per object; filing and unfiling behave as before."""
+    indexer = Indexer()
+    indexer.add_index("flavor", lambda o: ["-".join(("flavor", o["metadata"]["labels"]["f"]))])
+    for name in ("a", "b"):
+        indexer.upsert(obj(name, f="x"))
+    filed = indexer._filed["flavor"]
+    assert filed["a"] is filed["b"] and filed["a"] == "flavor-x"
+    indexer.upsert(obj("b", f="y"))
+    assert indexer.index_keys("flavor", "flavor-x") == ["a"]
+    assert indexer.index_keys("flavor", "flavor-y") == ["b"]
+    indexer.delete("a")
+    assert indexer.index_values("flavor") == ["flavor-y"]
