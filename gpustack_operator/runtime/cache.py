@@ -399,9 +399,10 @@ class Indexer:
         self._generations[name] += 1
 
     def _unfile(self, name: str, key: str) -> None:
-        filed = self._filed[name].pop(key, ())
-        if filed:
-            self._generations[name] += 1
+        filed = self._filed[name].pop(key, None)
+        if filed is None:
+            return
+        self._generations[name] += 1
         index = self._indices[name]
         for value in (filed,) if type(filed) is str else filed:
             keys = index.get(value)

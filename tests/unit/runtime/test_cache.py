@@ -298,3 +298,15 @@ def test_an_index_files_one_value_once_for_all_its_objects() -> None:
     assert indexer.index_keys("flavor", "flavor-y") == ["b"]
     indexer.delete("a")
     assert indexer.index_values("flavor") == ["flavor-y"]
+
+
+def test_an_empty_index_value_moves_the_generation_when_it_is_unfiled() -> None:
+    """A value filed as itself may be the empty string: unfiling it still counts as a
+    change of the index (``index_generation``)."""
+    indexer = Indexer()
+    indexer.add_index("f", lambda o: [o["metadata"]["labels"]["f"]])
+    indexer.upsert(obj("a", f=""))
+    before = indexer.index_generation("f")
+    indexer.delete("a")
+    assert indexer.index_generation("f") == before + 1
+    assert indexer.index_values("f") == []
