@@ -22,9 +22,16 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from gpustack_operator.apis import NODE_FEATURES
-from gpustack_operator.domain.labels import ACCELERATABLE_PREFIX, PART_OF_LABEL, PART_OF_WORKER
+from gpustack_operator.domain.labels import (
+    ACCELERATABLE_PREFIX,
+    NFD_NODE_NAME_LABEL,
+    PART_OF_LABEL,
+    PART_OF_WORKER,
+)
 from gpustack_operator.domain.node.availability import in_planned_maintenance
 from gpustack_operator.domain.node.nodefeature import (
+    WORKER_SUFFIX,
+    build_node_feature,
     is_worker_label,
     worker_node_feature,
     worker_node_feature_with,
@@ -32,6 +39,7 @@ from gpustack_operator.domain.node.nodefeature import (
 from gpustack_operator.domain.nodeview import metadata, name_of
 from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.labelrepair import LabelsTaken, repair_request
+from gpustack_operator.runtime.cache import compact
 from gpustack_operator.runtime.coalesce import Coalesce, CoalescePresets
 from gpustack_operator.runtime.controller import Request
 from gpustack_operator.runtime.informer import Informer
@@ -55,10 +63,14 @@ class NotLastApplied(Predicate):
     reconciling it at once would let a flapping Node's newer state slip past the Node watch's
     coalescing window (one extra write per window). A NodeFeature someone else changed no
     longer holds it, passes, and is repaired at once. Deletes always pass.
+
+    One memo per Node for the worker's life, so it keeps what rebuilds the applied object
+    (:class:`_Applied`: the node's name and uid, its labels shared with every equal map of
+    the cache, a repair mark) rather than the object; anything else is kept whole.
     """
 
     def __init__(self) -> None:
-        self._applied: dict[str, Mapping[str, Any]] = {}
+        self._applied: dict[str, _Applied | Mapping[str, Any]] = {}
 
     @staticmethod
     def _key(obj: Mapping[str, Any]) -> str:
@@ -66,10 +78,13 @@ class NotLastApplied(Predicate):
 
     def applying(self, want: Mapping[str, Any]) -> None:
         """Remember *want* as the NodeFeature's last applied state (before the write)."""
-        self._applied[self._key(want)] = want
+        self._applied[self._key(want)] = _Applied.of(want) or want
 
     def _passes(self, obj: Mapping[str, Any]) -> bool:
-        want = self._applied.get(self._key(obj))
+        memo = self._applied.get(self._key(obj))
+        if memo is None:
+            return True
+        want = memo.rebuilt() if isinstance(memo, _Applied) else memo
         return want is None or not is_up_to_date(obj, want)
 
     def create(self, obj: Mapping[str, Any]) -> bool:
@@ -84,6 +99,55 @@ class NotLastApplied(Predicate):
 
     def __repr__(self) -> str:
         return "NotLastApplied()"
+
+
+class _Applied:
+    """A worker NodeFeature as applied, by what differs between nodes: the rest is rebuilt
+    (``worker_node_feature_with``'s manifest), and its labels are the cache's shared map."""
+
+    __slots__ = ("annotations", "labels", "namespace", "node", "uid")
+
+    def __init__(
+        self,
+        node: str,
+        uid: str,
+        namespace: str,
+        labels: Mapping[str, str],
+        annotations: Mapping[str, str] | None,
+    ) -> None:
+        self.node, self.uid, self.namespace = node, uid, namespace
+        self.labels, self.annotations = labels, annotations
+
+    @classmethod
+    def of(cls, want: Mapping[str, Any]) -> _Applied | None:
+        """*want* as a record, or None when rebuilding it would not give *want* back."""
+        meta = metadata(want)
+        spec = want.get("spec")
+        owners = meta.get("ownerReferences")
+        if not isinstance(spec, Mapping) or not isinstance(owners, list) or len(owners) != 1:
+            return None
+        annotations = meta.get("annotations")
+        record = cls(
+            node=str((meta.get("labels") or {}).get(NFD_NODE_NAME_LABEL) or ""),
+            uid=str(owners[0].get("uid") or "") if isinstance(owners[0], Mapping) else "",
+            namespace=str(meta.get("namespace") or ""),
+            labels=compact(dict(spec.get("labels") or {})),
+            annotations=compact(dict(annotations)) if isinstance(annotations, Mapping) else None,
+        )
+        return record if record.rebuilt() == want else None
+
+    def rebuilt(self) -> dict[str, Any] | None:
+        want = build_node_feature(
+            self.node,
+            self.uid,
+            self.labels,
+            system_namespace=self.namespace,
+            suffix=WORKER_SUFFIX,
+            part_of=PART_OF_WORKER,
+        )
+        if want is not None and self.annotations is not None:
+            want["metadata"]["annotations"] = dict(self.annotations)
+        return want
 
 
 class CapacityReconciler:

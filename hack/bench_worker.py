@@ -165,6 +165,16 @@ def _rss_mib() -> float:
     return 0.0
 
 
+def _shared_changed() -> int | None:
+    """How many of the containers cached objects share were mutated (0: the read-only
+    contract held); None for a checkout that shares none."""
+    try:
+        from gpustack_operator.runtime.cache import shared_values
+    except ImportError:
+        return None
+    return shared_values().drop_changed()
+
+
 def _usage() -> dict[str, float]:
     ru = resource.getrusage(resource.RUSAGE_SELF)
     return {
@@ -214,7 +224,7 @@ def worker_child(kubeconfig: str, report: Path, resync_period: float, tas: bool 
 
     def snapshot(*_: object) -> None:
         with report.open("a") as fh:
-            fh.write(json.dumps(_usage()) + "\n")
+            fh.write(json.dumps({**_usage(), "shared_changed": _shared_changed()}) + "\n")
         if memory_to:
             taken = tracemalloc.take_snapshot()
             taken.dump(memory_to + ".snapshot")  # for compare_to between two runs
@@ -441,6 +451,7 @@ async def bench(
         "startup_cpu_s": start["cpu_s"],
         "max_rss_mib": usage["max_rss_mib"],
         "rss_mib": usage.get("rss_mib", 0.0),
+        "shared_changed": usage.get("shared_changed"),
         "by_verb": dict(by_verb),
         "desired": dict(desired),
         "writes_by_kind": dict(writes_by_kind),

@@ -13,6 +13,7 @@ import pytest
 import structlog
 from hypothesis import HealthCheck, settings
 
+from gpustack_operator.runtime.cache import shared_values
 from gpustack_sim.apiserver.server import SimServer
 from gpustack_sim.standins.crds import stand_in_crds
 
@@ -95,6 +96,16 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             "CI is set but Helm was not found: run hack/helm.sh first (.ci/run does) or point "
             "HELM at a Helm 4 binary, or the chart's tests would be skipped"
         )
+
+
+@pytest.fixture(autouse=True)
+def _cached_objects_read_only() -> Iterator[None]:
+    """No test's worker mutates a cached object: equal containers of cached objects are one
+    object (``runtime/cache.py``, ``compact``), so a write through one Node would change
+    every Node of its shape."""
+    yield
+    changed = shared_values().drop_changed()
+    assert not changed, f"{changed} shared container(s) of cached objects were modified"
 
 
 @pytest.fixture(autouse=True)

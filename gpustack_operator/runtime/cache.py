@@ -59,29 +59,182 @@ def shared_strings(labels: dict[str, Any]) -> dict[str, Any]:
 
 
 def compact(value: _T) -> _T:
-    """A copy of decoded JSON *value* whose strings, keys and values alike, are interned.
+    """A copy of decoded JSON *value* whose strings are interned and whose equal leaf maps and
+    lists are kept once.
 
     The JSON decoder shares a key string only within one document, so every cached object
     holds its own copy of ``"metadata"``, ``"labels"``, ``"cpu"`` and of each value it shares
     with thousands of others (a card model, a CPU name, a quantity): most of a cached Node's
     strings. Interned, each is kept once for the whole cache (CPython drops an interned
-    string with its last reference). Dicts and lists are copied, anything else is kept.
+    string with its last reference). Beyond strings, the Nodes of one shape carry equal
+    ``status.capacity`` and ``allocatable`` maps, annotations, Ready conditions and taints,
+    and their NodeFeatures equal ``spec.labels``: those are kept once too
+    (:class:`SharedValues`), which the read-only contract of cached objects allows. What names
+    one object (``metadata`` but its annotations) is copied, never shared.
     """
-    return cast("_T", _compact(value))
+    return cast("_T", _compact(value, _SHARED))
 
 
-def _compact(value: Any) -> Any:
+class SharedValues:
+    """Equal containers of decoded JSON, kept once (hash-consing).
+
+    A container whose items are all scalars or containers already shared is looked up by a
+    hash of its items (child containers by identity) and, when an equal one with the same
+    types and order is held, that one is returned instead. The table keeps one entry per
+    distinct container; entries that only the table still holds are dropped whenever it has
+    doubled since the last sweep, so it follows the cache rather than its history.
+    """
+
+    __slots__ = ("_by_hash", "_sweep_at")
+
+    _FIRST_SWEEP = 1024
+
+    def __init__(self) -> None:
+        self._by_hash: dict[int, Any] = {}
+        self._sweep_at = self._FIRST_SWEEP
+
+    def __len__(self) -> int:
+        return len(self._by_hash)
+
+    def share(self, value: Any) -> Any:
+        """*value* (a dict or list of scalars and shared containers), or the equal one held."""
+        key = _hash_of(value)
+        held = self._by_hash.get(key)
+        if held is not None:
+            return held if _same(held, value) else value  # a collision keeps its own
+        self._by_hash[key] = value
+        if len(self._by_hash) >= self._sweep_at:
+            self._sweep()
+        return value
+
+    def _sweep(self) -> None:
+        """Drop entries no cached object holds any more (only the table and this frame do)."""
+        table = self._by_hash
+        for key, held in list(table.items()):
+            # references: the table, the list above, the loop variable, getrefcount's argument
+            if sys.getrefcount(held) <= 4:
+                del table[key]
+        self._sweep_at = max(self._FIRST_SWEEP, 2 * len(table))
+
+    def drop_changed(self) -> int:
+        """Drop the held containers that no longer hash as when they were shared and say how
+        many: 0 unless a reader mutated a cached object, which the read-only contract forbids
+        (a check for tests and benchmarks)."""
+        changed = [key for key, held in self._by_hash.items() if _hash_of(held) != key]
+        for key in changed:
+            del self._by_hash[key]
+        return len(changed)
+
+
+def _identity(value: Any) -> Any:
+    """A child as the hash sees it: a container by identity (it is shared already)."""
+    return id(value) if type(value) is dict or type(value) is list else value
+
+
+def _hash_of(value: Any) -> int:
+    if type(value) is dict:
+        return hash((dict, tuple([(k, _identity(v)) for k, v in value.items()])))
+    return hash((list, tuple([_identity(v) for v in value])))
+
+
+def _same_child(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    if type(a) is not type(b) or type(a) is dict or type(a) is list:
+        return False  # containers are shared, so equal ones are one object; 1 == True
+    return bool(a == b)
+
+
+def _same(held: Any, value: Any) -> bool:
+    """Whether *held* has exactly *value*'s items: same order, same scalar types."""
+    if type(held) is not type(value) or len(held) != len(value):
+        return False
+    if type(held) is dict:
+        return all(
+            ka == kb and _same_child(va, vb)
+            for (ka, va), (kb, vb) in zip(held.items(), value.items(), strict=True)
+        )
+    return all(_same_child(a, b) for a, b in zip(held, value, strict=True))
+
+
+_SHARED = SharedValues()
+
+
+def shared_values() -> SharedValues:
+    """The process-wide table :func:`compact` shares containers through."""
+    return _SHARED
+
+
+def _compact(value: Any, shared: SharedValues) -> Any:
+    return _compacted(value, shared)[0]
+
+
+def _compacted(value: Any, shared: SharedValues) -> tuple[Any, bool]:
+    """*value* compacted, and whether it is a scalar or a container *shared* holds."""
+    kind = type(value)
+    if kind is str:
+        return sys.intern(value), True
+    if kind is dict:
+        intern = sys.intern
+        copied = {}
+        leaf = True
+        for k, v in value.items():
+            if type(k) is str:
+                k = intern(k)
+            if k == "metadata" and type(v) is dict:
+                v = _compact_metadata(v, shared)
+                leaf = False
+            else:
+                v, held = _compacted(v, shared)
+                leaf = leaf and held
+            copied[k] = v
+        if leaf:
+            return shared.share(copied), True
+        return copied, False
+    if kind is list:
+        items = []
+        leaf = True
+        for v in value:
+            v, held = _compacted(v, shared)
+            items.append(v)
+            leaf = leaf and held
+        if leaf:
+            return shared.share(items), True
+        return items, False
+    return value, True
+
+
+def _compact_metadata(meta: dict[str, Any], shared: SharedValues) -> dict[str, Any]:
+    """An object's metadata: copied (its name, uid, labels and owners are its own), its
+    annotations shared when equal, its resourceVersion (no other object holds it) not
+    interned."""
+    intern = sys.intern
+    copied = {}
+    for k, v in meta.items():
+        if type(k) is str:
+            k = intern(k)
+        if k == "annotations":
+            copied[k] = _compact(v, shared)
+        elif k == "resourceVersion":
+            copied[k] = v  # one object's version: interning it would only grow the table
+        else:
+            copied[k] = _unshared(v)
+    return copied
+
+
+def _unshared(value: Any) -> Any:
+    """*value* copied with its strings interned, nothing shared (what names one object)."""
     kind = type(value)
     if kind is str:
         return sys.intern(value)
     if kind is dict:
         intern = sys.intern
         return {
-            intern(k) if type(k) is str else k: intern(v) if type(v) is str else _compact(v)
+            intern(k) if type(k) is str else k: intern(v) if type(v) is str else _unshared(v)
             for k, v in value.items()
         }
     if kind is list:
-        return [_compact(v) for v in value]
+        return [_unshared(v) for v in value]
     return value
 
 
@@ -134,7 +287,7 @@ class Indexer:
         # index name -> value -> keys
         self._indices: dict[str, dict[str, set[str]]] = {}
         # index name -> key -> values it is filed under (to unfile on update/delete)
-        self._filed: dict[str, dict[str, tuple[str, ...]]] = {}
+        self._filed: dict[str, dict[str, str | tuple[str, ...]]] = {}
         # index name -> how many times a key entered or left one of its values
         self._generations: dict[str, int] = {}
 
@@ -218,31 +371,40 @@ class Indexer:
         return old
 
     def _refile(self, name: str, key: str, obj: JSON) -> None:
-        """File *key* under the values index *name* gives *obj*, moving only what changed."""
+        """File *key* under the values index *name* gives *obj*, moving only what changed.
+
+        One value is filed as itself, several as a tuple, and every value is interned: an
+        index function formats its value anew for each object (a flavor's name for each of
+        its thousands of Nodes), and a Node stays filed for the worker's life."""
         try:
-            values = tuple(dict.fromkeys(self._index_funcs[name](obj)))
+            values = tuple(
+                sys.intern(v) if type(v) is str else v
+                for v in dict.fromkeys(self._index_funcs[name](obj))
+            )
         except Exception:
             # A faulty index function must not corrupt the store: the object stays stored,
             # just not filed under this index.
             log.exception("index_function_failed", index=name, key=key)
             values = ()
-        if self._filed[name].get(key, ()) == values:
+        filed: str | tuple[str, ...] = values[0] if len(values) == 1 else values
+        if self._filed[name].get(key, ()) == filed:
             return
         self._unfile(name, key)
         if not values:
             return
-        self._filed[name][key] = values
+        self._filed[name][key] = filed
         index = self._indices[name]
         for value in values:
             index.setdefault(value, set()).add(key)
         self._generations[name] += 1
 
     def _unfile(self, name: str, key: str) -> None:
-        values = self._filed[name].pop(key, ())
-        if values:
-            self._generations[name] += 1
+        filed = self._filed[name].pop(key, None)
+        if filed is None:
+            return
+        self._generations[name] += 1
         index = self._indices[name]
-        for value in values:
+        for value in (filed,) if type(filed) is str else filed:
             keys = index.get(value)
             if keys is not None:
                 keys.discard(key)

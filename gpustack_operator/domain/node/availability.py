@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Any, Final
 
 from gpustack_operator.domain.nodeview import is_deleting, label_of, metadata, name_of, status_field
@@ -122,7 +123,7 @@ class DeviceBasis(StrEnum):
     the node's last good device facts."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Signal:
     """One thing the Node says about its life."""
 
@@ -133,7 +134,7 @@ class Signal:
     """When the Node records the signal began (Ready's ``lastTransitionTime``), else None."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Observed:
     """What the worker remembers of a node between looks (``plan`` has none)."""
 
@@ -157,7 +158,7 @@ class Observed:
     was before (docs/node-lifecycle.md, "Whole-pool Hold")."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NodeAvailability:
     """The verdict for one node at one moment."""
 
@@ -610,13 +611,16 @@ def _remember(
     usable_since = None
     if withheld and not withholding(signals):
         usable_since = (previous.usable_since if previous is not None else None) or now
+    before_maintenance = _before_maintenance(signals, previous)
+    if not first_seen and not withheld and before_maintenance is _NONE_BEFORE:
+        return _NOTHING_OBSERVED  # a healthy node: one memory for all of them
     return Observed(
         first_seen=first_seen,
         withheld=withheld,
         usable_since=usable_since,
         withheld_for=previous.withheld_for if previous is not None and withheld else None,
         withheld_by=previous.withheld_by if previous is not None and withheld else "",
-        before_maintenance=_before_maintenance(signals, previous),
+        before_maintenance=before_maintenance,
     )
 
 
@@ -635,6 +639,10 @@ def _before_maintenance(signals: tuple[Signal, ...], previous: Observed | None) 
 
 _NONE_BEFORE: Final[frozenset[str]] = frozenset()
 """One empty set for every node's memory (a new empty frozenset is 216 bytes)."""
+
+_NOTHING_OBSERVED: Final = Observed(first_seen=MappingProxyType({}))
+"""The memory of a node that shows no signal and is not withheld, kept once for every such
+node (its fields are read, never changed)."""
 
 
 def after_verdict(observed: Observed, verdict: NodeAvailability) -> Observed:

@@ -374,3 +374,15 @@ def test_every_node_memory_without_maintenance_shares_one_empty_set() -> None:
     later = remember(node(), first, 10.0)
     assert first.before_maintenance == frozenset()
     assert first.before_maintenance is second.before_maintenance is later.before_maintenance
+
+
+def test_a_healthy_nodes_memory_is_one_object_for_all_and_carries_no_dict() -> None:
+    """docs/performance.md, "Memory per node": the worker keeps a memory and a verdict per
+    node for its life, so they are slotted, and every node that shows no signal and is not
+    withheld shares one memory."""
+    first = remember(node(), None, 100.0)
+    again = remember(node(), first, 160.0)
+    assert first is again and remember(node(), None, 0.0) is first
+    assert first == Observed()
+    verdict = NodeAvailability(node="n", counted=True)
+    assert not hasattr(first, "__dict__") and not hasattr(verdict, "__dict__")

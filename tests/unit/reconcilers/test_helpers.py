@@ -14,10 +14,13 @@ from gpustack_operator.commands.plan import read_nodes_file
 from gpustack_operator.commands.worker import build_config, build_options
 from gpustack_operator.controllers.capacity import NotLastApplied
 from gpustack_operator.domain.chain.kueueusage import has_reservations
+from gpustack_operator.domain.labels import LABEL_REPAIR_ANNOTATION
+from gpustack_operator.domain.node.nodefeature import worker_node_feature_with
 from gpustack_operator.domain.node.nodemodel import node_view
 from gpustack_operator.domain.plan.plan import plan_state
 from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.environment import load_manufacturers
+from gpustack_operator.runtime.cache import compact
 from gpustack_operator.wiring import WorkerTiming
 from gpustack_operator.worker.common import (
     NodeChanged,
@@ -299,3 +302,33 @@ def test_only_the_echo_of_the_capacity_write_is_dropped() -> None:
     assert applied.update(other, other)
     assert applied.delete(echo)
     assert applied.update(echo, echo)  # forgotten with the object
+
+
+def test_the_capacity_memo_keeps_no_copy_of_the_applied_node_feature() -> None:
+    """docs/performance.md, "Memory per node": the memo of the worker's own NodeFeature is
+    the node's name, uid and the labels map shared with every equal one (the cache's), not a
+    copy of the whole object; it still tells the echo from an edit, a repair mark included."""
+    applied = NotLastApplied()
+    labels = {"feature.gpustack.ai/cpu.x": "64", "feature.gpustack.ai/ram.x": "256Gi"}
+    wants = [
+        worker_node_feature_with(
+            {"metadata": {"name": name, "uid": f"uid-{name}"}}, labels, "gpustack-system"
+        )
+        for name in ("n1", "n2")
+    ]
+    assert wants[0] is not None and wants[1] is not None
+    marked = copy.deepcopy(wants[1])
+    marked["metadata"]["annotations"] = {LABEL_REPAIR_ANNOTATION: "12"}
+    for want in (wants[0], marked):
+        applied.applying(copy.deepcopy(want))
+    memos = list(applied._applied.values())
+    assert not any(isinstance(memo, dict) for memo in memos)
+    assert memos[0].labels is memos[1].labels is compact(dict(labels))  # type: ignore[union-attr]
+    for want in (wants[0], marked):
+        echo = compact({**copy.deepcopy(want), "status": {}})
+        echo["metadata"]["resourceVersion"] = "7"
+        assert not applied.update(echo, echo)
+    edited = copy.deepcopy(wants[0])
+    edited["spec"]["labels"]["feature.gpustack.ai/cpu.x"] = "32"
+    assert applied.update(edited, edited)
+    assert applied.update(wants[1], wants[1])  # the repair mark is part of what was applied

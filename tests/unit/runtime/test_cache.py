@@ -10,6 +10,7 @@ import pytest
 from gpustack_operator.runtime.cache import (
     LAST_APPLIED_ANNOTATION,
     Indexer,
+    SharedValues,
     compact,
     namespace_index,
     object_key,
@@ -200,3 +201,112 @@ def test_compact_keeps_the_value_and_shares_every_string_between_objects() -> No
         (a["spec"]["taints"][0]["effect"], b["spec"]["taints"][0]["effect"]),
     ]
     assert all(x is y for x, y in pairs)
+
+
+def _node(name: str, cpu: str, ready: bool = True) -> dict[str, Any]:
+    """A Node as the worker's transform keeps it, decoded on its own."""
+    import json
+
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "uid": f"uid-{name}",
+            "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"},
+            "annotations": {"feature.gpustack.ai/cpu-name": "AMD EPYC 7763"},
+        },
+        "status": {
+            "capacity": {"cpu": cpu, "memory": "263781504Ki"},
+            "allocatable": {"cpu": cpu, "memory": "263781504Ki"},
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
+        "spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]},
+    }
+    return json.loads(json.dumps(node))
+
+
+def test_nodes_of_one_shape_share_their_equal_maps_and_lists() -> None:
+    """docs/performance.md, "Memory per node": the capacity, allocatable, annotations, Ready
+    condition and taints of two Nodes of one shape are one object each; what names a Node
+    (its metadata, its labels) stays its own, and a different value is not shared."""
+    a, b, c = compact(_node("a", "64")), compact(_node("b", "64")), compact(_node("c", "32"))
+    assert a == _node("a", "64")
+    for path in (
+        ("status", "capacity"),
+        ("status", "allocatable"),
+        ("status", "conditions"),
+        ("spec", "taints"),
+        ("metadata", "annotations"),
+    ):
+        x, y = a, b
+        for part in path:
+            x, y = x[part], y[part]
+        assert x is y, path
+    assert a["status"] is b["status"]
+    assert a["metadata"] is not b["metadata"]
+    assert a["metadata"]["labels"] is not b["metadata"]["labels"]
+    assert a["status"]["capacity"] is not c["status"]["capacity"]
+    assert a["status"]["conditions"] is c["status"]["conditions"]
+    assert (
+        compact(_node("d", "64", ready=False))["status"]["conditions"]
+        is not (a["status"]["conditions"])
+    )
+
+
+def test_shared_values_are_equal_in_type_and_order_too() -> None:
+    """``1 == True`` and ``{"a": 1, "b": 2} == {"b": 2, "a": 1}``: neither is given the
+    other's object, so a reader sees exactly what was decoded."""
+    number, flag = compact({"s": {"v": 1}}), compact({"s": {"v": True}})
+    assert type(number["s"]["v"]) is int and type(flag["s"]["v"]) is bool
+    ab, ba = compact({"s": {"a": "1", "b": "2"}}), compact({"s": {"b": "2", "a": "1"}})
+    assert list(ab["s"]) == ["a", "b"] and list(ba["s"]) == ["b", "a"]
+
+
+def test_shared_values_follow_the_cache_not_its_history() -> None:
+    """An equal container no cached object holds any more leaves the table at a sweep, so a
+    churning cluster's table does not grow with every value it ever saw."""
+    table = SharedValues()
+    kept = [table.share({"k": str(i)}) for i in range(10)]
+    for i in range(3000):
+        table.share({"gone": str(i)})
+    assert len(table) < 2048
+    assert all(table.share({"k": str(i)}) is kept[i] for i in range(10))
+
+
+def test_a_mutated_shared_value_is_found() -> None:
+    """The read-only contract's check (every test runs it: tests/conftest.py)."""
+    table = SharedValues()
+    held = table.share({"cpu": "64"})
+    assert table.drop_changed() == 0
+    held["cpu"] = "32"
+    assert table.drop_changed() == 1 and len(table) == 0
+
+
+def test_an_index_files_one_value_once_for_all_its_objects() -> None:
+    """docs/performance.md, "Memory per node": thousands of Nodes filed under one flavor
+    hold one string of its name between them, and a single value is not wrapped in a tuple
+    per object; filing and unfiling behave as before."""
+    indexer = Indexer()
+    indexer.add_index("flavor", lambda o: ["-".join(("flavor", o["metadata"]["labels"]["f"]))])
+    for name in ("a", "b"):
+        indexer.upsert(obj(name, f="x"))
+    filed = indexer._filed["flavor"]
+    assert filed["a"] is filed["b"] and filed["a"] == "flavor-x"
+    indexer.upsert(obj("b", f="y"))
+    assert indexer.index_keys("flavor", "flavor-x") == ["a"]
+    assert indexer.index_keys("flavor", "flavor-y") == ["b"]
+    indexer.delete("a")
+    assert indexer.index_values("flavor") == ["flavor-y"]
+
+
+def test_an_empty_index_value_moves_the_generation_when_it_is_unfiled() -> None:
+    """A value filed as itself may be the empty string: unfiling it still counts as a
+    change of the index (``index_generation``)."""
+    indexer = Indexer()
+    indexer.add_index("f", lambda o: [o["metadata"]["labels"]["f"]])
+    indexer.upsert(obj("a", f=""))
+    before = indexer.index_generation("f")
+    indexer.delete("a")
+    assert indexer.index_generation("f") == before + 1
+    assert indexer.index_values("f") == []
