@@ -30,7 +30,6 @@ import asyncio
 import builtins
 import contextlib
 import functools
-import json
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
@@ -69,7 +68,7 @@ from .errors import (
     error_from_status,
 )
 from .fence import WriteFence
-from .jsondecode import decode_object, loads
+from .jsondecode import decode_object, dumps, loads
 from .metrics import REST_CLIENT_LATENCY, REST_CLIENT_REQUESTS
 from .resources import Resource
 from .transport import Answer, Limits, StreamedAnswer, Transport
@@ -890,7 +889,7 @@ def _encoded(method: str, path: str, body: Any) -> bytes:
     """*body* as compact JSON; a body JSON cannot hold (nested too deeply, say, when it
     echoes an object the server sent) is refused as :class:`UnsendableRequest`."""
     try:
-        return json.dumps(body, separators=(",", ":")).encode()
+        return dumps(body)
     except (TypeError, ValueError, RecursionError) as exc:
         raise UnsendableRequest(
             f"{method} {path}: the request body cannot be encoded as JSON ({exc}); nothing "

@@ -32,6 +32,7 @@ from gpustack_operator.runtime.controller import (
 )
 from gpustack_operator.runtime.fence import WriteFence
 from gpustack_operator.runtime.informer import Informer
+from gpustack_operator.runtime.jsondecode import dumps
 from gpustack_operator.runtime.predicates import Predicate
 from gpustack_operator.runtime.resources import Resource
 from gpustack_operator.worker.nodemodels import NodeModels
@@ -226,16 +227,33 @@ def _key(resource: Resource, obj: Mapping[str, Any]) -> tuple[Resource, str, str
     return (resource, str(metadata(obj).get("namespace") or ""), name_of(obj))
 
 
-class _Applied:
-    """What one apply sent and what the server answered (without its ``managedFields``, the
-    largest part of the answer, which no caller reads; strings interned: a cold start keeps
-    thousands of these until the caches have seen them)."""
+def _sent(want: JSON) -> bytes:
+    """*want* as the JSON it is sent as, to compare what one apply sent with the next: equal
+    bytes are equal objects; an object built with its keys in another order counts as
+    another, and is sent (never skipped wrongly)."""
+    try:
+        return dumps(want)
+    except (TypeError, ValueError, RecursionError):
+        return repr(want).encode()  # the client refuses it as unsendable; never equal to JSON
 
-    __slots__ = ("cache", "resource_version", "result", "want")
+
+class _Applied:
+    """What one apply sent and what the server answered.
+
+    What was sent is kept as its JSON encoding: immutable whatever the caller later does with
+    its dict, smaller than the dict, and a fraction of the cost of a deep copy (``dumps`` of
+    a NodeFeature takes about 1 µs; docs/performance.md, "The third cuts"). The answer is
+    kept without its ``managedFields``, the largest part of it, which no caller reads; its
+    label maps' strings are interned (:func:`~gpustack_operator.runtime.cache.
+    strip_managed_fields`), and the rest is shared with the answer the caller got, which
+    callers only read.
+    """
+
+    __slots__ = ("cache", "resource_version", "result", "sent")
 
     def __init__(self, want: JSON, result: JSON, cache: Informer) -> None:
-        self.want = compact(want)  # a deep copy: the caller may change its dict
-        self.result = compact(strip_managed_fields(result))
+        self.sent = _sent(want)
+        self.result = strip_managed_fields(result)
         self.cache = cache
         self.resource_version = _revision(metadata(result).get("resourceVersion"))
 
@@ -245,7 +263,7 @@ class _Applied:
         Resource versions are compared as the storage revisions they are (integers), as
         client-go's mutation cache does; any other form counts as seen, so the write is sent.
         """
-        if cache is not self.cache or (want is not None and want != self.want):
+        if cache is not self.cache or (want is not None and _sent(want) != self.sent):
             return False
         seen = _revision(cache.last_resource_version)
         return (

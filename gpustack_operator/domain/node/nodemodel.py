@@ -13,8 +13,9 @@ Pure: the model depends on the Node and on :class:`ModelSettings` alone.
 
 from __future__ import annotations
 
+import bisect
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
@@ -208,6 +209,10 @@ class Derivations:
         self.limit = limit
         self._capacity: dict[tuple[Any, ...], _Capacity] = {}
         self._profiles: dict[frozenset[tuple[str, str]], tuple[Profile, ...]] = {}
+        self._view_labels: dict[
+            tuple[frozenset[tuple[str, str]], TopologyPolicy | None], tuple[tuple[str, str], ...]
+        ] = {}
+        self._view_amounts: dict[tuple[Any, ...], tuple[tuple[str, str, str], ...]] = {}
         self.derived = 0
         """How many derivations (capacity or profiles) were computed rather than reused."""
 
@@ -233,6 +238,45 @@ class Derivations:
                 self._profiles.clear()
             node = {"metadata": {"labels": dict(inputs)}}
             found = self._profiles[inputs] = tuple(node_profiles(node, manufacturers))
+        return found
+
+    def view_labels(
+        self,
+        inputs: frozenset[tuple[str, str]],
+        labels: Mapping[str, str],
+        topology: TopologyPolicy | None,
+    ) -> tuple[tuple[str, str], ...]:
+        """:func:`node_view`'s label selection of a Node with *labels*: the selection of
+        *inputs* (:func:`profile_inputs` of them) once per distinct input and TAS setting,
+        with the node's hostname label put in its place when it is selected."""
+        key = (inputs, topology)
+        found = self._view_labels.get(key)
+        if found is None:
+            self.derived += 1
+            if len(self._view_labels) >= self.limit:
+                self._view_labels.clear()
+            found = self._view_labels[key] = _selected_labels(inputs, topology)
+        hostname = labels.get(HOSTNAME_LABEL)
+        if hostname is None or not _selects(HOSTNAME_LABEL, topology):
+            return found
+        pairs = list(found)
+        bisect.insort(pairs, (HOSTNAME_LABEL, hostname))
+        return tuple(pairs)
+
+    def view_amounts(
+        self, inputs: tuple[Any, ...], manufacturers: Mapping[str, Manufacturer]
+    ) -> tuple[tuple[str, str, str], ...]:
+        """:func:`node_view`'s device amounts of a Node whose ``status.capacity`` and
+        ``status.allocatable`` are those of *inputs* (:func:`capacity_inputs`), once per
+        distinct pair."""
+        key = inputs[2:]
+        found = self._view_amounts.get(key)
+        if found is None:
+            self.derived += 1
+            if len(self._view_amounts) >= self.limit:
+                self._view_amounts.clear()
+            node = _node_of(inputs)
+            found = self._view_amounts[key] = _view_amounts(node.get("status"), manufacturers)
         return found
 
 
@@ -296,17 +340,20 @@ def node_model(
     labels = labels_of(node)
     name = name_of(node)
     deleting = is_deleting(node)
+    inputs = capacity_inputs(node, labels) if derivations is not None else None
+    label_inputs = inputs[0] if inputs is not None else None
     if derivations is None:
         profiles = tuple(node_profiles(node, settings.manufacturers))
     else:
+        if label_inputs is None:
+            label_inputs = profile_inputs(labels)
         profiles = tuple(
             replace(p, node=name)
-            for p in derivations.profiles(profile_inputs(labels), settings.manufacturers)
+            for p in derivations.profiles(label_inputs, settings.manufacturers)
         )
     capacity: dict[str, str] = {}
     unpooled: tuple[tuple[Diagnostic, int], ...] = ()
     if settings.capacity:
-        inputs = capacity_inputs(node, labels) if derivations is not None else None
         if derivations is None or inputs is None:
             capacity, unpooled = _capacity_of(node, settings.manufacturers)
         else:
@@ -334,7 +381,19 @@ def node_model(
         version=version if isinstance(version, str) else "",
         managed=is_managed(node),
         deleting=deleting,
-        view=node_view(node, settings.manufacturers, settings.topology, labels, taints),
+        view=node_view(
+            node,
+            settings.manufacturers,
+            settings.topology,
+            labels,
+            taints,
+            selected=None
+            if derivations is None or label_inputs is None
+            else derivations.view_labels(label_inputs, labels, settings.topology),
+            amounts=None
+            if derivations is None or inputs is None
+            else derivations.view_amounts(inputs, settings.manufacturers),
+        ),
         profiles=profiles,
         names={part: tuple(sorted({getattr(p, part) for p in profiles} - {""})) for part in PARTS},
         capacity_labels=capacity,
@@ -354,23 +413,22 @@ def node_view(
     topology: TopologyPolicy | None = None,
     labels: Mapping[str, str] | None = None,
     taints: frozenset[tuple[str, str, str]] | None = None,
+    *,
+    selected: tuple[tuple[str, str], ...] | None = None,
+    amounts: tuple[tuple[str, str, str], ...] | None = None,
 ) -> tuple[Any, ...]:
     """Everything about a Node that the worker's output depends on, as a comparable value.
 
     Two versions of a Node with the same view produce the same NodeFeature, flavors, queues
     and notes: an update that leaves it unchanged (a heartbeat, a condition, an image) is
-    filtered out before it reaches a work queue.
+    filtered out before it reaches a work queue. *selected* and *amounts*, when given, are
+    its label selection and device amounts as :class:`Derivations` keeps them.
     """
     meta = metadata(node)
-    selected = tuple(
-        sorted(
-            (k, v)
-            for k, v in (labels_of(node) if labels is None else labels).items()
-            if k in _NODE_LABELS
-            or k.startswith(_NODE_LABEL_PREFIXES)
-            or (topology is not None and is_level_label(k, topology))
+    if selected is None:
+        selected = _selected_labels(
+            (labels_of(node) if labels is None else labels).items(), topology
         )
-    )
     raw_annotations = meta.get("annotations")
     annotations = tuple(
         sorted(
@@ -380,7 +438,36 @@ def node_view(
             and (k.startswith(CPU_ANNOTATION_PREFIX) or k in _NODE_ANNOTATIONS)
         )
     )
-    status = node.get("status")
+    if amounts is None:
+        amounts = _view_amounts(node.get("status"), manufacturers)
+    return (
+        uid_of(node),
+        bool(meta.get("deletionTimestamp")),
+        selected,
+        annotations,
+        amounts,
+        tuple(sorted(dedication_taints(node) if taints is None else taints)),
+        availability_inputs(node),
+    )
+
+
+def _selects(key: str, topology: TopologyPolicy | None) -> bool:
+    """A label the view holds: one that can move a profile, a flavor, a queue or a note."""
+    return (
+        key in _NODE_LABELS
+        or key.startswith(_NODE_LABEL_PREFIXES)
+        or (topology is not None and is_level_label(key, topology))
+    )
+
+
+def _selected_labels(
+    pairs: Iterable[tuple[str, str]], topology: TopologyPolicy | None
+) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, v) for k, v in pairs if _selects(k, topology)))
+
+
+def _view_amounts(status: Any, manufacturers: Mapping[str, Manufacturer]) -> tuple[Any, ...]:
+    """The host and device amounts of ``status.capacity`` and ``status.allocatable``."""
     resources = set(HOST_RESOURCES) | {m.resource_name for m in manufacturers.values()}
     amounts: list[tuple[str, str, str]] = []
     if isinstance(status, Mapping):
@@ -392,12 +479,4 @@ def node_view(
                     for r in sorted(k for k in values if isinstance(k, str))
                     if r in resources or r.startswith(VENDOR_RESOURCE_PREFIXES)
                 )
-    return (
-        uid_of(node),
-        bool(meta.get("deletionTimestamp")),
-        selected,
-        annotations,
-        tuple(amounts),
-        tuple(sorted(dedication_taints(node) if taints is None else taints)),
-        availability_inputs(node),
-    )
+    return tuple(amounts)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from gpustack_operator.domain.node.devicesources import unpooled_devices
 from gpustack_operator.domain.node.nodedevices import node_devices
 from gpustack_operator.domain.node.nodemodel import ModelSettings, node_model
 from gpustack_operator.domain.node.nodeprofiles import is_managed, node_profiles
+from gpustack_operator.domain.node.nodetopology import TopologyPolicy
 from gpustack_operator.domain.node.taints import dedication_taints
 from gpustack_operator.domain.plan.plan import plan_state
 from gpustack_operator.domain.plan.policy import ChainPolicy
@@ -181,7 +183,7 @@ CHANGED_INPUTS = {
 
 
 def _derived(model: nodemodel.NodeModel) -> tuple[Any, ...]:
-    return (dict(model.capacity_labels), model.unpooled, model.profiles)
+    return (dict(model.capacity_labels), model.unpooled, model.profiles, model.view)
 
 
 @pytest.mark.parametrize("change", sorted(CHANGED_INPUTS))
@@ -215,7 +217,8 @@ def test_nodes_of_one_shape_share_their_derivations() -> None:
     a = node_model(first, settings, derivations)
     derived = derivations.derived
     b = node_model(second, settings, derivations)
-    assert derivations.derived == derived == 2  # capacity and profiles, once each
+    # capacity, profiles, the view's labels and its amounts, once each
+    assert derivations.derived == derived == 4
     assert a.capacity_labels == b.capacity_labels and a.unpooled == b.unpooled
     assert [p.node for p in a.profiles] == ["gpu-1"] * len(a.profiles) and a.profiles
     assert [p.node for p in b.profiles] == ["gpu-2"] * len(b.profiles)
@@ -231,3 +234,43 @@ def test_shared_derivations_give_what_each_node_gives(name: str) -> None:
         assert _derived(node_model(node, settings, derivations)) == _derived(
             node_model(node, settings)
         )
+
+
+TAS = TopologyPolicy(levels=("example.com/rack",))
+
+# One change of each input of the view's label selection and amounts, which the store also
+# derives once per distinct input (nodemodel.Derivations.view_labels and view_amounts), with
+# the TAS settings that make the label count.
+CHANGED_VIEW_INPUTS: dict[str, tuple[Any, TopologyPolicy | None]] = {
+    "a selected label": (_labelled("kubernetes.io/os", "windows"), None),
+    "a vendor label": (_labelled("nvidia.com/gpu.product", "NVIDIA-L4"), None),
+    "a selected label added": (_labelled("node.kubernetes.io/instance-type", "p5.48xlarge"), None),
+    "a label removed": (_labelled("nvidia.com/gpu.count", None), None),
+    "the hostname, a TAS level": (_labelled("kubernetes.io/hostname", "renamed"), TAS),
+    "a level of the TAS settings": (_labelled("example.com/rack", "r2"), TAS),
+    "the CPU capacity": (_amount("capacity", "cpu", "128"), None),
+    "allocatable cards": (_amount("allocatable", "nvidia.com/gpu", "4"), None),
+    "a vendor resource": (_amount("allocatable", "nvidia.com/mig-1g.10gb", "7"), None),
+}
+
+
+@pytest.mark.parametrize("change", sorted(CHANGED_VIEW_INPUTS))
+def test_a_changed_input_of_the_view_changes_the_view(change: str) -> None:
+    """The view's label selection and amounts are kept per distinct input: a change of
+    any of them changes the view, to what the Node's view is when derived on its own; and
+    the same inputs under other TAS settings are another input."""
+    edit, topology = CHANGED_VIEW_INPUTS[change]
+    settings = ModelSettings(MFRS, topology=topology)
+    derivations = nodemodel.Derivations()
+    base = _gpu_node()
+    base["metadata"]["labels"]["example.com/rack"] = "r1"
+    before = node_model(base, settings, derivations)
+    changed = copy.deepcopy(base)
+    edit(changed)
+    model = node_model(changed, settings, derivations)
+    assert model.view != before.view
+    assert model.view == node_model(changed, settings).view
+    assert model.view == nodemodel.node_view(changed, MFRS, topology)
+    if topology is not None:  # the other TAS setting does not reuse this one's selection
+        off = ModelSettings(MFRS)
+        assert node_model(changed, off, derivations).view == node_model(changed, off).view
