@@ -15,11 +15,11 @@ own typed error (docs/runtime.md, "Failure types").
 
 Bodies, watch events and answers are decoded, and request bodies encoded, with msgspec, 3-15x
 faster than the standard library per Node-sized object (docs/performance.md, "The third
-cuts"). What msgspec refuses and ``json`` accepts (a number beyond a double's range,
-``NaN``, a lone surrogate, a byte-order mark) is decoded by ``json``, and a body msgspec would
-write differently (``NaN`` or an infinity, which it writes as ``null``) or cannot write is
-encoded by ``json``: the values are those the standard library gives, keys in their order,
-integers of any size exact.
+cuts: JSON, the writer's record, the view"). What msgspec refuses and ``json`` accepts (a
+number beyond a double's range, ``NaN``, a lone surrogate, a byte-order mark) is decoded by
+``json``, and a body msgspec would write differently (``NaN`` or an infinity, which it
+writes as ``null``) or cannot write is encoded by ``json``: the values are those the
+standard library gives, keys in their order, integers of any size exact.
 """
 
 from __future__ import annotations

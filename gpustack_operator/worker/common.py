@@ -242,11 +242,11 @@ class _Applied:
 
     What was sent is kept as its JSON encoding: immutable whatever the caller later does with
     its dict, smaller than the dict, and a fraction of the cost of a deep copy (``dumps`` of
-    a NodeFeature takes about 1 µs; docs/performance.md, "The third cuts"). The answer is
-    kept without its ``managedFields``, the largest part of it, which no caller reads; its
-    label maps' strings are interned (:func:`~gpustack_operator.runtime.cache.
-    strip_managed_fields`), and the rest is shared with the answer the caller got, which
-    callers only read.
+    a NodeFeature takes about 1 µs; docs/performance.md, "The third cuts: JSON, the
+    writer's record, the view"). The answer is kept without its ``managedFields``, the
+    largest part of it, which no caller reads; its label maps' strings are interned
+    (:func:`~gpustack_operator.runtime.cache.strip_managed_fields`), and the rest is shared
+    with the answer the caller got, which callers only read.
     """
 
     __slots__ = ("cache", "resource_version", "result", "sent")
