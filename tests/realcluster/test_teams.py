@@ -77,16 +77,23 @@ def _queue_for(
     node_name: str = POOL_NODE,
     resource: str = "nvidia.com/gpu",
 ) -> tuple[str, str]:
-    """(LocalQueue, ClusterQueue) in *namespace* of the pool of *node_name*'s devices."""
+    """(LocalQueue, ClusterQueue) in *namespace* of the pool of *node_name*'s devices.
+
+    A LocalQueue whose ClusterQueue is gone is skipped: while teams are switched, a retired
+    team queue can be deleted a moment before the LocalQueue that named it."""
     flavors = {f["metadata"]["name"]: f for f in get_all(plane, "resourceflavors.kueue.x-k8s.io")}
     node = json.loads(plane.kubectl_run("get", "node", node_name, "-o", "json"))
     labels = node["metadata"]["labels"]
-    for local in get_all(plane, "localqueues.kueue.x-k8s.io", namespaced=True):
-        if local["metadata"]["namespace"] != namespace:
+    locals_ = [
+        local
+        for local in get_all(plane, "localqueues.kueue.x-k8s.io", namespaced=True)
+        if local["metadata"]["namespace"] == namespace
+    ]
+    queues = {q["metadata"]["name"]: q for q in get_all(plane, "clusterqueues.kueue.x-k8s.io")}
+    for local in locals_:
+        cluster_queue = queues.get(local["spec"]["clusterQueue"])
+        if cluster_queue is None:
             continue
-        cluster_queue = json.loads(
-            plane.kubectl_run("get", "clusterqueue", local["spec"]["clusterQueue"], "-o", "json")
-        )
         for group in cluster_queue["spec"]["resourceGroups"]:
             if resource not in group["coveredResources"]:
                 continue
