@@ -6,10 +6,12 @@ Nodes of each flavor (Node index) go to the per-pool function ``plan`` uses too
 teams' split. The queue is owned by its Cohort when the Cohort is ours; until the Cohort is
 in the cache the queue waits (the Cohort's creation enqueues it again).
 
-With no flavor left the queue is deleted, but only once Kueue reports nothing reserved or
-used in it (``status.flavorsReservation`` / ``flavorsUsage`` / workload counts, read from
-the cache and then from the API); otherwise it is looked at again after
-``reserved_requeue`` seconds. Queues without the managed-by label are never touched.
+With no flavor left (or retired by teams) the queue is held first (``stopPolicy: Hold``)
+and deleted once Kueue, reporting on the held queue, shows nothing reserved or used in it
+(``status.flavorsReservation`` / ``flavorsUsage`` / workload counts, read from the cache
+and then from the API; ``usage_is_final``); otherwise it is looked at again after
+``reserved_requeue`` seconds, or at Kueue's next report. Queues without the managed-by
+label are never touched.
 A queue the reconciler creates gets a Normal Event ``PoolCreated`` naming its unit, so the
 Events that tell a person about devices (``DeviceNotPooled`` and its resolution on Nodes) are
 followed by the pool they ended in.
@@ -35,7 +37,7 @@ import structlog
 from prometheus_client import Counter
 
 from gpustack_operator.domain.chain.declaredpools import is_pool_chain_object
-from gpustack_operator.domain.chain.kueueusage import has_reservations
+from gpustack_operator.domain.chain.kueueusage import has_reservations, usage_is_final
 from gpustack_operator.domain.chain.nodepool import NodePool, pool_cohort
 from gpustack_operator.domain.chain.poolinfo import local_queue_metadata
 from gpustack_operator.domain.chain.queues import (
@@ -340,14 +342,18 @@ class ClusterQueueReconciler:
     async def _delete(self, have: Mapping[str, Any] | None) -> Result | None:
         if have is None or is_deleting(have):
             return None
-        if has_reservations(have):
+        # Held first, deleted once Kueue has reported on the held queue and that report
+        # shows nothing reserved: its status can lag an admission by a second or more
+        # (docs/teams.md, "Never more admitted than exists, meanwhile"). Kueue's report
+        # of the hold brings the key back (RETIRING_RELEASED).
+        if has_reservations(have) or not usage_is_final(have):
             await self._hold(have)
             return Result(requeue_after=self.reserved_requeue)
         try:  # the cache may lag behind Kueue's status: ask the API before deleting
             fresh = await self.writer.client.get(self.resource, name_of(have))
         except NotFound:
             return None
-        if has_reservations(fresh):
+        if has_reservations(fresh) or not usage_is_final(fresh):
             return Result(requeue_after=self.reserved_requeue)
         await self.writer.delete(
             self.resource, fresh, "no flavor targets it and nothing is reserved"

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any, Final, cast
 
-from gpustack_operator.domain.chain.kueueusage import held_in
+from gpustack_operator.domain.chain.kueueusage import held_in, usage_is_final
 from gpustack_operator.domain.chain.nodepool import (
     NodePool,
     PoolMembers,
@@ -94,8 +94,9 @@ def desired_pool(
 
 
 class RetiringReleased(Predicate):
-    """Updates in which a queue the worker holds (``stopPolicy: Hold``) holds less work:
-    the queues replacing it may grow (docs/teams.md, "Moving a pool to teams, and back").
+    """Updates in which a queue the worker holds (``stopPolicy: Hold``) holds less work, or
+    Kueue first reports on it since the hold (``usage_is_final``): the queues replacing it
+    may grow, or it may go (docs/teams.md, "Moving a pool to teams, and back").
     Kueue's status writes pass no other predicate of these controllers."""
 
     def create(self, obj: dict[str, Any]) -> bool:
@@ -107,7 +108,11 @@ class RetiringReleased(Predicate):
     def update(self, old: dict[str, Any], new: dict[str, Any]) -> bool:
         spec = new.get("spec")
         held = isinstance(spec, Mapping) and spec.get("stopPolicy") == HOLD
-        return held and is_managed_object(new) and held_in(old) != held_in(new)
+        return (
+            held
+            and is_managed_object(new)
+            and (held_in(old) != held_in(new) or usage_is_final(old) != usage_is_final(new))
+        )
 
     def __repr__(self) -> str:
         return "RetiringReleased()"
@@ -137,6 +142,11 @@ def new_queues(caches: KueueCaches, pool: NodePool) -> tuple[NodePool, bool]:
         retiring = team_queues
     held = held_by(retiring)
     pending = bool(held)
+    if pool.queue is not None and not all(usage_is_final(q) for q in retiring):
+        # Kueue has not yet reported on a retiring queue since it stopped admitting: work
+        # it admitted a moment ago may be missing from its status, so it may hold the whole
+        # pool (docs/teams.md, "Never more admitted than exists, meanwhile").
+        held, pending = own_quota(pool.queue), True
     if pool.split is None and pool.queue is not None:
         # A Cohort's own quota (what teams left over) is borrowable by the pool's queue
         # until the Cohort reconciler drops it: until then it counts as held.

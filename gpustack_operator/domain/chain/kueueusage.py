@@ -23,6 +23,11 @@ USAGE: Final = "flavorsUsage"
 USAGE_FIELDS: Final = (RESERVATION, USAGE)
 RESERVING: Final = "reservingWorkloads"
 ADMITTED: Final = "admittedWorkloads"
+ACTIVE: Final = "Active"
+"""The ClusterQueue condition Kueue writes with every status write, its
+``observedGeneration`` the generation it was computed for."""
+STOPPED: Final = ("Hold", "HoldAndDrain")
+"""``spec.stopPolicy`` values that stop Kueue admitting to a queue."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +93,38 @@ def queue_usage(cluster_queue: Mapping[str, Any] | None) -> QueueUsage:
         tuple(amounts),
         frozenset(flavors),
     )
+
+
+def usage_is_final(cluster_queue: Mapping[str, Any]) -> bool:
+    """Whether *cluster_queue*'s usage status counts everything it will ever hold: Kueue
+    stopped admitting to it (held, or being deleted) and wrote its status since.
+
+    Kueue v0.19.2 writes a ClusterQueue's usage a moment after it admits (the ClusterQueue
+    controller is asked after ``UpdatesBatchPeriod``, one second: kubernetes-sigs/kueue
+    v0.19.2, pkg/controller/core/clusterqueue_controller.go, ``NotifyWorkloadUpdate`` and
+    ``updateCqStatusIfChanged``), each write stamping its ``Active`` condition with the
+    generation it saw; holding or deleting the queue raises that generation. So only a
+    status written for the stopped spec is final: before, a just-admitted Workload may be
+    missing from it (docs/teams.md, "Never more admitted than exists, meanwhile"). A queue
+    Kueue never wrote a status for is final too: nothing can be admitted to a queue Kueue
+    has not taken in.
+    """
+    meta = cluster_queue.get("metadata")
+    status = cluster_queue.get("status")
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    active = next(
+        (c for c in conditions or () if isinstance(c, Mapping) and c.get("type") == ACTIVE),
+        None,
+    )
+    if active is None:
+        return True
+    spec = cluster_queue.get("spec")
+    stopped = isinstance(spec, Mapping) and spec.get("stopPolicy") in STOPPED
+    deleting = isinstance(meta, Mapping) and bool(meta.get("deletionTimestamp"))
+    if not (stopped or deleting):
+        return False
+    generation = _count(meta.get("generation")) if isinstance(meta, Mapping) else 0
+    return _count(active.get("observedGeneration")) >= generation
 
 
 def usage_fields(cluster_queue: Mapping[str, Any]) -> tuple[object, object]:

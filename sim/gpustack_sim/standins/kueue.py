@@ -156,6 +156,24 @@ def _set_condition(
     status["conditions"] = conditions
 
 
+def _set_active(status: dict[str, Any], cluster_queue: Mapping[str, Any]) -> None:
+    """The ``Active`` condition Kueue writes with each ClusterQueue status, stamped with the
+    generation it was computed for (kubernetes-sigs/kueue v0.19.2,
+    pkg/controller/core/clusterqueue_controller.go ``updateCqStatusIfChanged``; the reasons
+    and messages of pkg/cache/scheduler/clusterqueue.go ``inactiveReason``)."""
+    meta = cluster_queue.get("metadata") or {}
+    stop = (cluster_queue.get("spec") or {}).get("stopPolicy")
+    if meta.get("deletionTimestamp"):
+        value, reason = "False", "Terminating"
+        message = "Can't admit new workloads; clusterQueue is terminating"
+    elif stop in ("Hold", "HoldAndDrain"):
+        value, reason, message = "False", "Stopped", "Can't admit new workloads: is stopped."
+    else:
+        value, reason, message = "True", "Ready", "Can admit new workloads"
+    _set_condition(status, "Active", value, reason, message)
+    status["conditions"][-1]["observedGeneration"] = int(meta.get("generation") or 1)
+
+
 def check_names(cluster_queue: Mapping[str, Any]) -> list[str]:
     """The AdmissionChecks a ClusterQueue names (v1beta2 ``admissionChecksStrategy``, v1beta1
     ``admissionChecks``)."""
@@ -970,6 +988,8 @@ class KueueStandIn(StoreLoop):
         status["pendingWorkloads"] = counts.get("pendingWorkloads", 0)
         status["reservingWorkloads"] = admitted
         status["admittedWorkloads"] = admitted
+        if obj.get("kind") == "ClusterQueue":
+            _set_active(status, obj)
         if status != (obj.get("status") or {}):
             self.sim.store.update_status({**obj, "status": status})
 

@@ -18,6 +18,7 @@ from gpustack_operator.domain.chain.kueueusage import (
     held_in,
     in_use,
     queue_usage,
+    usage_is_final,
 )
 from gpustack_operator.domain.chain.queues import quota_below_usage
 
@@ -109,3 +110,45 @@ def test_no_other_product_module_reads_the_usage_fields() -> None:
         and fields.search(path.read_text(encoding="utf-8"))
     )
     assert not readers, "modules that read Kueue's usage status themselves: " + ", ".join(readers)
+
+
+def reported(
+    *, generation: int, observed: int | None, stop: str | None = None, deleting: bool = False
+) -> dict[str, Any]:
+    """A queue at *generation* whose Active condition Kueue stamped with *observed*
+    (``None``: Kueue never wrote its status)."""
+    obj = queue(flavorsReservation=[])
+    obj["metadata"]["generation"] = generation
+    if deleting:
+        obj["metadata"]["deletionTimestamp"] = "2026-11-29T14:07:39Z"
+    if stop is not None:
+        obj["spec"]["stopPolicy"] = stop
+    if observed is not None:
+        active = {"type": "Active", "status": "False", "observedGeneration": observed}
+        obj["status"]["conditions"] = [active]
+    return obj
+
+
+@pytest.mark.parametrize(
+    ("state", "final"),
+    [
+        # Admitting: a Workload admitted after this status is missing from it.
+        (reported(generation=1, observed=1), False),
+        # Held, but Kueue's status is older than the hold: it may miss the last admission.
+        (reported(generation=2, observed=1, stop="Hold"), False),
+        (reported(generation=2, observed=1, deleting=True), False),
+        # Kueue reported on the stopped spec: nothing more can be admitted since.
+        (reported(generation=2, observed=2, stop="Hold"), True),
+        (reported(generation=2, observed=2, stop="HoldAndDrain"), True),
+        (reported(generation=3, observed=3, deleting=True), True),
+        # Never taken in by Kueue: nothing could be admitted to it.
+        (reported(generation=1, observed=None), True),
+    ],
+)
+def test_usage_is_final_only_once_kueue_reported_on_the_stopped_queue(
+    state: dict[str, Any], final: bool
+) -> None:
+    """Kueue writes a queue's usage a moment after it admits (docs/teams.md, "Never more
+    admitted than exists, meanwhile"): only a status written for a held or deleted spec
+    counts everything the queue holds."""
+    assert usage_is_final(state) is final
