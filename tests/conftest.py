@@ -108,6 +108,19 @@ def _cached_objects_read_only() -> Iterator[None]:
     assert not changed, f"{changed} shared container(s) of cached objects were modified"
 
 
+def _default_logging() -> None:
+    """structlog's defaults, tracebacks plain as the product writes them (docs/runtime.md,
+    "Logging"): its default renderer shows every frame's locals, with rich, which for an
+    in-process worker's failed reconcile is thousands of lines and seconds of CPU each."""
+    structlog.reset_defaults()
+    *processors, renderer = structlog.get_config()["processors"]
+    colors = renderer.colors if isinstance(renderer, structlog.dev.ConsoleRenderer) else False
+    plain = structlog.dev.ConsoleRenderer(
+        colors=colors, exception_formatter=structlog.dev.plain_traceback
+    )
+    structlog.configure(processors=[*processors, plain])
+
+
 @pytest.fixture(autouse=True)
 def _isolated_logging() -> Iterator[None]:
     """Undo any logging set-up a test made (``main()`` configures it process-wide).
@@ -117,8 +130,9 @@ def _isolated_logging() -> Iterator[None]:
     """
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
+    _default_logging()
     yield
-    structlog.reset_defaults()
+    _default_logging()
     root.handlers[:] = handlers
     root.setLevel(level)
 

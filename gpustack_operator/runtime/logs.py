@@ -3,6 +3,11 @@
 JSON lines when stderr is not a terminal (a Pod's log), coloured console lines on a terminal.
 Standard-library loggers (kr8s, httpx, aiohttp) are routed through the same renderer so that
 one process never mixes two log formats.
+
+A logged exception carries its traceback without the frames' local variables. structlog's
+renderers show locals by default: a reconcile's locals hold whole cached objects (a failure
+under injected faults rendered thousands of lines, seconds of CPU each, on the event loop)
+and may hold credentials, which have no place in a log.
 """
 
 from __future__ import annotations
@@ -32,10 +37,16 @@ def configure_logging(level: str = "info", fmt: LogFormat = "auto") -> None:
     ]
     renderer: structlog.types.Processor
     if use_json:
-        shared.append(structlog.processors.dict_tracebacks)
+        shared.append(
+            structlog.processors.ExceptionRenderer(
+                structlog.tracebacks.ExceptionDictTransformer(show_locals=False)
+            )
+        )
         renderer = structlog.processors.JSONRenderer()
     else:
-        renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+        renderer = structlog.dev.ConsoleRenderer(
+            colors=sys.stderr.isatty(), exception_formatter=structlog.dev.plain_traceback
+        )
     structlog.configure(
         processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),

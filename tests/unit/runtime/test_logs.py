@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
-from gpustack_operator.runtime.logs import configure_logging
+from gpustack_operator.runtime.logs import LogFormat, configure_logging
 
 
 @pytest.fixture
@@ -51,6 +51,28 @@ def test_console_format_and_debug_level(
     assert "visible" in err and "answer=42" in err
     with pytest.raises(json.JSONDecodeError):
         json.loads(err.splitlines()[0])
+
+
+def _fail_holding_a_secret() -> None:
+    credential = "Bearer s3cr3t-t0ken"  # a local of the failing frame
+    raise RuntimeError(f"refused ({len(credential)} characters sent)")
+
+
+@pytest.mark.parametrize("fmt", ["json", "console"])
+def test_a_logged_traceback_leaves_out_the_frames_locals(
+    restore_logging: None, capsys: pytest.CaptureFixture[str], fmt: LogFormat
+) -> None:
+    """The traceback names the frames and the error, never their locals (docs/runtime.md,
+    "Logging"): they may hold credentials, and rendering a reconcile's cached objects costs
+    seconds of CPU per failure."""
+    configure_logging("info", fmt)
+    try:
+        _fail_holding_a_secret()
+    except RuntimeError:
+        structlog.get_logger("t").exception("reconcile failed")
+    err = capsys.readouterr().err
+    assert "_fail_holding_a_secret" in err and "refused (19 characters sent)" in err
+    assert "s3cr3t" not in err
 
 
 def test_unknown_level_is_refused(restore_logging: None) -> None:
