@@ -260,9 +260,34 @@ class _WatchHandler:
             self._enqueue(obj)
 
     def on_update(self, old: Obj, new: Obj) -> None:
-        if self._predicate.update(old, new):
-            # Both: a changed owner reference or label must reach the old parent too.
-            self._enqueue(old, new)
+        if not self._predicate.update(old, new):
+            return
+        # Both: a changed owner reference or label must reach the old parent too. A key both
+        # versions map to is added once: one event is one event to a coalescing queue (a
+        # second add at once would open a burst of its own, one more reconcile later).
+        add = self._add
+        before = self._keys(old)
+        for key in before:
+            add(key)
+        after = self._keys(new)
+        if after == before:
+            return
+        seen = before if len(before) < 16 else set(before)
+        for key in after:
+            if key not in seen:
+                add(key)
+
+    def _keys(self, obj: Obj) -> list[str] | tuple[str, ...]:
+        try:
+            keys = self._mapper(obj)
+            return keys if isinstance(keys, list | tuple) else list(keys)
+        except Exception:
+            log.exception(
+                "event mapping failed; event dropped",
+                controller=self._controller.name,
+                object=object_key(obj),
+            )
+            return ()
 
     def on_delete(self, obj: Obj) -> None:
         if self._predicate.delete(obj):
