@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import uuid
 from collections import Counter, defaultdict
 from typing import Any
 
@@ -21,6 +22,7 @@ from gpustack_operator.runtime.controller import (
     Request,
     Result,
     TerminalError,
+    _reconcile_id,
     enqueue_mapped,
     enqueue_object,
     enqueue_owner,
@@ -303,6 +305,15 @@ async def test_reconcile_runs_with_controller_key_and_unique_reconcile_id_bound(
     assert [(s["controller"], s["key"]) for s in seen] == [(name, "a"), (name, "ns/b")]
     assert seen[0]["reconcile_id"] != seen[1]["reconcile_id"]
     assert "reconcile_id" not in structlog.contextvars.get_contextvars()
+
+
+def test_a_reconcile_id_is_a_fresh_version_4_uuid() -> None:
+    ids = [_reconcile_id() for _ in range(2000)]
+    assert len(set(ids)) == len(ids)
+    for text in ids[:200]:
+        parsed = uuid.UUID(text)
+        assert str(parsed) == text
+        assert parsed.version == 4 and parsed.variant == uuid.RFC_4122
 
 
 async def test_metrics_gauges_for_workers() -> None:
