@@ -19,7 +19,7 @@ whose NodeFeature is written first, still waits for NFD's first merge.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import structlog
@@ -76,7 +76,11 @@ class LabelsTaken(Predicate):
         before, after = labels_of(old), labels_of(new)
         if before == after:  # most Node updates (heartbeats, status): one C-level compare
             return True
-        if any(self._published(k) and after.get(k) != v for k, v in before.items()):
+        try:  # the pairs removed or changed (label values are strings: hashable)
+            gone: Iterable[tuple[Any, Any]] = before.items() - after.items()
+        except TypeError:
+            gone = [(k, v) for k, v in before.items() if after.get(k) != v]
+        if any(self._published(k) and after.get(k) != v for k, v in gone):
             self._marked.add(name_of(new))
         return True
 

@@ -96,12 +96,15 @@ class SharedValues:
     def __len__(self) -> int:
         return len(self._by_hash)
 
-    def share(self, value: Any) -> Any:
-        """*value* (a dict or list of scalars and shared containers), or the equal one held."""
-        key = _hash_of(value)
+    def share(self, value: Any, scalars: bool = False) -> Any:
+        """*value* (a dict or list of scalars and shared containers), or the equal one held.
+        *scalars*: the caller knows *value* holds scalars only (no child container), which
+        lets the hash and the comparison run over its items in C."""
+        key = _hash_of(value, scalars)
         held = self._by_hash.get(key)
         if held is not None:
-            return held if _same(held, value) else value  # a collision keeps its own
+            same = _same_scalars(held, value) if scalars else _same(held, value)
+            return held if same else value  # a collision keeps its own
         self._by_hash[key] = value
         if len(self._by_hash) >= self._sweep_at:
             self._sweep()
@@ -131,9 +134,14 @@ def _identity(value: Any) -> Any:
     return id(value) if type(value) is dict or type(value) is list else value
 
 
-def _hash_of(value: Any) -> int:
+def _hash_of(value: Any, scalars: bool = False) -> int:
+    # Without a child container, the items are what _identity would make of them.
     if type(value) is dict:
+        if scalars:
+            return hash((dict, tuple(value.items())))
         return hash((dict, tuple([(k, _identity(v)) for k, v in value.items()])))
+    if scalars:
+        return hash((list, tuple(value)))
     return hash((list, tuple([_identity(v) for v in value])))
 
 
@@ -157,6 +165,18 @@ def _same(held: Any, value: Any) -> bool:
     return all(_same_child(a, b) for a, b in zip(held, value, strict=True))
 
 
+def _same_scalars(held: Any, value: Any) -> bool:
+    """:func:`_same` for a *value* of scalars only: its items and their types compared in C
+    (a *held* with a child container differs in a type)."""
+    if type(held) is not type(value) or len(held) != len(value):
+        return False
+    if type(held) is dict:
+        return list(held.items()) == list(value.items()) and list(map(type, held.values())) == list(
+            map(type, value.values())
+        )
+    return bool(held == value) and list(map(type, held)) == list(map(type, value))
+
+
 _SHARED = SharedValues()
 
 
@@ -170,36 +190,51 @@ def _compact(value: Any, shared: SharedValues) -> Any:
 
 
 def _compacted(value: Any, shared: SharedValues) -> tuple[Any, bool]:
-    """*value* compacted, and whether it is a scalar or a container *shared* holds."""
+    """*value* compacted, and whether it is a scalar or a container *shared* holds.
+
+    Strings and other scalars among the items are handled in the loop rather than by a call
+    each (most of a Node's leaves), and a container of scalars only is shared by the C-level
+    hash and comparison (``SharedValues.share``'s *scalars*)."""
     kind = type(value)
     if kind is str:
         return sys.intern(value), True
     if kind is dict:
         intern = sys.intern
         copied = {}
-        leaf = True
+        leaf = scalars = True
         for k, v in value.items():
             if type(k) is str:
                 k = intern(k)
-            if k == "metadata" and type(v) is dict:
-                v = _compact_metadata(v, shared)
-                leaf = False
-            else:
-                v, held = _compacted(v, shared)
-                leaf = leaf and held
+            child = type(v)
+            if child is str:
+                v = intern(v)
+            elif child is dict or child is list:
+                scalars = False
+                if k == "metadata" and child is dict:
+                    v = _compact_metadata(v, shared)
+                    leaf = False
+                else:
+                    v, held = _compacted(v, shared)
+                    leaf = leaf and held
             copied[k] = v
         if leaf:
-            return shared.share(copied), True
+            return shared.share(copied, scalars), True
         return copied, False
     if kind is list:
+        intern = sys.intern
         items = []
-        leaf = True
+        leaf = scalars = True
         for v in value:
-            v, held = _compacted(v, shared)
+            child = type(v)
+            if child is str:
+                v = intern(v)
+            elif child is dict or child is list:
+                scalars = False
+                v, held = _compacted(v, shared)
+                leaf = leaf and held
             items.append(v)
-            leaf = leaf and held
         if leaf:
-            return shared.share(items), True
+            return shared.share(items, scalars), True
         return items, False
     return value, True
 

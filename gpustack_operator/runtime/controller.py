@@ -27,9 +27,10 @@ Most code builds controllers with :class:`ControllerBuilder` (``manager.controll
 from __future__ import annotations
 
 import functools
+import random
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeVar
 
@@ -260,9 +261,34 @@ class _WatchHandler:
             self._enqueue(obj)
 
     def on_update(self, old: Obj, new: Obj) -> None:
-        if self._predicate.update(old, new):
-            # Both: a changed owner reference or label must reach the old parent too.
-            self._enqueue(old, new)
+        if not self._predicate.update(old, new):
+            return
+        # Both: a changed owner reference or label must reach the old parent too. A key both
+        # versions map to is added once: one event is one event to a coalescing queue (a
+        # second add at once would open a burst of its own, one more reconcile later).
+        add = self._add
+        before = self._keys(old)
+        for key in before:
+            add(key)
+        after = self._keys(new)
+        if after == before:
+            return
+        seen = before if len(before) < 16 else set(before)
+        for key in after:
+            if key not in seen:
+                add(key)
+
+    def _keys(self, obj: Obj) -> list[str] | tuple[str, ...]:
+        try:
+            keys = self._mapper(obj)
+            return keys if isinstance(keys, list | tuple) else list(keys)
+        except Exception:
+            log.exception(
+                "event mapping failed; event dropped",
+                controller=self._controller.name,
+                object=object_key(obj),
+            )
+            return ()
 
     def on_delete(self, obj: Obj) -> None:
         if self._predicate.delete(obj):
@@ -273,6 +299,39 @@ class _WatchHandler:
         # a burst: its keys go straight to the work queue (deduplicated there), so it opens
         # no coalescing window that a real change a moment later would have to wait out.
         self._enqueue(obj, add=self._controller.queue.add)
+
+
+# --- the reconcile's log context -------------------------------------------------------------
+
+_CONTEXT_VARS: tuple[ContextVar[Any], ContextVar[Any], ContextVar[Any]] | None = None
+
+
+def _context_vars() -> tuple[ContextVar[Any], ContextVar[Any], ContextVar[Any]]:
+    """structlog's context variables of ``controller``, ``key`` and ``reconcile_id``, which
+    every reconcile binds (docs/runtime.md, "Controllers (`controller.py`)"). Taken from the
+    tokens of one ``bind_contextvars`` and then set and reset directly per reconcile: what
+    ``bound_contextvars`` does, without reading the whole context twice per call."""
+    global _CONTEXT_VARS
+    if _CONTEXT_VARS is None:
+        tokens = structlog.contextvars.bind_contextvars(controller=..., key=..., reconcile_id=...)
+        structlog.contextvars.reset_contextvars(**tokens)
+        _CONTEXT_VARS = (tokens["controller"].var, tokens["key"].var, tokens["reconcile_id"].var)
+    return _CONTEXT_VARS
+
+
+_random_bits = random.getrandbits
+
+
+def _reconcile_id() -> str:
+    """A fresh random UUID (version 4, RFC 4122 variant) for one reconcile's log lines: the
+    process's random generator rather than the system's, since it only tells reconciles
+    apart and ``uuid4`` costs several times more per reconcile."""
+    h = "%032x" % (_random_bits(128) & _UUID4_CLEAR | _UUID4_SET)
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+_UUID4_CLEAR = 0xFFFFFFFF_FFFF_0FFF_3FFF_FFFFFFFFFFFF
+_UUID4_SET = 0x00000000_0000_4000_8000_000000000000
 
 
 # --- the controller ------------------------------------------------------------------------
@@ -325,6 +384,7 @@ class Controller:
         self._primary: EventSource | None = None
         self._started = False
         self._log = log.bind(controller=name)
+        self._context = _context_vars()
         metrics.MAX_CONCURRENT_RECONCILES.labels(name).set(max_concurrent_reconciles)
         # Label children resolved once: reconcile_key runs per key and must stay cheap.
         self._active = metrics.ACTIVE_WORKERS.labels(name)
@@ -542,9 +602,13 @@ class Controller:
     async def reconcile_key(self, key: str) -> None:
         """Reconcile *key* once and apply the contract's outcome to the queue and metrics."""
         queue = self.queue
-        with structlog.contextvars.bound_contextvars(
-            controller=self.name, key=key, reconcile_id=str(uuid.uuid4())
-        ):
+        controller_var, key_var, id_var = self._context
+        tokens = (
+            controller_var.set(self.name),
+            key_var.set(key),
+            id_var.set(_reconcile_id()),
+        )
+        try:
             self._active.inc()
             started = time.perf_counter()
             if self.churn.record(key):
@@ -602,6 +666,10 @@ class Controller:
             finally:
                 self._active.dec()
                 self._time.observe(time.perf_counter() - started)
+        finally:
+            id_var.reset(tokens[2])
+            key_var.reset(tokens[1])
+            controller_var.reset(tokens[0])
 
     def _churning(self, key: str) -> None:
         """*key* never settles: the usual cause is a cache that disagrees with the API server

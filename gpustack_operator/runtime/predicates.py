@@ -160,7 +160,10 @@ def as_predicate(p: PredicateLike) -> Predicate:
 
 
 def and_(*parts: PredicateLike) -> Predicate:
-    """Passes an event only when every part passes it (no parts: passes everything)."""
+    """Passes an event only when every part passes it (no parts: passes everything; one
+    part: that part itself, with no wrapper to call through per event)."""
+    if len(parts) == 1:
+        return as_predicate(parts[0])
     return _And(tuple(as_predicate(p) for p in parts))
 
 

@@ -101,7 +101,7 @@ class NodeChanged(Predicate):
         self._facts = facts if isinstance(facts, NodeModels) else NodeModels(facts)
 
     def update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-        return self._facts.view(old) != self._facts.view(new)
+        return self._facts.view_changed(old, new)
 
     def __repr__(self) -> str:
         return "NodeChanged()"

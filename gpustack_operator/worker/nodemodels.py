@@ -102,6 +102,8 @@ class NodeModels:
         self._ids: dict[int, _Entry] = {}
         # equal parts of different models, one copy each (_shared_parts)
         self._shared: dict[Any, Any] = {}
+        # the last view comparison: (old, new, the pools' version, changed)
+        self._last_change: tuple[Mapping[str, Any], Mapping[str, Any], int, bool] | None = None
         self.built = 0
         """How many models this store has built (one per Node version it was asked about)."""
         self.derivations = Derivations()
@@ -258,6 +260,19 @@ class NodeModels:
         view = self._entry(node).view
         assert view is not None  # set by _claimed
         return view
+
+    def view_changed(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+        """Whether *new*'s view differs from *old*'s (``NodeChanged``). Every Node-watching
+        controller asks it of each Node update in turn, so the last answer is kept for the
+        pair of objects (held alive meanwhile, so identity is theirs) and the pools' version
+        it was given under."""
+        pools = self.pools.version if self.pools is not None else 0
+        last = self._last_change
+        if last is not None and last[0] is old and last[1] is new and last[2] == pools:
+            return last[3]
+        changed = self.view(old) != self.view(new)
+        self._last_change = (old, new, pools, changed)
+        return changed
 
     def profiles(self, node: object) -> tuple[Profile, ...]:
         """The node's profiles (whether managed or not); none when a declared pool claims it."""

@@ -11,6 +11,7 @@ from gpustack_operator.runtime.cache import (
     LAST_APPLIED_ANNOTATION,
     Indexer,
     SharedValues,
+    _same_scalars,
     compact,
     namespace_index,
     object_key,
@@ -261,6 +262,21 @@ def test_shared_values_are_equal_in_type_and_order_too() -> None:
     assert type(number["s"]["v"]) is int and type(flag["s"]["v"]) is bool
     ab, ba = compact({"s": {"a": "1", "b": "2"}}), compact({"s": {"b": "2", "a": "1"}})
     assert list(ab["s"]) == ["a", "b"] and list(ba["s"]) == ["b", "a"]
+
+
+def test_lists_of_scalars_are_shared_only_when_equal_in_type_too() -> None:
+    """The scalars-only path (hash and comparison over the items in C) keeps the types:
+    ``[1] == [True] == [1.0]`` and all three hash alike."""
+    ints, flags, floats = (compact({"s": [v, "x"]}) for v in (1, True, 1.0))
+    assert [type(o["s"][0]) for o in (ints, flags, floats)] == [int, bool, float]
+    again = compact({"s": [1, "x"]})
+    assert again["s"] is ints["s"]
+    # a held container with a child container is never taken for one of scalars only
+    table = SharedValues()
+    child = table.share({"k": "v"})
+    nested = {"a": child}
+    assert not _same_scalars(nested, {"a": "v"}) and not _same_scalars([child], ["v"])
+    assert _same_scalars({"a": "v", "n": None}, {"a": "v", "n": None})
 
 
 def test_shared_values_follow_the_cache_not_its_history() -> None:

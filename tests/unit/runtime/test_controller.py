@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import uuid
 from collections import Counter, defaultdict
 from typing import Any
 
@@ -13,6 +14,7 @@ import structlog
 
 from gpustack_operator.runtime import metrics
 from gpustack_operator.runtime.channel import Channel
+from gpustack_operator.runtime.coalesce import Coalesce
 from gpustack_operator.runtime.controller import (
     CacheSyncTimeoutError,
     Controller,
@@ -20,6 +22,7 @@ from gpustack_operator.runtime.controller import (
     Request,
     Result,
     TerminalError,
+    _reconcile_id,
     enqueue_mapped,
     enqueue_object,
     enqueue_owner,
@@ -304,6 +307,15 @@ async def test_reconcile_runs_with_controller_key_and_unique_reconcile_id_bound(
     assert "reconcile_id" not in structlog.contextvars.get_contextvars()
 
 
+def test_a_reconcile_id_is_a_fresh_version_4_uuid() -> None:
+    ids = [_reconcile_id() for _ in range(2000)]
+    assert len(set(ids)) == len(ids)
+    for text in ids[:200]:
+        parsed = uuid.UUID(text)
+        assert str(parsed) == text
+        assert parsed.version == 4 and parsed.variant == uuid.RFC_4122
+
+
 async def test_metrics_gauges_for_workers() -> None:
     name = unique("gauges")
     controller = Controller(name, lambda req: _none(), max_concurrent_reconciles=7)
@@ -476,6 +488,48 @@ async def test_watches_runs_map_fn_on_old_and_new() -> None:
     )
     assert mapped == ["1", "2"]
     assert [await controller.queue.get() for _ in range(3)] == ["node-a", "always", "node-b"]
+    controller.queue.shut_down()
+
+
+async def test_an_update_adds_a_key_both_versions_map_to_once() -> None:
+    # One event, one add per key: a second add of the same key at once would open a burst
+    # in a coalescing queue (one more reconcile a window later) that no event asked for.
+    source = FakeSource(NODES)
+    controller = Controller(unique("once"), lambda req: _none())
+    controller.watch(source, enqueue_object(), coalesce=Coalesce(60.0))
+    controller.start_watches()
+    source.update(obj("n", rv="1"), obj("n", rv="2"))
+    assert await controller.queue.get() == "n"
+    assert controller.pending_bursts() == 0
+    source.update(obj("n", rv="2"), obj("n", rv="3"))  # a later event within the window
+    assert controller.pending_bursts() == 1
+    controller.queue.shut_down()
+
+
+async def test_an_update_still_adds_every_key_of_either_version() -> None:
+    source = FakeSource(CONFIGMAPS)
+    added: list[str] = []
+
+    def map_fn(o: dict[str, Any]) -> list[str]:
+        if o["metadata"]["resourceVersion"] == "0":
+            raise KeyError("labels")
+        return list((o["metadata"].get("labels") or {}).values())
+
+    controller = Controller(unique("keys"), lambda req: _none())
+    controller.watch(source, enqueue_mapped(map_fn))
+    controller.start_watches()
+    controller.queue.add = added.append  # type: ignore[method-assign]
+    for watch in source.handlers:  # the handler took the queue's add when it was made
+        watch._add = added.append
+    source.update(
+        obj("cm", "ns", labels={"a": "x", "b": "y"}, rv="1"),
+        obj("cm", "ns", labels={"a": "y", "b": "z"}, rv="2"),
+    )
+    assert added == ["x", "y", "z"]
+    added.clear()
+    # a mapping that fails on one version drops that version's keys only
+    source.update(obj("cm", "ns", rv="0"), obj("cm", "ns", labels={"a": "w"}, rv="3"))
+    assert added == ["w"]
     controller.queue.shut_down()
 
 

@@ -260,3 +260,34 @@ def test_models_of_nodes_of_one_shape_share_their_equal_parts() -> None:
     assert first.dedication_taints is second.dedication_taints
     assert first.profiles[0].flavor is second.profiles[0].flavor
     assert not hasattr(first.profiles[0], "__dict__")  # slots: no dict per profile
+
+
+class _Pools:
+    """A declared pool claiming the Node versions in *versions* (``PoolClaims``)."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self.versions: set[str] = set()
+
+    def claim(self, node: object) -> str:
+        version = node["metadata"]["resourceVersion"] if isinstance(node, dict) else ""
+        return "pool-a" if version in self.versions else ""
+
+
+def test_a_view_comparison_is_answered_once_per_event_and_again_after_the_pools_change() -> None:
+    node, other = profiled_nodes()[:2]
+    relabelled = copy.deepcopy(node)
+    relabelled["metadata"]["resourceVersion"] += "1"
+    relabelled["metadata"]["labels"]["example.com/unread"] = "x"  # not in the view
+    facts = NodeModels(MFRS)
+    pools = _Pools()
+    facts.pools = pools
+    assert facts.view_changed(node, relabelled) is False
+    assert facts.view_changed(node, relabelled) is False  # the same event, another controller
+    # the pools changed (the claim is in the view): the same pair is compared again
+    pools.versions, pools.version = {node["metadata"]["resourceVersion"]}, 1
+    assert facts.view_changed(node, relabelled) is True
+    # another pair is not answered from the last one
+    assert facts.view_changed(relabelled, relabelled) is False
+    assert facts.view_changed(relabelled, other) is True
+    assert facts.view_changed(other, relabelled) is True
