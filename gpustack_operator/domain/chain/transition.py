@@ -35,7 +35,8 @@ def held_by(queues: Iterable[Mapping[str, Any]]) -> Held:
 
 def own_quota(cohort: Mapping[str, Any] | None) -> Held:
     """A Cohort's own nominal quota (``spec.resourceGroups``), per flavor and resource: what
-    its queues may borrow besides each other's."""
+    its queues may borrow besides each other's. Of a ClusterQueue (the same field), its
+    whole nominal quota."""
     found: Held = {}
     spec = cohort.get("spec") if isinstance(cohort, Mapping) else None
     for group in (spec.get("resourceGroups") if isinstance(spec, Mapping) else None) or ():
