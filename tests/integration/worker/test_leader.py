@@ -26,12 +26,16 @@ pytestmark = [
 
 
 def election(identity: str) -> LeaderElectionConfig:
+    """Short timers, yet a renewal may wait out the event loop this process shares with the
+    simulated API server and a second worker: at controller start on two busy cores that
+    loop stalled past a 1.5 s deadline and the leader (rightly) stepped down. The takeover
+    is timed by the first worker's release, not by these."""
     return LeaderElectionConfig(
         lease_name="worker.gpustack.ai",
         lease_namespace=NS,
         identity=identity,
-        lease_duration=2.0,
-        renew_deadline=1.5,
+        lease_duration=8.0,
+        renew_deadline=6.0,
         retry_period=0.2,
     )
 
