@@ -37,7 +37,7 @@ import structlog
 from prometheus_client import Counter
 
 from gpustack_operator.domain.chain.declaredpools import is_pool_chain_object
-from gpustack_operator.domain.chain.kueueusage import has_reservations, usage_is_final
+from gpustack_operator.domain.chain.kueueusage import STOPPED, has_reservations, usage_is_final
 from gpustack_operator.domain.chain.nodepool import NodePool, pool_cohort
 from gpustack_operator.domain.chain.poolinfo import local_queue_metadata
 from gpustack_operator.domain.chain.queues import (
@@ -365,7 +365,7 @@ class ClusterQueueReconciler:
         reports work in it (``stopPolicy: Hold`` evicts nothing; docs/node-lifecycle.md,
         "Whole-pool Hold"); it is deleted as before once nothing is reserved."""
         spec = have.get("spec")
-        if not isinstance(spec, Mapping) or spec.get("stopPolicy") in (HOLD, "HoldAndDrain"):
+        if not isinstance(spec, Mapping) or spec.get("stopPolicy") in STOPPED:
             return
         # Its own labels and notes stay (server-side apply would drop what is not sent):
         # a team queue keeps its pool, so its replacements still count what it holds.

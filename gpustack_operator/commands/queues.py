@@ -31,6 +31,7 @@ from gpustack_operator.commands.policy_flags import (
     add_policy_flags,
     policy_from_args,
 )
+from gpustack_operator.domain.chain.kueueusage import STOPPED
 from gpustack_operator.domain.chain.kueueusage import borrowed as borrowed_of
 from gpustack_operator.domain.chain.poolchain import unbounded_resources
 from gpustack_operator.domain.chain.poolinfo import unit_text
@@ -220,7 +221,7 @@ def render_nodes(
     the verdicts the worker published (*by_worker*) say so."""
     lines = []
     for row in rows:
-        if row["stopPolicy"] in ("Hold", "HoldAndDrain"):
+        if row["stopPolicy"] in STOPPED:
             lines.append(f"{row['localQueue']}: stopPolicy {row['stopPolicy']}")
         for verdict in withheld.get(row["clusterQueue"], []):
             said = explain_availability(verdict)

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import structlog
 
+from gpustack_operator.domain.chain.kueueusage import STOPPED
 from gpustack_operator.domain.quantities import parse_quantity
 from gpustack_operator.domain.selectors import selector_matches
 from gpustack_sim.apiserver.errors import ApiError
@@ -166,7 +167,7 @@ def _set_active(status: dict[str, Any], cluster_queue: Mapping[str, Any]) -> Non
     if meta.get("deletionTimestamp"):
         value, reason = "False", "Terminating"
         message = "Can't admit new workloads; clusterQueue is terminating"
-    elif stop in ("Hold", "HoldAndDrain"):
+    elif stop in STOPPED:
         value, reason, message = "False", "Stopped", "Can't admit new workloads: is stopped."
     else:
         value, reason, message = "True", "Ready", "Can admit new workloads"

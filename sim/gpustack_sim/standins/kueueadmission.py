@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from gpustack_operator.domain.chain.kueueusage import STOPPED
 from gpustack_operator.domain.quantities import (
     format_binary_quantity,
     parse_quantity,
@@ -215,7 +216,7 @@ class ClusterQueueView:
             cohort=spec.get("cohortName") or spec.get("cohort") or None,
             groups=tuple(groups),
             try_next_when_borrowing=fungibility.get("whenCanBorrow") == "TryNextFlavor",
-            stopped=spec.get("stopPolicy") in ("Hold", "HoldAndDrain"),
+            stopped=spec.get("stopPolicy") in STOPPED,
             namespace_selector=spec.get("namespaceSelector"),
         )
 
