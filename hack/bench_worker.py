@@ -12,10 +12,11 @@ Measured: wall time from the worker's start to the first moment the server holds
 what ``plan`` computes (confirmed by a quiet period), the worker's CPU time and peak RSS up to
 then (the child reports ``getrusage`` on SIGUSR1), API requests by verb, writes per desired
 object (writes of the desired kinds; the worker's Events and state ConfigMaps are reported
-apart, as ``other_writes``), and the writes during one forced resync after convergence (0 expected). The child
-runs as ``gpustack-operator worker`` does, without a periodic resync (``--resync-period``
-adds one); after convergence the parent asks it (SIGUSR2) to deliver every cached object of
-every informer again and counts the writes for ``--resync`` seconds. Prints a Markdown table.
+apart, as ``other_writes``), and the writes during one forced resync after convergence (0
+expected). The child runs as ``gpustack-operator worker`` does, without a periodic resync
+(``--resync-period`` adds one); after convergence the parent asks it (SIGUSR2) to deliver
+every cached object of every informer again and counts the writes for ``--resync`` seconds.
+Prints a Markdown table.
 
     .venv/bin/python hack/bench_worker.py --nodes 100 1000
 

@@ -15,7 +15,6 @@ import yaml
 
 from tests.e2e.conftest import Kubectl
 
-
 EXAMPLE_CLUSTER = Path(__file__).resolve().parents[2] / "examples" / "cluster.yaml"
 DEADLINE = 120
 """Seconds each step may take: a deadline, not a wait (each poll ends when its step
