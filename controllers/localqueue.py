@@ -126,12 +126,14 @@ class LocalQueueReconciler:
                 version=self.caches.kueue.version,
                 active=active,
             )
-        present = {
-            name_of(lq): lq
-            for lq in self.caches.local_queues.indexer.by_index(BY_NAMESPACE, namespace_name)
-        }
+        cached = self.caches.local_queues.indexer
+        present = [name_of(lq) for lq in cached.by_index(BY_NAMESPACE, namespace_name)]
         for (_, lq_name), want in wanted.items():
-            have = present.get(lq_name)
+            # Read at the write, not at the reconcile's start: the writes before this one
+            # await, and meanwhile the cache can receive this reconcile's or the last one's
+            # LocalQueues; a snapshot would call them missing and create them again
+            # (docs/worker.md, "Writes and ownership").
+            have = cached.get(f"{namespace_name}/{lq_name}")
             if have is not None and not is_managed_object(have):
                 self.writer.not_ours(self.resource, have)
             elif have is not None and _target(have) != _target(want):
@@ -158,8 +160,9 @@ class LocalQueueReconciler:
                         reason=err.reason,
                     )
                     return
-        for lq_name, have in present.items():
-            if (namespace_name, lq_name) in wanted or not is_managed_object(have):
+        for lq_name in present:
+            have = cached.get(f"{namespace_name}/{lq_name}")
+            if have is None or (namespace_name, lq_name) in wanted or not is_managed_object(have):
                 continue
             if is_deleting(have) or self._queue_still_there(have):
                 continue

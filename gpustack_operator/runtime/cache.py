@@ -273,23 +273,24 @@ def _unshared(value: Any) -> Any:
     return value
 
 
-def strip_managed_fields(obj: JSON) -> JSON:
+def strip_managed_fields(obj: JSON, intern: bool = True) -> JSON:
     """Default informer transform: drop what controllers never read, to bound memory.
 
     Removes ``metadata.managedFields`` (often the largest part of a Node) and kubectl's
     last-applied-configuration annotation (a full copy of the object), and interns the keys
     and values of label maps, ``metadata.labels`` and a NodeFeature's ``spec.labels``
     (thousands of Nodes share them: about 5 KiB per Node of the worker). Copies only the
-    dicts it changes, so the input is left intact.
+    dicts it changes, so the input is left intact. *intern* false leaves the labels as they
+    are, for a caller that interns every string anyway (:func:`compact`).
     """
     meta = obj.get("metadata")
     if not isinstance(meta, dict):
         return obj
     annotations = meta.get("annotations")
     has_last_applied = isinstance(annotations, dict) and LAST_APPLIED_ANNOTATION in annotations
-    labels = meta.get("labels")
+    labels = meta.get("labels") if intern else None
     spec = obj.get("spec")
-    spec_labels = spec.get("labels") if type(spec) is dict else None
+    spec_labels = spec.get("labels") if intern and type(spec) is dict else None
     if "managedFields" not in meta and not has_last_applied and not labels and not spec_labels:
         return obj
     new_meta = {k: v for k, v in meta.items() if k != "managedFields"}

@@ -60,7 +60,7 @@ def trim_for_worker(obj: JSON) -> JSON:
     the NodeFeature's labels, ownership checks the owner references and the managed-by
     label).
     """
-    return compact(_trimmed(strip_managed_fields(obj)))
+    return compact(_trimmed(strip_managed_fields(obj, intern=False)))
 
 
 def _trimmed(obj: JSON) -> JSON:

@@ -326,3 +326,17 @@ def test_an_empty_index_value_moves_the_generation_when_it_is_unfiled() -> None:
     indexer.delete("a")
     assert indexer.index_generation("f") == before + 1
     assert indexer.index_values("f") == []
+
+
+def test_strip_managed_fields_leaves_the_interning_to_compact_when_told() -> None:
+    """The worker's transform interns every string in ``compact``: the labels are not
+    interned (and copied) a second time before it."""
+    source = obj("a", app="x")
+    source["metadata"]["managedFields"] = [{"manager": "m"}]
+    stripped = strip_managed_fields(source, intern=False)
+    assert "managedFields" not in stripped["metadata"]
+    assert stripped["metadata"]["labels"] is source["metadata"]["labels"]
+    assert "managedFields" in source["metadata"]
+    plain = obj("b", app="x")
+    assert strip_managed_fields(plain, intern=False) is plain
+    assert strip_managed_fields(plain)["metadata"]["labels"] is not plain["metadata"]["labels"]
