@@ -215,6 +215,59 @@ async def test_a_renewed_lease_is_never_taken_over() -> None:
         tg.cancel_scope.cancel()
 
 
+class UnansweredRenewal(FakeLeases):
+    """Once :attr:`armed`, the next PUT is stored and never answered: a renewal the
+    shutdown cancels after the server applied it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = False
+        self.unanswered = anyio.Event()
+
+    async def replace(
+        self, res: Resource, body: dict[str, Any], *, subresource: str | None = None
+    ) -> dict[str, Any]:
+        stored = await super().replace(res, body, subresource=subresource)
+        if self.armed:
+            self.armed = False
+            self.unanswered.set()
+            await anyio.sleep_forever()
+        return stored
+
+
+async def test_a_release_after_a_renewal_whose_answer_never_came_still_releases() -> None:
+    """The Lease held is one version behind the server's: the release reads it again and
+    empties the holder, so the standby need not wait for the lease to expire."""
+    leases = UnansweredRenewal()
+    name = lease_name()
+    elector = LeaderElector(leases, config(name, "a", lease_duration=3600, renew_deadline=50))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(elector.run)
+        await elector.elected.wait()
+        leases.armed = True
+        await leases.unanswered.wait()
+        tg.cancel_scope.cancel()
+    released = leases.spec(name)
+    assert released["holderIdentity"] == ""
+    assert released["leaseDurationSeconds"] == 1
+
+
+async def test_a_release_leaves_a_lease_another_replica_took_meanwhile() -> None:
+    leases = UnansweredRenewal()
+    name = lease_name()
+    elector = LeaderElector(leases, config(name, "a", lease_duration=3600, renew_deadline=50))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(elector.run)
+        await elector.elected.wait()
+        leases.armed = True
+        await leases.unanswered.wait()
+        taken = copy.deepcopy(leases.objects[("ns", name)])
+        taken["spec"]["holderIdentity"] = "b"
+        await FakeLeases.replace(leases, LEASES, taken)
+        tg.cancel_scope.cancel()
+    assert leases.spec(name)["holderIdentity"] == "b"
+
+
 async def test_leader_that_cannot_renew_loses_and_does_not_release() -> None:
     leases = FakeLeases()
     name = lease_name()
