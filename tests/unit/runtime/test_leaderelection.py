@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -235,18 +236,27 @@ class UnansweredRenewal(FakeLeases):
         return stored
 
 
-async def test_a_release_after_a_renewal_whose_answer_never_came_still_releases() -> None:
-    """The Lease held is one version behind the server's: the release reads it again and
-    empties the holder, so the standby need not wait for the lease to expire."""
-    leases = UnansweredRenewal()
-    name = lease_name()
+async def stopped_after_an_unanswered_renewal(
+    leases: UnansweredRenewal, name: str, meanwhile: Callable[[], Awaitable[None]] | None = None
+) -> None:
+    """Elect "a", let its next renewal go unanswered, run *meanwhile*, then stop it."""
     elector = LeaderElector(leases, config(name, "a", lease_duration=3600, renew_deadline=50))
     async with anyio.create_task_group() as tg:
         tg.start_soon(elector.run)
         await elector.elected.wait()
         leases.armed = True
         await leases.unanswered.wait()
+        if meanwhile is not None:
+            await meanwhile()
         tg.cancel_scope.cancel()
+
+
+async def test_a_release_after_a_renewal_whose_answer_never_came_still_releases() -> None:
+    """The Lease held is one version behind the server's: the release reads it again and
+    empties the holder, so the standby need not wait for the lease to expire."""
+    leases = UnansweredRenewal()
+    name = lease_name()
+    await stopped_after_an_unanswered_renewal(leases, name)
     released = leases.spec(name)
     assert released["holderIdentity"] == ""
     assert released["leaseDurationSeconds"] == 1
@@ -255,16 +265,13 @@ async def test_a_release_after_a_renewal_whose_answer_never_came_still_releases(
 async def test_a_release_leaves_a_lease_another_replica_took_meanwhile() -> None:
     leases = UnansweredRenewal()
     name = lease_name()
-    elector = LeaderElector(leases, config(name, "a", lease_duration=3600, renew_deadline=50))
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(elector.run)
-        await elector.elected.wait()
-        leases.armed = True
-        await leases.unanswered.wait()
+
+    async def taken_by_b() -> None:
         taken = copy.deepcopy(leases.objects[("ns", name)])
         taken["spec"]["holderIdentity"] = "b"
         await FakeLeases.replace(leases, LEASES, taken)
-        tg.cancel_scope.cancel()
+
+    await stopped_after_an_unanswered_renewal(leases, name, taken_by_b)
     assert leases.spec(name)["holderIdentity"] == "b"
 
 
