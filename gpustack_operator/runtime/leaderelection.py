@@ -326,23 +326,25 @@ class LeaderElector:
         return True
 
     async def _release(self) -> None:
-        """Empty the holder (duration 1 s) so a standby need not wait for expiry."""
+        """Empty the holder (duration 1 s) so a standby need not wait for expiry.
+
+        The renewal cancelled by the shutdown may have reached the server without its answer
+        being read, so the Lease held here can be one version behind: on a conflict the
+        Lease is read again and released if it is still this replica's."""
         cfg = self.config
         if self._lease is None or self.observed_holder != cfg.identity:
             return
-        now = _micro_time(self._wall_clock())
-        body = dict(self._lease)
-        body["spec"] = {
-            **(self._observed_spec or {}),
-            "holderIdentity": "",
-            "leaseDurationSeconds": 1,
-            "acquireTime": now,
-            "renewTime": now,
-        }
         try:
             with anyio.fail_after(max(cfg.retry_period, 1.0)):
-                released = await self.client.replace(LEASES, body)
-                self._observe(released)
+                try:
+                    await self._replace_released(self._lease)
+                except Conflict:
+                    self._observe(
+                        await self.client.get(LEASES, cfg.lease_name, cfg.lease_namespace)
+                    )
+                    if self.observed_holder != cfg.identity:
+                        return  # taken since: nothing of ours to release
+                    await self._replace_released(self._lease)
         except (ApiError, TimeoutError) as err:
             self._log.warning(
                 "could not release the lease; standbys take over once it expires",
@@ -350,6 +352,19 @@ class LeaderElector:
             )
             return
         self._log.info("released the lease")
+
+    async def _replace_released(self, lease: JSON) -> None:
+        """Write *lease* (as read) with its holder emptied and its duration 1 s."""
+        now = _micro_time(self._wall_clock())
+        body = dict(lease)
+        body["spec"] = {
+            **lease_spec(lease),
+            "holderIdentity": "",
+            "leaseDurationSeconds": 1,
+            "acquireTime": now,
+            "renewTime": now,
+        }
+        self._observe(await self.client.replace(LEASES, body))
 
     # -- bookkeeping --------------------------------------------------------------------------
 

@@ -85,9 +85,13 @@ async def writes_after_the_deadline(sim: SimServer, kubeconfig: Path) -> tuple[i
         async with anyio.create_task_group() as tg:
             tg.start_soon(run)
             await converged(sim, config)
-            # Renewals stop: every Lease request fails from now on.
-            fault = sim.faults.add(kind="Lease", status=500)
-            await eventually(lambda: fault.fired > 0, "a renewal to fail")
+            # Renewals stop: every Lease request fails from now on, answered only after the
+            # elector's own bound (renew_deadline, real seconds) gives up on it. Once one has
+            # arrived, the elector waits on it that long before it can see the deadline
+            # passed: the reconcilers have that long to try their writes (a failure answered
+            # at once left them half a second, too little under load).
+            fault = sim.faults.add(kind="Lease", status=500, delay=3 * RENEW_DEADLINE)
+            await eventually(lambda: fault.fired > 0, "a renewal to be sent")
             clock.now += RENEW_DEADLINE + 0.5
             before = sim.counters.writes()
             # Work for every reconciler: a node joins, a person deletes a flavor.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -213,6 +214,65 @@ async def test_a_renewed_lease_is_never_taken_over() -> None:
             clock.now += 0.5
         assert a.is_leader and not b.is_leader
         tg.cancel_scope.cancel()
+
+
+class UnansweredRenewal(FakeLeases):
+    """Once :attr:`armed`, the next PUT is stored and never answered: a renewal the
+    shutdown cancels after the server applied it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = False
+        self.unanswered = anyio.Event()
+
+    async def replace(
+        self, res: Resource, body: dict[str, Any], *, subresource: str | None = None
+    ) -> dict[str, Any]:
+        stored = await super().replace(res, body, subresource=subresource)
+        if self.armed:
+            self.armed = False
+            self.unanswered.set()
+            await anyio.sleep_forever()
+        return stored
+
+
+async def stopped_after_an_unanswered_renewal(
+    leases: UnansweredRenewal, name: str, meanwhile: Callable[[], Awaitable[None]] | None = None
+) -> None:
+    """Elect "a", let its next renewal go unanswered, run *meanwhile*, then stop it."""
+    elector = LeaderElector(leases, config(name, "a", lease_duration=3600, renew_deadline=50))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(elector.run)
+        await elector.elected.wait()
+        leases.armed = True
+        await leases.unanswered.wait()
+        if meanwhile is not None:
+            await meanwhile()
+        tg.cancel_scope.cancel()
+
+
+async def test_a_release_after_a_renewal_whose_answer_never_came_still_releases() -> None:
+    """The Lease held is one version behind the server's: the release reads it again and
+    empties the holder, so the standby need not wait for the lease to expire."""
+    leases = UnansweredRenewal()
+    name = lease_name()
+    await stopped_after_an_unanswered_renewal(leases, name)
+    released = leases.spec(name)
+    assert released["holderIdentity"] == ""
+    assert released["leaseDurationSeconds"] == 1
+
+
+async def test_a_release_leaves_a_lease_another_replica_took_meanwhile() -> None:
+    leases = UnansweredRenewal()
+    name = lease_name()
+
+    async def taken_by_b() -> None:
+        taken = copy.deepcopy(leases.objects[("ns", name)])
+        taken["spec"]["holderIdentity"] = "b"
+        await FakeLeases.replace(leases, LEASES, taken)
+
+    await stopped_after_an_unanswered_renewal(leases, name, taken_by_b)
+    assert leases.spec(name)["holderIdentity"] == "b"
 
 
 async def test_leader_that_cannot_renew_loses_and_does_not_release() -> None:
