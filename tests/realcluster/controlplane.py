@@ -782,8 +782,13 @@ class ControlPlane(LoopbackPlane):
             self._start_scheduler()
             self.install_crds(extra_crds)
             self.start_kueue()
-        except BaseException:
-            self.stop()
+        except BaseException as failure:
+            # The start's failure is the one to read: a stop that fails after it (a port
+            # still taken, a process left) is added to it rather than put in its place.
+            try:
+                self.stop()
+            except Exception as stop_failure:
+                failure.add_note(f"stopping the plane after this failed too: {stop_failure}")
             raise
 
     def install_crds(self, extra: Sequence[Path] = ()) -> None:

@@ -81,20 +81,31 @@ def running_planes(
             try:
                 future.result()
             except BaseException as exc:
-                failures.append(f"{name}: {exc}")
+                notes = "".join(f" ({note})" for note in getattr(exc, "__notes__", ()))
+                failures.append(f"{name}: {exc}{notes}")
     try:
         if failures:
             raise RuntimeError("a control plane did not start: " + "; ".join(failures))
         yield planes
-    finally:
-        problems = []
-        for name, plane in planes.items():
-            try:
-                plane.stop()
-            except Exception as exc:
-                problems.append(f"{name}: {exc}")
-        if problems:
-            raise RuntimeError("stopping the control planes: " + "; ".join(problems))
+    except BaseException as failure:
+        # What failed first is the error to read; a failed stop after it is added to it.
+        for problem in _stop_each(planes):
+            failure.add_note(f"stopping the control planes: {problem}")
+        raise
+    problems = _stop_each(planes)
+    if problems:
+        raise RuntimeError("stopping the control planes: " + "; ".join(problems))
+
+
+def _stop_each(planes: Mapping[str, ControlPlane]) -> list[str]:
+    """Stop every plane, even after one fails to stop; what failed, by plane."""
+    problems = []
+    for name, plane in planes.items():
+        try:
+            plane.stop()
+        except Exception as exc:
+            problems.append(f"{name}: {exc}")
+    return problems
 
 
 def member_kubeconfig(plane: ControlPlane) -> str:

@@ -15,6 +15,8 @@ import pytest
 
 from tests.realcluster.controlplane import (
     REPO,
+    Binaries,
+    ControlPlane,
     LoopbackPlane,
     Process,
     RealClusterError,
@@ -22,6 +24,7 @@ from tests.realcluster.controlplane import (
     shared_dir,
     wait_until,
 )
+from tests.realcluster.multicluster import running_planes
 from tests.realcluster.reaper import left_behind
 
 pytestmark = [pytest.mark.realcluster, pytest.mark.timeout(300)]
@@ -140,3 +143,41 @@ def test_the_check_finds_a_process_a_stopped_plane_left(tmp_path: Path) -> None:
             _end(child)
     wait_until(lambda: not _alive(child), timeout=30, what="the escaped child ended")
     assert left_behind(plane.logs) == []
+
+
+def test_a_plane_that_fails_to_start_reports_why_even_when_its_stop_fails_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start that fails stops the plane; when that stop fails as well (a port another
+    process took meanwhile), the start's own failure is still the one raised, and the
+    MultiKueue planes' message names both."""
+    shared = shared_dir() or tmp_path
+    binaries = Binaries(tmp_path / "bin", {})
+
+    def etcd_fails(self: ControlPlane) -> None:
+        raise RealClusterError("etcd did not become ready")
+
+    def stop_fails(self: LoopbackPlane) -> None:
+        raise RealClusterError("timed out waiting for every port released")
+
+    monkeypatch.setattr(ControlPlane, "_start_etcd", etcd_fails)
+    monkeypatch.setattr(ControlPlane, "stop", stop_fails)
+    plane = ControlPlane(binaries, tmp_path / "one", shared)
+    with pytest.raises(RealClusterError, match="etcd did not become ready") as raised:
+        plane.start()
+    assert raised.value.__notes__ == [
+        "stopping the plane after this failed too: timed out waiting for every port released"
+    ]
+
+    with (
+        pytest.raises(RuntimeError) as together,
+        running_planes(binaries, tmp_path / "planes", shared, {"west": {}}),
+    ):
+        pass
+    assert str(together.value) == (
+        "a control plane did not start: west: etcd did not become ready (stopping the plane "
+        "after this failed too: timed out waiting for every port released)"
+    )
+    assert together.value.__notes__ == [
+        "stopping the control planes: west: timed out waiting for every port released"
+    ]
