@@ -44,7 +44,14 @@ manager's NodeFeatures are created before the worker starts):
 Scheduling off (docs/topology.md, "The switch"): an A/B against a commit older than TAS needs
 it, since that worker never writes the topology label this tree's ``plan`` expects.
 
-``BENCH_WORKER_PROFILE=FILE`` writes a cProfile of the worker child to FILE;
+``--floor`` runs, on this tree's side, the runtime's floor instead of the worker
+(:func:`floor_child`: handed the objects ``plan`` computed, it only watches Nodes and NodeFeatures
+and writes what it was handed); with ``--ab`` its CPU against a full worker's is the part of that
+worker's CPU no cut in the chain can remove (docs/performance.md, "The runtime's floor"):
+
+    .venv/bin/python hack/bench_worker.py --nodes 2000 --resync 2 --tas off --floor --ab 4f696e7
+
+``BENCH_WORKER_PROFILE=FILE`` writes a cProfile of the worker (or floor) child to FILE;
 ``BENCH_WORKER_LOG_LEVEL=info`` shows its logs; ``BENCH_WORKER_TRACEMALLOC=FILE`` writes
 the 40 largest allocation sites (tracemalloc) at convergence to FILE and the whole snapshot
 to FILE.snapshot (``tracemalloc.Snapshot.load``; two runs' difference divided by the difference
@@ -270,16 +277,130 @@ def worker_child(kubeconfig: str, report: Path, resync_period: float, tas: bool 
         finally:
             await client.close()
 
+    return _run_child(run_async, main)
+
+
+def _run_child(run_async: Any, main: Any) -> int:
+    """Run a child's *main* with *run_async*, under cProfile when ``BENCH_WORKER_PROFILE``
+    names a file."""
     profile_to = os.environ.get("BENCH_WORKER_PROFILE")
     if not profile_to:
-        return run_async(main)
+        return int(run_async(main))
     import cProfile
 
     profiler = cProfile.Profile()
     try:
-        return profiler.runcall(run_async, main)
+        return int(profiler.runcall(run_async, main))
     finally:
         profiler.dump_stats(profile_to)
+
+
+def floor_child(kubeconfig: str, report: Path, expected: Path) -> int:
+    """The runtime's floor: a worker that is handed every object ``plan`` wants (*expected*)
+    instead of computing it, and keeps only what any worker of this runtime pays for.
+
+    It applies the chain's Kueue objects once, then watches Nodes and the worker's
+    NodeFeatures through the runtime's informers (the runtime's own transform only, not the
+    worker's), reconciles each Node by comparing its NodeFeature in the cache with the wanted
+    one, and applies it through the worker's writer: the decoding, caching, dispatch,
+    queueing and writes of the real worker's event stream, with no node model, index or
+    chain computed. Its CPU against a full worker's is the share of the worker's CPU that no
+    cut in the chain can remove (docs/performance.md, "The runtime's floor").
+    """
+    from gpustack_operator.apis import NODE_FEATURES
+    from gpustack_operator.domain.labels import NFD_NODE_NAME_LABEL, PART_OF_LABEL, PART_OF_WORKER
+    from gpustack_operator.runtime.client import ApiUnavailable, Client
+    from gpustack_operator.runtime.controller import Request
+    from gpustack_operator.runtime.logs import configure_logging
+    from gpustack_operator.runtime.manager import Manager, ManagerOptions, run_async
+    from gpustack_operator.runtime.resources import NODES, Resource
+    from gpustack_operator.worker.common import Writer, is_up_to_date
+
+    configure_logging(os.environ.get("BENCH_WORKER_LOG_LEVEL", "warning"))
+    objects: list[dict[str, Any]] = json.loads(expected.read_text())
+    selector = f"{PART_OF_LABEL}={PART_OF_WORKER}"
+    features: dict[str, dict[str, Any]] = {}
+    chain: list[tuple[Resource, dict[str, Any]]] = []
+    for obj in objects:
+        meta = obj["metadata"]
+        if obj["kind"] == "NodeFeature":
+            labels = meta.get("labels") or {}
+            if labels.get(PART_OF_LABEL) == PART_OF_WORKER:
+                features[labels[NFD_NODE_NAME_LABEL]] = obj
+            continue
+        group, _, version = obj["apiVersion"].rpartition("/")
+        kind = obj["kind"]
+        plural = kind.lower() + "s"
+        chain.append((Resource(group, version, kind, plural, bool(meta.get("namespace"))), obj))
+    namespace = next(iter(features.values()))["metadata"]["namespace"]
+
+    def snapshot(*_: object) -> None:
+        with report.open("a") as fh:
+            fh.write(json.dumps({**_usage(), "shared_changed": None}) + "\n")
+
+    signal.signal(signal.SIGUSR1, snapshot)
+
+    async def main() -> int:
+        with report.open("a") as fh:
+            fh.write(json.dumps({"started": time.time(), **_usage()}) + "\n")
+        deadline = time.monotonic() + 900
+        while True:
+            try:
+                client = await Client.connect(kubeconfig)
+                break
+            except ApiUnavailable:
+                if time.monotonic() > deadline:
+                    raise
+        manager = Manager(
+            client,
+            ManagerOptions(
+                health_probe_bind_address="0",
+                metrics_bind_address="0",
+                cache_sync_timeout=900.0,
+            ),
+        )
+        writer = Writer(client, "gpustack-operator", None, manager.fence)
+        nodes = manager.informer(NODES)
+        cached = manager.informer(NODE_FEATURES, namespace=namespace, label_selector=selector)
+
+        async def reconcile(request: Request) -> None:
+            node = nodes.indexer.get(request.key)
+            planned = features.get(request.key)
+            if node is None or planned is None:
+                return
+            owner = {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "name": request.key,
+                "uid": node["metadata"]["uid"],
+                "controller": True,
+                "blockOwnerDeletion": False,
+            }  # as the worker's NodeFeature has it; plan's has no uid to name
+            want = {**planned, "metadata": {**planned["metadata"], "ownerReferences": [owner]}}
+            have = cached.indexer.get(f"{namespace}/{want['metadata']['name']}")
+            if not is_up_to_date(have, want):
+                await writer.apply(NODE_FEATURES, want, existed=have is not None, cache=cached)
+
+        (
+            manager.controller("floor")
+            .for_(NODES)
+            .owns(NODE_FEATURES, namespace=namespace, label_selector=selector)
+            .complete(reconcile)
+        )
+        for kind, obj in chain:
+            await writer.apply(kind, obj, existed=False)
+
+        def resync_all() -> None:
+            for informer in manager.informers.informers:
+                informer.resync()
+
+        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR2, resync_all)
+        try:
+            return await manager.run_until_signal()
+        finally:
+            await client.close()
+
+    return _run_child(run_async, main)
 
 
 # --- the parent -------------------------------------------------------------------------------
@@ -363,9 +484,10 @@ async def bench(
     resync_period: float = 0.0,
     worker: Side | None = None,
     tas: bool = True,
+    floor: bool = False,
 ) -> dict[str, Any]:
     """One run; the worker child runs from *worker*'s checkout and environment (default this
-    tree's)."""
+    tree's). *floor*: this tree's side runs :func:`floor_child` instead of the worker."""
     from gpustack_operator.domain.plan.plan import apply_sim_devices
     from gpustack_operator.environment import load_manufacturers
     from gpustack_operator.runtime.logs import configure_logging
@@ -400,16 +522,20 @@ async def bench(
             expected = cluster.expected()
             desired = Counter(obj["kind"] for obj in expected.objects())
             desired["NodeFeature"] -= len(dm_features)  # the worker's NodeFeatures only
+            side = worker or this_tree(sys.executable)
+            if floor and side.repo == REPO:
+                wanted = Path(tmp) / "expected.json"
+                wanted.write_text(json.dumps(expected.objects()))
+                command = ["--floor-child", str(kubeconfig), str(report), str(wanted)]
+            else:
+                command = ["--worker-child", str(kubeconfig), str(report)]
             cluster.sim.counters.reset()
             spawned = time.time()
-            side = worker or this_tree(sys.executable)
             child = await anyio.open_process(
                 [
                     str(side.python),
                     __file__,
-                    "--worker-child",
-                    str(kubeconfig),
-                    str(report),
+                    *command,
                     "--resync-period",
                     str(resync_period),
                     "--tas",
@@ -805,9 +931,25 @@ def main() -> int:
         "commit older than TAS)",
     )
     parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="run the runtime's floor (a worker handed plan's objects, docs/performance.md) "
+        "instead of this tree's worker (with --ab: on this tree's side)",
+    )
+    parser.add_argument(
         "--worker-child", nargs=2, metavar=("KUBECONFIG", "REPORT"), help=argparse.SUPPRESS
     )
+    parser.add_argument(
+        "--floor-child",
+        nargs=3,
+        metavar=("KUBECONFIG", "REPORT", "EXPECTED"),
+        help=argparse.SUPPRESS,
+    )
     args = parser.parse_args()
+    if args.floor_child:
+        return floor_child(
+            args.floor_child[0], Path(args.floor_child[1]), Path(args.floor_child[2])
+        )
     if args.worker_child:
         return worker_child(
             args.worker_child[0], Path(args.worker_child[1]), args.resync_period, args.tas == "on"
@@ -833,6 +975,7 @@ def main() -> int:
             args.resync_period,
             None,
             args.tas == "on",
+            args.floor,
         )
         rows.append(row)
         print(json.dumps(row), file=sys.stderr)
@@ -869,6 +1012,7 @@ def compare(args: argparse.Namespace) -> int:
                 args.resync_period,
                 side,
                 args.tas == "on",
+                args.floor,
             )
             if row["steady_writes"] or row["writes_per_object"] > 1.05:
                 print(f"ab: {side.name} wrote more than once per object: {json.dumps(row)}")
