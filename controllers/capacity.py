@@ -11,6 +11,9 @@ desired labels, nor sent again while the cache has not yet seen the last apply
 is still missing.
 Where the cluster serves ``resource.k8s.io/v1``, the Node's DRA ``ResourceSlice`` objects
 (``spec.nodeName``) are read too and a slice change enqueues its Node (docs/devices.md, "DRA").
+A NodeFeature deleted while its Node is still cached is created again only once the API
+server confirms the Node (docs/worker.md, "Writes and ownership"): the Node cache can lag a
+deletion whose NodeFeature the garbage collector has already taken.
 Node and slice events go through one coalescing window per node, so a flapping node is
 written at most once per window; NodeFeature events are handled at once, except the echoes of
 the reconciler's own applies (docs/worker.md, "Flapping nodes").
@@ -20,6 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any, Final
+
+import structlog
 
 from gpustack_operator.apis import NODE_FEATURES
 from gpustack_operator.domain.labels import (
@@ -36,12 +41,13 @@ from gpustack_operator.domain.node.nodefeature import (
     worker_node_feature,
     worker_node_feature_with,
 )
-from gpustack_operator.domain.nodeview import metadata, name_of
+from gpustack_operator.domain.nodeview import metadata, name_of, uid_of
 from gpustack_operator.domain.plan.policy import ChainPolicy
 from gpustack_operator.labelrepair import LabelsTaken, repair_request
 from gpustack_operator.runtime.cache import compact
+from gpustack_operator.runtime.client import NotFound
 from gpustack_operator.runtime.coalesce import Coalesce, CoalescePresets
-from gpustack_operator.runtime.controller import Request
+from gpustack_operator.runtime.controller import Request, enqueue_owner
 from gpustack_operator.runtime.informer import Informer
 from gpustack_operator.runtime.manager import Manager
 from gpustack_operator.runtime.predicates import Predicate
@@ -54,6 +60,10 @@ NAME: Final = "capacity"
 PUBLISHER: Final = "worker"
 
 WORKER_NODE_FEATURES: Final = f"{PART_OF_LABEL}={PART_OF_WORKER}"
+
+log = structlog.get_logger(__name__)
+
+_OWNING_NODE: Final = enqueue_owner(NODES)
 
 
 class NotLastApplied(Predicate):
@@ -99,6 +109,39 @@ class NotLastApplied(Predicate):
 
     def __repr__(self) -> str:
         return "NotLastApplied()"
+
+
+class Collected(Predicate):
+    """Passes every NodeFeature event; remembers the Nodes whose NodeFeature was deleted.
+
+    The reconcile that follows finds the NodeFeature missing and would create it again. That
+    repairs a person's deletion, but the garbage collector deletes a NodeFeature because its
+    Node is gone, and the Node cache can still hold that Node (its watch lags after an
+    outage): a NodeFeature created for it is collected again at once, and the two would loop
+    at the API server's speed. :meth:`take` reads and clears the mark; a marked Node is
+    confirmed with the API server before its NodeFeature is created again.
+    """
+
+    def __init__(self) -> None:
+        self._nodes: set[str] = set()
+
+    def mark(self, node_name: str) -> None:
+        """Confirm *node_name* with the API server at its next reconcile (a read that failed)."""
+        self._nodes.add(node_name)
+
+    def take(self, node_name: str) -> bool:
+        """Whether *node_name*'s NodeFeature was deleted since the last call (and clear it)."""
+        if node_name in self._nodes:
+            self._nodes.discard(node_name)
+            return True
+        return False
+
+    def delete(self, obj: dict[str, Any]) -> bool:
+        self._nodes.update(_OWNING_NODE(obj))
+        return True
+
+    def __repr__(self) -> str:
+        return "Collected()"
 
 
 class _Applied:
@@ -162,9 +205,11 @@ class CapacityReconciler:
         slices: Informer | None = None,
         applied: NotLastApplied | None = None,
         taken: LabelsTaken | None = None,
+        collected: Collected | None = None,
     ) -> None:
         self.nodes = nodes
         self.applied = applied
+        self.collected = collected
         self.taken = taken
         self.slices = slices
         self.features = features
@@ -176,6 +221,8 @@ class CapacityReconciler:
     async def __call__(self, request: Request) -> None:
         node = self.nodes.indexer.get(request.key)
         if node is None:
+            if self.collected is not None:
+                self.collected.take(request.key)  # nothing left to confirm
             return  # gone: the garbage collector removes its NodeFeature
         slices = (
             self.slices.indexer.by_index(BY_SLICE_NODE, request.key)
@@ -198,6 +245,8 @@ class CapacityReconciler:
             return  # being deleted, or a name NFD cannot attribute (over 63 characters)
         name = want["metadata"]["name"]
         have = self.features.indexer.get(f"{self.system_namespace}/{name}")
+        if have is None and not await self._still_there(node):
+            return  # the Node watch brings its deletion; nothing to write until then
         taken = self.taken is not None and self.taken.take(request.key)
         if is_up_to_date(have, want):
             if taken:
@@ -213,6 +262,31 @@ class CapacityReconciler:
             if is_up_to_date(have, want):
                 return
         await self._apply(want, have)
+
+    async def _still_there(self, node: Mapping[str, Any]) -> bool:
+        """False when *node*'s NodeFeature was deleted and the API server no longer holds the
+        Node (or holds another of its name): the cache lags the Node's deletion, and the
+        garbage collector took the NodeFeature (:class:`Collected`). Asked only after a
+        NodeFeature deletion, never for a new Node."""
+        name = name_of(node)
+        if self.collected is None or not self.collected.take(name):
+            return True
+        try:
+            live = await self.writer.client.get(NODES, name)
+        except NotFound:
+            live = None
+        except Exception:
+            self.collected.mark(name)  # the retry asks again
+            raise
+        if live is not None and uid_of(live) == uid_of(node):
+            return True
+        log.info(
+            "NodeFeature not created again: the API server no longer holds this Node; "
+            "the Node watch has yet to deliver its deletion",
+            node=name,
+            uid=uid_of(node),
+        )
+        return False
 
     async def _apply(self, want: dict[str, Any], have: Mapping[str, Any] | None) -> None:
         if self.applied is not None:
@@ -267,6 +341,7 @@ def setup_capacity(
     slices = slices_by_node(manager) if dra else None
     applied = NotLastApplied()
     taken = LabelsTaken(is_worker_label)
+    collected = Collected()
     reconciler = CapacityReconciler(
         nodes,
         features,
@@ -276,6 +351,7 @@ def setup_capacity(
         slices=slices,
         applied=applied,
         taken=taken,
+        collected=collected,
     )
     per_node = coalesce or CoalescePresets().per_key()  # one value: both watches share it
     builder = (
@@ -283,6 +359,7 @@ def setup_capacity(
         .for_(NODES, taken, NodeChanged(facts), coalesce=per_node)
         .owns(
             NODE_FEATURES,
+            collected,
             applied,
             namespace=system_namespace,
             label_selector=WORKER_NODE_FEATURES,

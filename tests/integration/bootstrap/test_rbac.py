@@ -74,6 +74,8 @@ DELIBERATE_EXTRAS: dict[str, set[tuple[str, str, str]]] = {
     "worker": {
         # Repeated Events: the recorder patches an Event's count only when one repeats.
         ("patch", "", "events"),
+        # A Node read by name: only when its NodeFeature's deletion arrives before its own.
+        ("get", "", "nodes"),
     },
     "agent": {
         ("create", "", "events"),
