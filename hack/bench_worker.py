@@ -210,7 +210,6 @@ def worker_child(kubeconfig: str, report: Path, resync_period: float, tas: bool 
     """Run the worker until SIGTERM; SIGUSR1 appends a getrusage snapshot to *report*,
     SIGUSR2 resyncs every informer once. *tas* False: TAS off (a checkout older than TAS has
     none to turn off)."""
-    from gpustack_operator.runtime.client import ApiUnavailable, Client
     from gpustack_operator.runtime.logs import configure_logging
     from gpustack_operator.runtime.manager import ManagerOptions, run_async
 
@@ -243,18 +242,7 @@ def worker_child(kubeconfig: str, report: Path, resync_period: float, tas: bool 
     signal.signal(signal.SIGUSR1, snapshot)
 
     async def main() -> int:
-        with report.open("a") as fh:  # imports done: the worker starts now
-            fh.write(json.dumps({"started": time.time(), **_usage()}) + "\n")
-        # The benchmark's server shares its event loop with the parent, which may still be
-        # busy seeding a large cluster: the worker waits for it rather than failing the run.
-        deadline = time.monotonic() + 900
-        while True:
-            try:
-                client = await Client.connect(kubeconfig)
-                break
-            except ApiUnavailable:
-                if time.monotonic() > deadline:
-                    raise
+        client = await _started_and_connected(kubeconfig, report)
         options = ManagerOptions(
             health_probe_bind_address="0",
             metrics_bind_address="0",
@@ -266,18 +254,42 @@ def worker_child(kubeconfig: str, report: Path, resync_period: float, tas: bool 
         )
         manager = new_worker_manager(client, options)
         setup_worker(manager, _worker_config(WorkerConfig, tas))
-
-        def resync_all() -> None:
-            for informer in manager.informers.informers:
-                informer.resync()
-
-        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR2, resync_all)
-        try:
-            return await manager.run_until_signal()
-        finally:
-            await client.close()
+        return await _serve(manager, client)
 
     return _run_child(run_async, main)
+
+
+async def _started_and_connected(kubeconfig: str, report: Path) -> Any:
+    """Report that the child's imports are done (its start-up CPU), then connect.
+
+    The benchmark's server shares its event loop with the parent, which may still be busy
+    seeding a large cluster: the child waits for it rather than failing the run."""
+    from gpustack_operator.runtime.client import ApiUnavailable, Client
+
+    with report.open("a") as fh:
+        fh.write(json.dumps({"started": time.time(), **_usage()}) + "\n")
+    deadline = time.monotonic() + 900
+    while True:
+        try:
+            return await Client.connect(kubeconfig)
+        except ApiUnavailable:
+            if time.monotonic() > deadline:
+                raise
+
+
+async def _serve(manager: Any, client: Any) -> int:
+    """Run *manager* until SIGTERM; SIGUSR2 delivers every cached object of every informer
+    again (the forced resync the parent counts writes after)."""
+
+    def resync_all() -> None:
+        for informer in manager.informers.informers:
+            informer.resync()
+
+    asyncio.get_running_loop().add_signal_handler(signal.SIGUSR2, resync_all)
+    try:
+        return int(await manager.run_until_signal())
+    finally:
+        await client.close()
 
 
 def _run_child(run_async: Any, main: Any) -> int:
@@ -309,7 +321,6 @@ def floor_child(kubeconfig: str, report: Path, expected: Path) -> int:
     """
     from gpustack_operator.apis import NODE_FEATURES
     from gpustack_operator.domain.labels import NFD_NODE_NAME_LABEL, PART_OF_LABEL, PART_OF_WORKER
-    from gpustack_operator.runtime.client import ApiUnavailable, Client
     from gpustack_operator.runtime.controller import Request
     from gpustack_operator.runtime.logs import configure_logging
     from gpustack_operator.runtime.manager import Manager, ManagerOptions, run_async
@@ -341,16 +352,7 @@ def floor_child(kubeconfig: str, report: Path, expected: Path) -> int:
     signal.signal(signal.SIGUSR1, snapshot)
 
     async def main() -> int:
-        with report.open("a") as fh:
-            fh.write(json.dumps({"started": time.time(), **_usage()}) + "\n")
-        deadline = time.monotonic() + 900
-        while True:
-            try:
-                client = await Client.connect(kubeconfig)
-                break
-            except ApiUnavailable:
-                if time.monotonic() > deadline:
-                    raise
+        client = await _started_and_connected(kubeconfig, report)
         manager = Manager(
             client,
             ManagerOptions(
@@ -389,16 +391,7 @@ def floor_child(kubeconfig: str, report: Path, expected: Path) -> int:
         )
         for kind, obj in chain:
             await writer.apply(kind, obj, existed=False)
-
-        def resync_all() -> None:
-            for informer in manager.informers.informers:
-                informer.resync()
-
-        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR2, resync_all)
-        try:
-            return await manager.run_until_signal()
-        finally:
-            await client.close()
+        return await _serve(manager, client)
 
     return _run_child(run_async, main)
 
