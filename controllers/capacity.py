@@ -50,7 +50,7 @@ from gpustack_operator.runtime.coalesce import Coalesce, CoalescePresets
 from gpustack_operator.runtime.controller import Request, enqueue_owner
 from gpustack_operator.runtime.informer import Informer
 from gpustack_operator.runtime.manager import Manager
-from gpustack_operator.runtime.predicates import Predicate
+from gpustack_operator.runtime.predicates import Marks, Predicate
 from gpustack_operator.runtime.resources import NODES, RESOURCE_SLICES
 from gpustack_operator.worker.caches import BY_SLICE_NODE, slice_node, slices_by_node
 from gpustack_operator.worker.common import NodeChanged, Writer, is_up_to_date
@@ -111,33 +111,19 @@ class NotLastApplied(Predicate):
         return "NotLastApplied()"
 
 
-class Collected(Predicate):
-    """Passes every NodeFeature event; remembers the Nodes whose NodeFeature was deleted.
+class Collected(Marks):
+    """Passes every NodeFeature event; marks the Nodes whose NodeFeature was deleted.
 
     The reconcile that follows finds the NodeFeature missing and would create it again. That
     repairs a person's deletion, but the garbage collector deletes a NodeFeature because its
     Node is gone, and the Node cache can still hold that Node (its watch lags after an
     outage): a NodeFeature created for it is collected again at once, and the two would loop
-    at the API server's speed. :meth:`take` reads and clears the mark; a marked Node is
-    confirmed with the API server before its NodeFeature is created again.
+    at the API server's speed. A marked Node is confirmed with the API server before its
+    NodeFeature is created again (a read that failed marks it again).
     """
 
-    def __init__(self) -> None:
-        self._nodes: set[str] = set()
-
-    def mark(self, node_name: str) -> None:
-        """Confirm *node_name* with the API server at its next reconcile (a read that failed)."""
-        self._nodes.add(node_name)
-
-    def take(self, node_name: str) -> bool:
-        """Whether *node_name*'s NodeFeature was deleted since the last call (and clear it)."""
-        if node_name in self._nodes:
-            self._nodes.discard(node_name)
-            return True
-        return False
-
     def delete(self, obj: dict[str, Any]) -> bool:
-        self._nodes.update(_OWNING_NODE(obj))
+        self._marked.update(_OWNING_NODE(obj))
         return True
 
     def __repr__(self) -> str:

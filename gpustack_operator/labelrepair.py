@@ -28,7 +28,7 @@ from prometheus_client import Counter
 from gpustack_operator.domain.labels import LABEL_REPAIR_ANNOTATION
 from gpustack_operator.domain.nodeview import annotations_of, labels_of, metadata, name_of
 from gpustack_operator.runtime.metrics import REGISTRY
-from gpustack_operator.runtime.predicates import Predicate
+from gpustack_operator.runtime.predicates import Marks
 
 log = structlog.get_logger(__name__)
 
@@ -41,9 +41,9 @@ LABEL_REPAIRS = Counter(
 )
 
 
-class LabelsTaken(Predicate):
-    """Passes every Node event; remembers the Nodes whose labels must be compared with the
-    NodeFeature's.
+class LabelsTaken(Marks):
+    """Passes every Node event; marks the Nodes whose labels must be compared with the
+    NodeFeature's (a repair that failed marks its Node again).
 
     *published* says whether a label key is one the publisher's NodeFeature owns. A Node
     update that removes such a label or changes its value marks the Node, and so does a
@@ -54,19 +54,8 @@ class LabelsTaken(Predicate):
     """
 
     def __init__(self, published: Callable[[str], bool]) -> None:
+        super().__init__()
         self._published = published
-        self._marked: set[str] = set()
-
-    def mark(self, node_name: str) -> None:
-        """Compare *node_name*'s labels at its next reconcile (a repair that failed)."""
-        self._marked.add(node_name)
-
-    def take(self, node_name: str) -> bool:
-        """Whether *node_name* was marked since the last call (and clear the mark)."""
-        if node_name in self._marked:
-            self._marked.discard(node_name)
-            return True
-        return False
 
     def create(self, obj: Mapping[str, Any]) -> bool:
         self._marked.add(name_of(obj))

@@ -19,6 +19,7 @@ __all__ = [
     "GENERATION_CHANGED",
     "LABELS_CHANGED",
     "RESOURCE_VERSION_CHANGED",
+    "Marks",
     "Predicate",
     "PredicateLike",
     "and_",
@@ -52,6 +53,29 @@ class Predicate:
 
     def __invert__(self) -> Predicate:
         return not_(self)
+
+
+class Marks(Predicate):
+    """Passes every event; notes keys that a later reconcile takes.
+
+    Subclasses mark keys from their event methods (what the event showed that the object's
+    state alone will not: a label taken, an object deleted); the reconcile reads and clears
+    a key's mark with :meth:`take`, and marks it again with :meth:`mark` when what it did
+    with the mark failed, so the retry sees it too.
+    """
+
+    def __init__(self) -> None:
+        self._marked: set[str] = set()
+
+    def mark(self, key: str) -> None:
+        self._marked.add(key)
+
+    def take(self, key: str) -> bool:
+        """Whether *key* was marked since the last call (and clear the mark)."""
+        if key in self._marked:
+            self._marked.discard(key)
+            return True
+        return False
 
 
 def _meta(obj: Obj) -> Mapping[str, Any]:
