@@ -15,8 +15,8 @@ the Node events are held back, so the Node stays in the cache.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 import pytest
@@ -25,9 +25,11 @@ from controllers.capacity import WORKER_NODE_FEATURES
 from gpustack_operator.apis import NODE_FEATURES
 from gpustack_operator.runtime.client import WatchEvent
 from gpustack_operator.runtime.informer import Informer
+from gpustack_operator.wiring import WorkerConfig
 from gpustack_operator.worker.caches import BY_NAMESPACE
 from gpustack_sim.apiserver.server import SimServer
 from tests.integration.worker.support import (
+    Running,
     converged,
     eventually,
     fast_config,
@@ -100,16 +102,25 @@ async def test_a_namespace_reconciled_again_before_its_queues_arrive_writes_them
         assert sim.counters.writes("LocalQueue") == queues
 
 
+@asynccontextmanager
+async def settled_worker(
+    sim: SimServer, kubeconfig: Path, config: WorkerConfig, *names: str
+) -> AsyncIterator[Running]:
+    """The worker on CPU nodes *names*, once the chain is converged and every controller idle."""
+    for name in names:
+        put_node(sim, node(name))
+    async with nfd_master(sim), worker_running(kubeconfig, config) as running:
+        await converged(sim, config)
+        await eventually(lambda: idle(running.manager), "the controllers to go idle")
+        yield running
+
+
 async def test_a_nodefeature_collected_for_a_node_the_cache_still_holds_is_not_recreated(
     sim: SimServer, sim_kubeconfig: Path
 ) -> None:
     config = fast_config()
     namespace = config.policy.system_namespace
-    put_node(sim, node("cpu-a"))
-    put_node(sim, node("cpu-b"))
-    async with nfd_master(sim), worker_running(sim_kubeconfig, config) as running:
-        await converged(sim, config)
-        await eventually(lambda: idle(running.manager), "the controllers to go idle")
+    async with settled_worker(sim, sim_kubeconfig, config, "cpu-a", "cpu-b") as running:
         caches = running.worker.caches
         assert caches is not None
         features = running.manager.informer(
@@ -154,10 +165,7 @@ async def test_a_nodefeature_a_person_deletes_is_created_again_once_its_node_is_
 ) -> None:
     config = fast_config()
     namespace = config.policy.system_namespace
-    put_node(sim, node("cpu-a"))
-    async with nfd_master(sim), worker_running(sim_kubeconfig, config) as running:
-        await converged(sim, config)
-        await eventually(lambda: idle(running.manager), "the controllers to go idle")
+    async with settled_worker(sim, sim_kubeconfig, config, "cpu-a") as running:
         name = "cpu-a-gpustack-worker"
         before = sim.store.get(NODE_FEATURES.api_version, "NodeFeature", name, namespace)
         assert before is not None
